@@ -1,0 +1,93 @@
+"""The global release rule: OBS, the Sampling Mechanism, the publish/approximate test, noise.
+
+It works on aggregates only: a (levels, d) matrix of report counts and each level's budgets,
+which is what the partitions of the job send (DESIGN.md, scale-out).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from mechanisms.ledgers import SlotPlan
+from mechanisms.noise import draw_noise
+from mechanisms.obs import optimal_budget
+from mechanisms.sampling import sample_counts
+
+TESTS = ("obs", "scale")
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The rule's outcome for one slot."""
+
+    published: bool
+    histogram: np.ndarray
+    threshold: float
+    dissimilarity: float | None
+
+
+def dissimilarity(
+    counts: np.ndarray,
+    level_eps1: np.ndarray,
+    sizes: np.ndarray,
+    last: np.ndarray,
+    rng: np.random.Generator,
+    noise: str,
+) -> tuple[float, float]:
+    """Algorithm 3: mean |sampled count - last publication| plus noise; returns (dis, theta1).
+
+    With integer noise the sum of absolute differences (sensitivity 1) is perturbed by the
+    two-sided geometric and then divided by d, so no floating-point Laplace is drawn.
+    """
+    d = counts.shape[1]
+    theta, _ = optimal_budget(level_eps1, sizes, noise)
+    if theta <= 0:
+        return float("inf"), 0.0
+    sampled = sample_counts(counts, level_eps1, theta, rng)
+    total = float(np.abs(sampled - last).sum())
+    if noise == "laplace":
+        return total / d + float(rng.laplace(0.0, 1.0 / (d * theta))), theta
+    return (total + float(draw_noise(theta, 1, rng, "discrete")[0])) / d, theta
+
+
+class ReleaseRule:
+    """PWSM's decision (Algorithm 2) with either OBS's error or the noise scale as threshold.
+
+    ``test="obs"`` publishes when dis > sqrt(err_opt) (PBD, PBA); ``test="scale"`` publishes
+    when dis > 1/eps2, Kellaris et al.'s test for the homogeneous BD and BA.
+    """
+
+    def __init__(self, d: int, noise: str = "laplace", test: str = "obs") -> None:
+        if d < 1:
+            raise ValueError(f"domain size d must be >= 1, got {d}")
+        if test not in TESTS:
+            raise ValueError(f"test must be one of {TESTS}, got {test!r}")
+        draw_noise(1.0, 0, np.random.default_rng(0), noise)  # validates the noise kind
+        self.d, self.noise, self.test = d, noise, test
+
+    def decide(
+        self,
+        plan: SlotPlan,
+        counts: np.ndarray,
+        sizes: np.ndarray,
+        last: np.ndarray,
+        rng: np.random.Generator,
+    ) -> Decision:
+        """Run the rule on a (levels, d) count matrix; ``last`` is the last publication."""
+        if plan.nullified:
+            return Decision(False, last, 0.0, None)
+        theta2, err2 = optimal_budget(plan.eps2, sizes, self.noise)
+        dis: float | None = None
+        if plan.adaptive:
+            dis, _ = dissimilarity(counts, plan.eps1, sizes, last, rng, self.noise)
+        if theta2 <= 0:
+            return Decision(False, last, 0.0, dis)
+        if dis is not None:
+            bar = np.sqrt(err2) if self.test == "obs" else 1.0 / theta2
+            if not dis > bar:
+                return Decision(False, last, theta2, dis)
+        sampled = sample_counts(counts, plan.eps2, theta2, rng)
+        histogram = sampled + draw_noise(theta2, self.d, rng, self.noise)
+        return Decision(True, histogram, theta2, dis)

@@ -1,0 +1,124 @@
+"""Fixed personalised privacy requirements (w_i, E_i) and their grouping into levels.
+
+Users that share a requirement share a budget ledger (DESIGN.md, decision 2): the ledger of a
+level is a function of public inputs only, so it is kept once per level, not once per user.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+
+def _name(users: Sequence[str], index: int) -> str:
+    return repr(str(users[index]))
+
+
+def validate_windows(users: Sequence[str], w: np.ndarray, field: str = "w") -> np.ndarray:
+    """Return ``w`` as int64 after checking every entry is an integer >= 1."""
+    w = np.asarray(w)
+    if w.dtype.kind == "f":
+        bad = ~np.isfinite(w) | (w != np.floor(np.where(np.isfinite(w), w, 0)))
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            raise ValueError(
+                f"user {_name(users, i)}: field {field}={float(w[i])!r} is not an integer"
+            )
+    elif w.dtype.kind not in "iu":
+        raise ValueError(f"field {field} must be integers, got dtype {w.dtype}")
+    w64 = w.astype(np.int64)
+    bad = w64 < 1
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        raise ValueError(f"user {_name(users, i)}: field {field}={w64[i]} must be >= 1")
+    return w64
+
+
+def validate_budgets(users: Sequence[str], E: np.ndarray, field: str = "E") -> np.ndarray:
+    """Return ``E`` as float64 after checking every entry is finite and > 0."""
+    try:
+        E64 = np.asarray(E, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"field {field} must be numbers: {exc}") from None
+    bad = ~np.isfinite(E64) | (E64 <= 0)
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        raise ValueError(
+            f"user {_name(users, i)}: field {field}={float(E64[i])!r} must be finite and > 0"
+        )
+    return E64
+
+
+@dataclass(frozen=True)
+class Levels:
+    """Distinct requirements: ``w[l]``, ``E[l]``, ``sizes[l]`` users, ``of_user[i]`` = level."""
+
+    w: np.ndarray
+    E: np.ndarray
+    sizes: np.ndarray
+    of_user: np.ndarray
+
+    @property
+    def count(self) -> int:
+        """Number of levels."""
+        return int(self.w.shape[0])
+
+
+@dataclass(frozen=True)
+class FixedRequirements:
+    """Each user's fixed requirement: window ``w[i]`` slots and budget ``E[i]``."""
+
+    users: tuple[str, ...]
+    w: np.ndarray
+    E: np.ndarray
+
+    @classmethod
+    def from_arrays(
+        cls, users: Sequence[str], w: Sequence[int] | np.ndarray, E: Sequence[float] | np.ndarray
+    ) -> FixedRequirements:
+        """Validate and build; raises ``ValueError`` naming the offending user and field."""
+        users_t = tuple(str(u) for u in users)
+        w_arr, E_arr = np.asarray(w), np.asarray(E)
+        if w_arr.shape != (len(users_t),) or E_arr.shape != (len(users_t),):
+            raise ValueError(
+                f"users, w and E must have one entry per user: got {len(users_t)} users, "
+                f"w of shape {w_arr.shape}, E of shape {E_arr.shape}"
+            )
+        seen: set[str] = set()
+        for u in users_t:
+            if u in seen:
+                raise ValueError(f"user {u!r}: duplicate user")
+            seen.add(u)
+        return cls(users_t, validate_windows(users_t, w_arr), validate_budgets(users_t, E_arr))
+
+    @property
+    def n(self) -> int:
+        """Number of users."""
+        return len(self.users)
+
+    def strictest(self) -> tuple[int, float]:
+        """The homogeneous requirement that satisfies everyone: (max w_i, min E_i)."""
+        return int(self.w.max()), float(self.E.min())
+
+    def homogeneous(self) -> FixedRequirements:
+        """Every user given the strictest requirement (the baselines' setting)."""
+        w, E = self.strictest()
+        return FixedRequirements(
+            self.users, np.full(self.n, w, dtype=np.int64), np.full(self.n, E, dtype=np.float64)
+        )
+
+    def levels(self) -> Levels:
+        """Group users by identical (w, E)."""
+        if self.n == 0:
+            empty_i = np.zeros(0, dtype=np.int64)
+            return Levels(empty_i, np.zeros(0), empty_i, empty_i)
+        keys = np.stack([self.w.astype(np.float64), self.E])
+        uniq, inverse, sizes = np.unique(keys, axis=1, return_inverse=True, return_counts=True)
+        return Levels(
+            w=uniq[0].astype(np.int64),
+            E=uniq[1].copy(),
+            sizes=sizes.astype(np.int64),
+            of_user=inverse.reshape(-1).astype(np.int64),
+        )

@@ -1,0 +1,1 @@
+"""The pwevent Kafka job: topics, records, slotting, state, workers, coordinator and CLI."""

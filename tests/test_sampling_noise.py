@@ -1,0 +1,60 @@
+"""Statistical checks of the Sampling Mechanism and of both noise kinds (seeded)."""
+
+import numpy as np
+import pytest
+
+from mechanisms import draw_noise, inclusion_probabilities, noise_variance, sample_counts
+from mechanisms.sampling import sample_users
+
+
+def test_inclusion_probabilities_formula():
+    p = inclusion_probabilities(np.array([0.0, 0.1, 0.4, 0.8, 1.2]), 0.8)
+    expected = [0.0, np.expm1(0.1) / np.expm1(0.8), np.expm1(0.4) / np.expm1(0.8), 1.0, 1.0]
+    assert p == pytest.approx(expected)
+
+
+def test_per_user_inclusion_rates():
+    rng = np.random.default_rng(11)
+    budgets = np.repeat([0.05, 0.2, 0.5, 1.0], 50_000)
+    kept = sample_users(budgets, 1.0, rng)
+    for b in (0.05, 0.2, 0.5):
+        rate = kept[budgets == b].mean()
+        p = np.expm1(b) / np.expm1(1.0)
+        assert abs(rate - p) < 4.5 * np.sqrt(p * (1 - p) / 50_000)
+    assert kept[budgets == 1.0].all()
+
+
+def test_aggregate_thinning_matches_per_user_sampling():
+    rng = np.random.default_rng(5)
+    counts = np.array([[300, 0, 50], [100, 200, 0], [10, 10, 10]])
+    eps = np.array([0.1, 0.5, 2.0])
+    draws = np.array([sample_counts(counts, eps, 0.5, rng) for _ in range(4000)])
+    p = inclusion_probabilities(eps, 0.5)
+    mean = (counts * p[:, None]).sum(axis=0)
+    var = (counts * p[:, None] * (1 - p[:, None])).sum(axis=0)
+    assert draws.mean(axis=0) == pytest.approx(mean, abs=4.5 * np.sqrt(var.max() / 4000))
+    assert draws.var(axis=0) == pytest.approx(var, rel=0.1)
+    assert draws.dtype == np.int64
+
+
+@pytest.mark.parametrize("kind", ["laplace", "discrete"])
+@pytest.mark.parametrize("eps", [0.3, 1.0, 2.5])
+def test_noise_variance_matches_formula(kind, eps):
+    rng = np.random.default_rng(7)
+    x = draw_noise(eps, 400_000, rng, kind)
+    expected = float(noise_variance(eps, kind))
+    assert abs(x.mean()) < 5 * np.sqrt(expected / x.size)
+    assert x.var() == pytest.approx(expected, rel=0.03)
+    if kind == "discrete":
+        assert x.dtype == np.int64
+        assert expected == pytest.approx(2 * np.exp(-eps) / (1 - np.exp(-eps)) ** 2)
+    else:
+        assert expected == pytest.approx(2 / eps**2)
+
+
+def test_noise_rejects_bad_budget_and_kind():
+    rng = np.random.default_rng(0)
+    with pytest.raises(ValueError, match="budget"):
+        draw_noise(0.0, 3, rng)
+    with pytest.raises(ValueError, match="noise must be"):
+        draw_noise(1.0, 3, rng, "gaussian")
