@@ -28,6 +28,24 @@ class Decision:
     dissimilarity: float | None
 
 
+class ObsCache:
+    """OBS results memoised by (budgets, sizes): ledgers revisit the same budget vectors."""
+
+    def __init__(self, noise: str, limit: int = 4096) -> None:
+        self.noise, self.limit = noise, limit
+        self._memo: dict[bytes, tuple[float, float]] = {}
+
+    def __call__(self, budgets: np.ndarray, sizes: np.ndarray) -> tuple[float, float]:
+        """``optimal_budget(budgets, sizes)``."""
+        key = budgets.tobytes() + b"|" + sizes.tobytes()
+        hit = self._memo.get(key)
+        if hit is None:
+            if len(self._memo) >= self.limit:
+                self._memo.clear()
+            hit = self._memo[key] = optimal_budget(budgets, sizes, self.noise)
+        return hit
+
+
 def dissimilarity(
     counts: np.ndarray,
     level_eps1: np.ndarray,
@@ -35,6 +53,7 @@ def dissimilarity(
     last: np.ndarray,
     rng: np.random.Generator,
     noise: str,
+    obs: ObsCache | None = None,
 ) -> tuple[float, float]:
     """Algorithm 3: mean |sampled count - last publication| plus noise; returns (dis, theta1).
 
@@ -42,7 +61,7 @@ def dissimilarity(
     two-sided geometric and then divided by d, so no floating-point Laplace is drawn.
     """
     d = counts.shape[1]
-    theta, _ = optimal_budget(level_eps1, sizes, noise)
+    theta, _ = (obs or ObsCache(noise))(level_eps1, sizes)
     if theta <= 0:
         return float("inf"), 0.0
     sampled = sample_counts(counts, level_eps1, theta, rng)
@@ -66,6 +85,7 @@ class ReleaseRule:
             raise ValueError(f"test must be one of {TESTS}, got {test!r}")
         draw_noise(1.0, 0, np.random.default_rng(0), noise)  # validates the noise kind
         self.d, self.noise, self.test = d, noise, test
+        self.obs = ObsCache(noise)
 
     def decide(
         self,
@@ -78,10 +98,10 @@ class ReleaseRule:
         """Run the rule on a (levels, d) count matrix; ``last`` is the last publication."""
         if plan.nullified:
             return Decision(False, last, 0.0, None)
-        theta2, err2 = optimal_budget(plan.eps2, sizes, self.noise)
+        theta2, err2 = self.obs(plan.eps2, sizes)
         dis: float | None = None
         if plan.adaptive:
-            dis, _ = dissimilarity(counts, plan.eps1, sizes, last, rng, self.noise)
+            dis, _ = dissimilarity(counts, plan.eps1, sizes, last, rng, self.noise, self.obs)
         if theta2 <= 0:
             return Decision(False, last, 0.0, dis)
         if dis is not None:

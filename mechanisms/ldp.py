@@ -1,0 +1,109 @@
+"""Local frequency oracles (OUE, GRR) and PLBU, the paper's personalised LDP baseline.
+
+PLBU (papers/000 section 6.2) extends LDP Budget Uniform: every user reports at every slot
+through a local frequency oracle with budget E_i/w_i, so any w_i consecutive reports cost E_i.
+The server debiases each budget group's reports and combines the groups' frequency estimates
+with inverse-variance weights. Reports are simulated on aggregates: for OUE the number of 1-bits
+at cell j is Binomial(c_j, 1/2) + Binomial(n - c_j, q), exactly the sum of the users' bits.
+Users without a value at a slot send nothing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from mechanisms.requirements import FixedRequirements
+
+
+def oue_variance(eps: np.ndarray, n: np.ndarray | float = 1.0) -> np.ndarray:
+    """Variance of OUE's frequency estimate: 4 e^eps / (n (e^eps - 1)^2) (papers/002 2.3)."""
+    eps = np.asarray(eps, dtype=np.float64)
+    return 4.0 * np.exp(eps) / (np.asarray(n) * np.square(np.expm1(eps)))
+
+
+def grr_variance(eps: np.ndarray, d: int, n: np.ndarray | float = 1.0) -> np.ndarray:
+    """Variance of generalised randomised response: (e^eps + d - 2) / (n (e^eps - 1)^2)."""
+    eps = np.asarray(eps, dtype=np.float64)
+    return (np.exp(eps) + d - 2) / (np.asarray(n) * np.square(np.expm1(eps)))
+
+
+def oue_frequencies(
+    counts: np.ndarray, eps: float, rng: np.random.Generator
+) -> np.ndarray:
+    """Estimated frequencies from OUE reports of users whose true counts are ``counts``."""
+    n = int(counts.sum())
+    if n == 0:
+        return np.zeros(counts.shape)
+    q = 1.0 / (np.exp(eps) + 1.0)
+    ones = rng.binomial(counts, 0.5) + rng.binomial(n - counts, q)
+    return (ones - n * q) / (n * (0.5 - q))
+
+
+def grr_frequencies(
+    counts: np.ndarray, eps: float, rng: np.random.Generator
+) -> np.ndarray:
+    """Estimated frequencies from GRR reports: keep w.p. e^eps/(e^eps+d-1), else another cell."""
+    d = counts.shape[0]
+    n = int(counts.sum())
+    if n == 0 or d == 1:
+        return counts / max(n, 1)
+    p = np.exp(eps) / (np.exp(eps) + d - 1)
+    q = 1.0 / (np.exp(eps) + d - 1)
+    kept = rng.binomial(counts, p)
+    moved = rng.multinomial(counts - kept, np.full(d - 1, 1.0 / (d - 1)))  # (d, d-1)
+    # a report moved from cell j by offset k (1..d-1) lands on cell (j + k) mod d
+    target = (np.arange(d)[:, None] + np.arange(1, d)[None, :]) % d
+    reports = kept + np.bincount(target.ravel(), weights=moved.ravel(), minlength=d)
+    return (reports / n - q) / (p - q)
+
+
+@dataclass(frozen=True)
+class PlbuRelease:
+    """One slot of PLBU: the estimate and each group's budget."""
+
+    slot: int
+    histogram: np.ndarray
+    published: bool
+    group_eps: np.ndarray
+
+
+class Plbu:
+    """PLBU over users grouped by their per-slot budget E_i/w_i."""
+
+    def __init__(self, requirements: FixedRequirements, d: int, rng: np.random.Generator):
+        self.d, self.rng, self.slot = int(d), rng, 1
+        eps = requirements.E / requirements.w
+        self.group_eps, self.group_of_user = np.unique(eps, return_inverse=True)
+        self.group_of_user = self.group_of_user.reshape(-1).astype(np.int64)
+        self.use_grr = grr_variance(self.group_eps, self.d) < oue_variance(self.group_eps)
+        self._keys = self.group_of_user * (self.d + 1) + 1
+
+    @property
+    def user_eps(self) -> np.ndarray:
+        """Each user's budget per slot."""
+        return self.group_eps[self.group_of_user]
+
+    def step(self, cells: np.ndarray) -> PlbuRelease:
+        """Estimate the histogram of the users' cells (-1: no value) at the next slot."""
+        groups = self.group_eps.shape[0]
+        width = self.d + 1
+        counts = np.bincount(self._keys + cells, minlength=groups * width)
+        counts = counts.reshape(groups, width)[:, 1:]
+        sizes = counts.sum(axis=1)
+        freq = np.zeros((groups, self.d))
+        for g in np.flatnonzero(sizes):  # one entry per budget group, not per user
+            oracle = grr_frequencies if self.use_grr[g] else oue_frequencies
+            freq[g] = oracle(counts[g], float(self.group_eps[g]), self.rng)
+        var = np.where(
+            self.use_grr,
+            grr_variance(self.group_eps, self.d, np.maximum(sizes, 1)),
+            oue_variance(self.group_eps, np.maximum(sizes, 1)),
+        )
+        weights = np.where(sizes > 0, 1.0 / var, 0.0)
+        total = int(sizes.sum())
+        histogram = total * (weights @ freq) / weights.sum() if total else np.zeros(self.d)
+        release = PlbuRelease(self.slot, histogram, True, self.group_eps)
+        self.slot += 1
+        return release
