@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from streams import plan_command
+from streams import demo_command, evaluate_command, plan_command
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -15,7 +15,9 @@ def build_parser() -> argparse.ArgumentParser:
         description="Live histograms under personalised w-event differential privacy.",
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    demo_command.add_parser(sub)
     plan_command.add_parser(sub)
+    evaluate_command.add_parser(sub)
     return parser
 
 

@@ -1,0 +1,272 @@
+"""``pwevent evaluate``: replay datasets through mechanisms and report AMRE, AJSD and MAE.
+
+Runs (dataset, repeat) tasks in parallel processes; each task builds its stream once and runs
+every mechanism and every (E, w) setting on it. Writes ``results.csv``, ``summary.md`` (means
+over repeats laid out like Tables 5 and 6 of papers/000) and PNG plots of AMRE.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import os
+import sys
+import time
+from collections import defaultdict
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from pathlib import Path
+
+import numpy as np
+
+DATASETS = ("tlns", "sin", "log", "taxi", "foursquare")
+FIELDS = ("dataset", "mechanism", "E", "w", "repeat", "amre", "ajsd", "mae", "fresh", "slots",
+          "seconds")
+
+
+def _list(kind: type, text: str) -> list:
+    try:
+        values = [kind(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"not a comma-separated list of {kind.__name__}: {text!r}"
+        ) from None
+    if not values:
+        raise argparse.ArgumentTypeError("empty list")
+    return values
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    """Register the ``evaluate`` sub-command."""
+    from mechanisms.evaluation import EVALUATED, KNOWN
+
+    p = sub.add_parser("evaluate", help="replay datasets through mechanisms and measure error",
+                       description=__doc__.splitlines()[0])
+    p.add_argument("--dataset", required=True, type=lambda s: _list(str, s),
+                   help=f"comma-separated, of {','.join(DATASETS)}")
+    p.add_argument("--data", action="append", default=[], metavar="[NAME=]PATH",
+                   help="input for taxi (a points file or a folder of per-taxi files) or "
+                        "foursquare (a folder with checkins.tsv.gz and pois.tsv.gz); "
+                        "taxi=PATH or foursquare=PATH when both are evaluated")
+    p.add_argument("--mechanisms", default=",".join(EVALUATED), type=lambda s: _list(str, s),
+                   help=f"comma-separated, of {','.join(KNOWN)}")
+    p.add_argument("--epsilon", default="0.2,0.4,0.6,0.8,1.0", type=lambda s: _list(float, s))
+    p.add_argument("--window", default="40,80,120,160,200", type=lambda s: _list(int, s))
+    p.add_argument("--base-epsilon", type=float, default=0.6,
+                   help="E used while w varies (default 0.6)")
+    p.add_argument("--base-window", type=int, default=120,
+                   help="w used while E varies (default 120)")
+    p.add_argument("--cross", action="store_true",
+                   help="run every (E, w) pair instead of the two one-at-a-time sweeps")
+    p.add_argument("--users", type=int, default=10_000, help="synthetic users (default 10000)")
+    p.add_argument("--slots", type=int, default=None,
+                   help="slots (synthetic default 10000; real data: all, or the first SLOTS)")
+    p.add_argument("--start", default=None, help="real data: first slot's time")
+    p.add_argument("--end", default=None, help="real data: last time included")
+    p.add_argument("--repeat", type=int, default=10)
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--noise", choices=("laplace", "discrete"), default="laplace")
+    p.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    p.add_argument("--out", required=True, type=Path)
+    p.set_defaults(func=run)
+
+
+def settings(args: argparse.Namespace) -> list[tuple[float, int]]:
+    """The (E, w) pairs to run."""
+    if args.cross:
+        return [(e, w) for e in args.epsilon for w in args.window]
+    pairs = [(e, args.base_window) for e in args.epsilon]
+    pairs += [(args.base_epsilon, w) for w in args.window if (args.base_epsilon, w) not in pairs]
+    return pairs
+
+
+def _data_paths(args: argparse.Namespace) -> dict[str, str]:
+    real = [d for d in args.dataset if d in ("taxi", "foursquare")]
+    paths: dict[str, str] = {}
+    for item in args.data:
+        name, sep, path = item.partition("=")
+        if sep and name in ("taxi", "foursquare"):
+            paths[name] = path
+        elif len(real) == 1:
+            paths[real[0]] = item
+        else:
+            raise ValueError(f"--data {item!r}: say taxi=PATH or foursquare=PATH")
+    for name in real:
+        if name not in paths:
+            raise ValueError(f"dataset {name} needs --data PATH")
+    return paths
+
+
+def load_cells(dataset: str, args: dict, repeat: int) -> tuple[np.ndarray, int]:
+    """A (T, n) cell matrix and the domain size for one task."""
+    from mechanisms import datasets
+
+    if dataset in ("tlns", "sin", "log"):
+        from mechanisms.evaluation import synthetic_cells
+
+        T = args["slots"] or 10_000
+        probs = getattr(datasets, f"{dataset}_probabilities")(T)
+        rng = np.random.default_rng([args["seed"], repeat, 0])
+        return synthetic_cells(probs, args["users"], rng), 2
+    from streams.loaders import load_foursquare, load_taxi
+
+    path = Path(args["paths"][dataset])
+    if dataset == "taxi":
+        data = load_taxi(path, start=args["start"], end=args["end"])
+    else:
+        folder = path if path.is_dir() else path.parent
+        data = load_foursquare(folder / "checkins.tsv.gz", folder / "pois.tsv.gz",
+                               start=args["start"], end=args["end"])
+    cells = data.cells if args["slots"] is None else data.cells[: args["slots"]]
+    return cells, data.d
+
+
+def run_task(dataset: str, repeat: int, args: dict) -> list[dict]:
+    """Every mechanism and setting on one dataset and repeat."""
+    from mechanisms.evaluation import make_step, run_stream, true_histograms
+    from mechanisms.experiments import paper_requirements
+
+    cells, d = load_cells(dataset, args, repeat)
+    true = true_histograms(cells, d)
+    rows = []
+    for E, w in args["settings"]:
+        reqs = paper_requirements(cells.shape[1], E, w, np.random.default_rng(
+            [args["seed"], repeat, 1, int(E * 1000), w]))
+        for k, name in enumerate(args["mechanisms"]):
+            rng = np.random.default_rng([args["seed"], repeat, 2, int(E * 1000), w, k])
+            res = run_stream(make_step(name, reqs, d, rng, args["noise"]), cells, true)
+            rows.append({"dataset": dataset, "mechanism": name, "E": E, "w": w, "repeat": repeat,
+                         "amre": res.amre, "ajsd": res.ajsd, "mae": res.mae, "fresh": res.fresh,
+                         "slots": cells.shape[0], "seconds": round(res.seconds, 3)})
+    return rows
+
+
+def write_summary(rows: list[dict], args: argparse.Namespace, out: Path) -> None:
+    """Means over repeats, one table with E varied and one with w varied, per metric."""
+    mean: dict[tuple, list[float]] = defaultdict(list)
+    for r in rows:
+        mean[(r["dataset"], r["mechanism"], r["E"], r["w"], "amre")].append(r["amre"])
+        mean[(r["dataset"], r["mechanism"], r["E"], r["w"], "ajsd")].append(r["ajsd"])
+    datasets = [d for d in args.dataset if any(r["dataset"] == d for r in rows)]
+    mechs = args.mechanisms
+    lines = ["# Evaluation summary", "",
+             f"Means over {args.repeat} repeats (seed {args.seed}, noise {args.noise}).", ""]
+
+    def table(title: str, keys: list[tuple[float, int]], label) -> None:
+        for metric in ("amre", "ajsd"):
+            lines.extend([f"## {metric.upper()} with {title}", ""])
+            head = "| dataset | setting | " + " | ".join(m.upper() for m in mechs) + " |"
+            lines.extend([head, "|---|---|" + "---:|" * len(mechs)])
+            for ds in datasets:
+                for E, w in keys:
+                    cells = []
+                    for m in mechs:
+                        vals = mean.get((ds, m, E, w, metric))
+                        cells.append(f"{np.mean(vals):,.2f}" if metric == "amre" and vals
+                                     else f"{np.mean(vals):.5f}" if vals else "")
+                    lines.append(f"| {ds} | {label(E, w)} | " + " | ".join(cells) + " |")
+            lines.append("")
+
+    if args.cross:
+        table("every (E, w)", settings(args), lambda E, w: f"E={E:g}, w={w}")
+    else:
+        table(f"E varied (w = {args.base_window})",
+              [(e, args.base_window) for e in args.epsilon], lambda E, w: f"E={E:g}")
+        table(f"w varied (E = {args.base_epsilon:g})",
+              [(args.base_epsilon, w) for w in args.window], lambda E, w: f"w={w}")
+    (out / "summary.md").write_text("\n".join(lines))
+
+
+def write_plots(rows: list[dict], args: argparse.Namespace, out: Path) -> list[Path]:
+    """AMRE against E and against w, one line per mechanism, log scale."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    written = []
+    for ds in args.dataset:
+        for axis, fixed_key, fixed, values in (
+            ("E", "w", args.base_window, args.epsilon),
+            ("w", "E", args.base_epsilon, args.window),
+        ):
+            fig, ax = plt.subplots(figsize=(5, 3.6))
+            drawn = False
+            for m in args.mechanisms:
+                ys = []
+                for v in values:
+                    vals = [r["amre"] for r in rows if r["dataset"] == ds and r["mechanism"] == m
+                            and r[axis] == v and r[fixed_key] == fixed]
+                    ys.append(np.mean(vals) if vals else np.nan)
+                if not np.all(np.isnan(ys)):
+                    ax.plot(values, ys, marker="o", label=m.upper())
+                    drawn = True
+            if not drawn:
+                plt.close(fig)
+                continue
+            ax.set_yscale("log")
+            ax.set_xlabel(axis)
+            ax.set_ylabel("AMRE")
+            ax.set_title(f"{ds}: AMRE against {axis} ({fixed_key} = {fixed:g})")
+            ax.legend(fontsize=7, ncol=2)
+            fig.tight_layout()
+            path = out / f"amre_{ds}_{axis}.png"
+            fig.savefig(path, dpi=110)
+            plt.close(fig)
+            written.append(path)
+    return written
+
+
+def run(args: argparse.Namespace) -> int:
+    """Execute ``pwevent evaluate``; returns the exit status."""
+    from mechanisms.evaluation import KNOWN
+    from streams.progress import Progress
+
+    try:
+        bad = [d for d in args.dataset if d not in DATASETS]
+        if bad:
+            raise ValueError(f"unknown dataset {bad[0]!r}; choose from {', '.join(DATASETS)}")
+        bad = [m for m in args.mechanisms if m not in KNOWN]
+        if bad:
+            raise ValueError(f"unknown mechanism {bad[0]!r}; choose from {', '.join(KNOWN)}")
+        if args.repeat < 1 or args.users < 1 or (args.slots is not None and args.slots < 1):
+            raise ValueError("--repeat, --users and --slots must be >= 1")
+        if any(not (e > 0 and np.isfinite(e)) for e in args.epsilon) or min(args.window) < 1:
+            raise ValueError("--epsilon values must be > 0 and --window values >= 1")
+        paths = _data_paths(args)
+        for name, path in paths.items():
+            if not Path(path).exists():
+                raise ValueError(f"--data for {name}: {path} does not exist")
+    except ValueError as exc:
+        print(f"pwevent evaluate: error: {exc}", file=sys.stderr)
+        return 2
+    args.out.mkdir(parents=True, exist_ok=True)
+    shared = {"seed": args.seed, "users": args.users, "slots": args.slots, "paths": paths,
+              "start": args.start, "end": args.end, "settings": settings(args),
+              "mechanisms": args.mechanisms, "noise": args.noise}
+    tasks = [(ds, r) for ds in args.dataset for r in range(args.repeat)]
+    rows: list[dict] = []
+    started = time.monotonic()
+    bar = Progress(len(tasks), "evaluate")
+    try:
+        with ProcessPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+            futures = {pool.submit(run_task, ds, r, shared): (ds, r) for ds, r in tasks}
+            for fut in as_completed(futures):
+                ds, r = futures[fut]
+                rows.extend(fut.result())
+                bar.advance(note=f"{ds} repeat {r} done")
+    except (ValueError, OSError) as exc:
+        bar.close()
+        print(f"pwevent evaluate: error: {exc}", file=sys.stderr)
+        return 2
+    bar.close()
+    rows.sort(key=lambda r: (DATASETS.index(r["dataset"]), r["mechanism"], r["E"], r["w"],
+                             r["repeat"]))
+    with (args.out / "results.csv").open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=FIELDS)
+        writer.writeheader()
+        writer.writerows(rows)
+    write_summary(rows, args, args.out)
+    plots = write_plots(rows, args, args.out)
+    print(f"{len(rows)} runs in {time.monotonic() - started:.1f}s; wrote {args.out}/results.csv, "
+          f"summary.md and {len(plots)} plots")
+    return 0
