@@ -71,3 +71,42 @@ def read_fixed_requirements(path: str | Path) -> FixedRequirements:
         ws.append(int(w))
         Es.append(E)
     return FixedRequirements.from_arrays(users, ws, Es)
+
+
+def read_dynamic_requirements(path: str | Path):
+    """A CSV with header ``slot,user,wB,EB,wF,EF``: rows where a requirement starts or changes.
+
+    Slots are integers >= 1, windows integers >= 1, budgets finite and > 0; a user may not
+    declare twice at one slot. Returns a ``mechanisms.dynamic.DynamicRequirements``.
+    """
+    from mechanisms.dynamic import DynamicRequirements
+
+    path = Path(path)
+    rows: list[tuple[int, str, int, float, int, float]] = []
+    seen: dict[tuple[int, str], int] = {}
+    for line, row in read_rows(path, ("slot", "user", "wB", "EB", "wF", "EF")):
+        user = (row.get("user") or "").strip()
+        if not user:
+            raise InputError(f"{path}:{line}: field user is empty")
+        slot = _number(path, line, "slot", row.get("slot"), integer=True)
+        if slot < 1:
+            raise InputError(f"{path}:{line}: field slot={row['slot'].strip()} must be >= 1")
+        key = (int(slot), user)
+        if key in seen:
+            raise InputError(f"{path}:{line}: duplicate user {user!r} at slot {int(slot)} "
+                             f"(first on row {seen[key]})")
+        seen[key] = line
+        values = []
+        for field in ("wB", "EB", "wF", "EF"):
+            integer = field.startswith("w")
+            v = _number(path, line, field, row.get(field), integer=integer)
+            if integer and v < 1:
+                raise InputError(f"{path}:{line}: field {field}={row[field].strip()} must be >= 1")
+            if not integer and v <= 0:
+                raise InputError(f"{path}:{line}: field {field}={row[field].strip()} must be > 0")
+            values.append(int(v) if integer else v)
+        rows.append((int(slot), user, values[0], values[1], values[2], values[3]))
+    try:
+        return DynamicRequirements.from_rows(rows)
+    except ValueError as exc:
+        raise InputError(f"{path}: {exc}") from None

@@ -1,0 +1,354 @@
+"""Batched ingest of raw records from a Kafka topic inside a Faust worker.
+
+Why this exists
+---------------
+A plain Faust agent reads a few thousand small records per second from the embedded broker, while
+raw aiokafka ``getmany`` plus orjson reads several hundred thousand. Profiling the agent shows the
+time going to per-record event-loop traffic, not to Kafka: for *every* record Faust's fetch loop
+(``Consumer._drain_messages``) awaits ``wait_first(callback(message), suspend_flow.wait())``,
+which creates two tasks and an ``asyncio.wait``; the conductor then decodes the record and puts an
+``Event`` into the agent's queue, and the stream takes it out again, acks it and updates sensors.
+About three loop cycles and four task creations per record. ``stream.take(n)``,
+``take_with_timeout``, ``noack``, ``events()``, a larger ``stream_buffer_maxsize`` or
+``broker_max_poll_records`` do not remove any of that: they only regroup events *after* they have
+crossed the queue one at a time (measured in ``benchmarks/bench_ingest.py``).
+
+What this does
+--------------
+:class:`BatchConsumer` replaces the fetch loop of Faust's aiokafka consumer. Records of topics
+registered with :class:`BatchIngest` are handed to a coroutine one fetched batch per partition at a
+time, as a list of ``(key, value, partition, offset)`` tuples (raw bytes, nothing decoded). Every
+other topic (tables' changelogs during recovery, ordinary agents) still goes through Faust's
+conductor record by record, exactly as before. Faust keeps everything else:
+
+* partition assignment, rebalancing, pausing and seeking (records are only delivered for active
+  partitions of the current generation; a batch fetched while the flow is stopped is dropped and
+  the partitions are rewound to their committed offsets, as Faust does);
+* offset commits: when the handler returns, every offset of the batch is acknowledged through
+  Faust's own bookkeeping (the same structures ``Consumer.ack`` fills), so the commit timer,
+  ``broker_commit_every`` and the commit on rebalance and shutdown work unchanged. A batch being
+  handled counts as an unacknowledged message, so a rebalance waits for it (``wait_empty``) before
+  committing;
+* tables: while the handler runs, Faust's "current event" is the batch's last record, so table
+  writes inside the handler are routed to the changelog partition of the batch's partition, as
+  inside ``async for event in stream``.
+
+Delivery is at least once: a batch whose handler raises, or that is interrupted by a crash, is not
+acknowledged and is delivered again after a restart or rebalance. A raising handler stops the
+worker (the fetcher crashes, like an agent error would); handlers are expected to route bad input
+to a dead-letter topic instead of raising.
+
+Settings (:func:`ingest_settings`)
+----------------------------------
+``broker_max_poll_records``
+    Records per fetch returned to the loop. 20,000 balances per-batch overhead against latency.
+``consumer_max_fetch_size``
+    Bytes per partition per fetch (``max.partition.fetch.bytes``). The default 1 MiB caps a fetch
+    at ~15,000 small reports per partition; 16 MiB lets one fetch fill a batch.
+``broker_commit_every``
+    Commit after this many acknowledged records. Faust's default (10,000) would commit several
+    times a second at this rate; 200,000 leaves commits to the timer (``broker_commit_interval``).
+``stream_buffer_maxsize``
+    Irrelevant for batch topics (they skip the queues); kept at Faust's default for other agents.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+import weakref
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from typing import Any, Final
+
+from aiokafka import AIOKafkaProducer
+from aiokafka.partitioner import murmur2
+from faust.events import Event
+from faust.streams import _current_event
+from faust.transport.consumer import CONSUMER_FETCHING
+from faust.transport.drivers import aiokafka as faust_aiokafka
+from faust.types import TP, AppT, TopicT
+from mode.utils.futures import notify
+
+__all__ = [
+    "BatchConsumer",
+    "BatchHandler",
+    "BatchIngest",
+    "BatchTransport",
+    "RawRecord",
+    "ingest_settings",
+    "install_batch_consumer",
+    "key_partition",
+    "produce_raw",
+]
+
+logger = logging.getLogger(__name__)
+
+#: One raw record: ``(key, value, partition, offset)``.
+RawRecord = tuple[bytes | None, bytes | None, int, int]
+
+#: Receives the records of one fetched batch; all of them come from one partition, in offset order.
+#: It may return an offset: records from that offset on are then left unacknowledged (not
+#: committed), so that after a restart they are delivered again; ``None`` acknowledges the batch.
+BatchHandler = Callable[[list[RawRecord]], Awaitable[int | None]]
+
+#: Faust settings for a worker whose hot path is :class:`BatchIngest` (see the module docstring).
+INGEST_SETTINGS: Final[Mapping[str, Any]] = {
+    "broker_max_poll_records": 20_000,
+    "consumer_max_fetch_size": 16 * 1024 * 1024,
+    "broker_commit_every": 200_000,
+    "broker_commit_interval": 2.0,
+}
+
+_ROUTES: weakref.WeakKeyDictionary[Any, dict[str, BatchIngest]] = weakref.WeakKeyDictionary()
+
+
+def ingest_settings(**overrides: Any) -> dict[str, Any]:
+    """Return :data:`INGEST_SETTINGS` updated with ``overrides``, for ``faust.App(**settings)``."""
+    settings = dict(INGEST_SETTINGS)
+    settings.update(overrides)
+    return settings
+
+
+class BatchIngest:
+    """Deliver a topic's records to ``handler`` in fetched batches, inside a Faust worker.
+
+    Create it before the app starts::
+
+        app = faust.App("pwevent", broker=..., store="rocksdb://", **ingest_settings())
+        BatchIngest(app, "pwevent.reports", handle_reports)
+
+    ``handler(records)`` is awaited once per fetched batch of one partition. The topic is
+    subscribed through Faust (it joins the consumer group's assignment like an agent's topic).
+    """
+
+    def __init__(self, app: AppT, topic: str, handler: BatchHandler) -> None:
+        """Register ``handler`` for ``topic`` on ``app`` and install :class:`BatchConsumer`."""
+        install_batch_consumer(app)
+        routes = _ROUTES.setdefault(app, {})
+        if topic in routes:
+            raise ValueError(f"topic {topic!r} already has a batch handler")
+        self.app = app
+        self.topic_name = topic
+        self.handler = handler
+        self.topic: TopicT = app.topic(
+            topic,
+            key_type=bytes,
+            value_type=bytes,
+            key_serializer="raw",
+            value_serializer="raw",
+        )
+        self.records_delivered = 0
+        self.batches_delivered = 0
+        routes[topic] = self
+
+
+def install_batch_consumer(app: AppT) -> None:
+    """Make ``app`` use :class:`BatchTransport`; must run before the app's consumer exists."""
+    current = app._transport  # type: ignore[attr-defined]
+    if isinstance(current, BatchTransport):
+        return
+    if app._consumer is not None:  # type: ignore[attr-defined]
+        raise RuntimeError("install the batch consumer before the app's consumer is created")
+    if current is not None and not isinstance(current, faust_aiokafka.Transport):
+        raise RuntimeError(f"batch ingest needs the aiokafka transport, not {current!r}")
+    app.transport = BatchTransport(app.conf.broker_consumer, app)
+
+
+class BatchConsumer(faust_aiokafka.Consumer):
+    """Faust's aiokafka consumer with a fetch loop that hands whole batches to batch topics."""
+
+    #: Per partition, the next offset to acknowledge when a handler holds records back.
+    _ack_next: dict[TP, int]
+
+    async def on_partitions_revoked(self, revoked: Any) -> None:
+        """Forget held-back offsets of revoked partitions; their delivery restarts from commits."""
+        for tp in revoked:
+            self._ack_next.pop(tp, None)
+        await super().on_partitions_revoked(revoked)
+
+    async def on_start(self) -> None:
+        """Subscribe the batch topics through the conductor, then start as usual."""
+        self._ack_next = {}
+        for route in _ROUTES.get(self.app, {}).values():
+            self.app.topics.add(route.topic)
+        await super().on_start()
+
+    async def _drain_messages(self, fetcher: Any) -> None:  # noqa: C901 - one hot loop
+        routes = _ROUTES.get(self.app, {})
+        consumer_stopped = self._stopped.is_set
+        fetcher_stopped = fetcher._stopped.is_set
+        diag = self.diag
+        try:
+            while not (consumer_stopped() or fetcher_stopped()):
+                diag.set_flag(CONSUMER_FETCHING)
+                records, active = await self._wait_next_records(1.0)
+                await asyncio.sleep(0)
+                if not records or self.should_stop:
+                    diag.unset_flag(CONSUMER_FETCHING)
+                    continue
+                if not self.flow_active:
+                    # fetched while a rebalance stopped the flow: rewind, as Faust does
+                    with contextlib.suppress(Exception):
+                        await self.perform_seek()
+                    diag.unset_flag(CONSUMER_FETCHING)
+                    continue
+                generation = self.app.consumer_generation_id
+                for tp, batch in records.items():
+                    if not self.flow_active or self.app.consumer_generation_id != generation:
+                        break
+                    if not (active is None or tp in active or tp in self._buffered_partitions):
+                        continue
+                    self.app.monitor.track_tp_end_offset(tp, self.highwater(tp))
+                    route = routes.get(tp.topic)
+                    if route is not None:
+                        await self._deliver_batch(route, tp, batch, generation)
+                    else:
+                        await self._deliver_each(tp, batch)
+                    if self._n_acked >= self._commit_every:
+                        self._n_acked = 0
+                        await self.commit()
+                diag.unset_flag(CONSUMER_FETCHING)
+        except self.consumer_stopped_errors:
+            if self.transport.app.should_stop:
+                return
+            raise
+        except asyncio.CancelledError:
+            if self.transport.app.should_stop:
+                return
+            raise
+        except Exception as exc:
+            self.log.exception("Batch drain raised: %r", exc)
+            raise
+        finally:
+            diag.unset_flag(CONSUMER_FETCHING)
+
+    async def _deliver_each(self, tp: TP, batch: Sequence[Any]) -> None:
+        """Faust's record-by-record path, for topics without a batch handler."""
+        read_offset = self._read_offset
+        acks_enabled = self.app.topics.acks_enabled_for(tp.topic)
+        for record in batch:
+            offset = record.offset
+            r_offset = read_offset[tp]
+            if r_offset is not None and offset < r_offset:
+                continue
+            if r_offset and offset - r_offset > 1 and acks_enabled:
+                await self._add_gap(tp, r_offset + 1, offset)
+            message = self._to_message(tp, record)
+            await self.wait_first(self.callback(message), self.suspend_flow.wait())
+            read_offset[tp] = offset
+
+    async def _deliver_batch(
+        self, route: BatchIngest, tp: TP, batch: Sequence[Any], generation: int
+    ) -> None:
+        r_offset = self._read_offset[tp]
+        if r_offset is not None:
+            batch = [r for r in batch if r.offset >= r_offset]
+        if not batch:
+            return
+        app = self.app
+        await app.flow_control.acquire()
+        await app.producer.buffer.wait_until_ebb()
+        partition = tp.partition
+        records: list[RawRecord] = [(r.key, r.value, partition, r.offset) for r in batch]
+        last = self._to_message(tp, batch[-1])
+        event = Event(app, last.key, last.value, last.headers, last)
+        self._unacked_messages.add(last)
+        token = _current_event.set(weakref.ref(event))
+        try:
+            ack_until = await route.handler(records)
+        finally:
+            _current_event.reset(token)
+        if app.consumer_generation_id == generation:
+            first = batch[0].offset
+            start = first if r_offset is None else min(first, r_offset + 1)
+            end = batch[-1].offset + 1
+            stop = end if ack_until is None else min(int(ack_until), end)
+            start = self._ack_next.get(tp, start)
+            if stop > start:
+                self._ack_range(tp, start, stop)
+                self._ack_next[tp] = stop
+            elif tp not in self._ack_next:
+                self._ack_next[tp] = start
+            self._read_offset[tp] = batch[-1].offset
+        last.acked = True
+        self._unacked_messages.discard(last)
+        notify(self._waiting_for_ack)
+        route.records_delivered += len(records)
+        route.batches_delivered += 1
+        monitor = app.monitor
+        if monitor is not None:
+            monitor.stream_inbound_time[tp] = time.monotonic()
+            monitor.messages_received_total += len(records)
+            monitor.events_total += len(records)
+
+    def _ack_range(self, tp: TP, start: int, stop: int) -> None:
+        """Acknowledge offsets ``start..stop-1`` (records and any gaps between them) at once."""
+        if not self.app.topics.acks_enabled_for(tp.topic):
+            return
+        committed = self._committed_offset[tp]
+        if committed is not None:
+            start = max(start, committed)
+        if start >= stop:
+            return
+        index = self._acked_index[tp]
+        offsets = range(start, stop)
+        if index and not index.isdisjoint(offsets):
+            new = [o for o in offsets if o not in index]
+        else:
+            new = list(offsets)
+        index.update(new)
+        self._acked[tp].extend(new)
+        self._n_acked += len(new)
+
+
+class BatchTransport(faust_aiokafka.Transport):
+    """Faust's aiokafka transport with :class:`BatchConsumer` as its consumer."""
+
+    Consumer = BatchConsumer
+
+
+def key_partition(key: bytes, partitions: int) -> int:
+    """The partition Kafka's default partitioner picks for ``key`` (murmur2, positive, modulo)."""
+    return (murmur2(key) & 0x7FFFFFFF) % partitions
+
+
+async def produce_raw(
+    bootstrap: str,
+    topic: str,
+    records: Iterable[tuple[bytes, bytes]],
+    *,
+    partitions: int,
+    linger_ms: int = 5,
+    batch_bytes: int = 512 * 1024,
+) -> int:
+    """Produce ``(key, value)`` records quickly with explicit record batches; return the count.
+
+    Records are partitioned by key exactly as the default partitioner would, so a user's reports
+    land in one partition whichever producer wrote them.
+    """
+    producer = AIOKafkaProducer(
+        bootstrap_servers=bootstrap, linger_ms=linger_ms, max_batch_size=batch_bytes, acks=1
+    )
+    await producer.start()
+    count = 0
+    try:
+        builders = {p: producer.create_batch() for p in range(partitions)}
+        pending: list[asyncio.Future[Any]] = []
+        for key, value in records:
+            part = key_partition(key, partitions)
+            builder = builders[part]
+            if builder.append(key=key, value=value, timestamp=None) is None:
+                pending.append(await producer.send_batch(builder, topic, partition=part))
+                builder = builders[part] = producer.create_batch()
+                if builder.append(key=key, value=value, timestamp=None) is None:
+                    raise ValueError("record larger than the batch size")
+            count += 1
+        for part, builder in builders.items():
+            if builder.record_count():
+                pending.append(await producer.send_batch(builder, topic, partition=part))
+        await asyncio.gather(*pending)
+    finally:
+        await producer.stop()
+    return count
