@@ -5,7 +5,14 @@ from __future__ import annotations
 import argparse
 import sys
 
-from streams import demo_command, evaluate_command, plan_command
+from streams import (
+    demo_command,
+    evaluate_command,
+    plan_command,
+    replay_command,
+    topics_command,
+    worker_command,
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -18,6 +25,9 @@ def build_parser() -> argparse.ArgumentParser:
     demo_command.add_parser(sub)
     plan_command.add_parser(sub)
     evaluate_command.add_parser(sub)
+    replay_command.add_parser(sub)
+    topics_command.add_parser(sub)
+    worker_command.add_parser(sub)
     return parser
 
 

@@ -1,47 +1,185 @@
-"""``pwevent demo``: the quickest way to see pwevent work on this machine."""
+"""``pwevent demo``: the whole job on this machine, with the embedded broker by default.
+
+Starts the embedded Kafka-protocol broker (unless ``--broker`` or ``PWEVENT_BROKER`` names
+one), creates the topics, starts a worker, registers the users, replays a stream, follows the
+``releases`` topic with live progress, prints a summary, and stops everything it started.
+"""
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import os
+import secrets
+import signal
+import subprocess
 import sys
+import tempfile
+import time
+from contextlib import ExitStack
+from pathlib import Path
 
-from streams.replay_in_process import SYNTHETIC, print_table, replay
+import numpy as np
+import orjson
+
+from streams.replay_command import add_source, build_source, produce
+from streams.sources import Source
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     """Register the ``demo`` sub-command."""
-    p = sub.add_parser(
-        "demo",
-        help="replay a synthetic stream through PBD and PBA and print the error",
-        description="Replay a synthetic stream (papers/000 section 6.1) through the mechanisms "
-                    "and print each one's error against the true histograms.",
-    )
-    p.add_argument("--dataset", choices=sorted(SYNTHETIC), default="sin")
-    p.add_argument("--mechanisms", default="pbd,pba")
-    p.add_argument("--users", type=int, default=2000)
-    p.add_argument("--slots", type=int, default=300)
-    p.add_argument("--epsilon", type=float, default=0.6)
-    p.add_argument("--window", type=int, default=120)
-    p.add_argument("--seed", type=int, default=1)
-    p.set_defaults(func=run)
+    p = sub.add_parser("demo", help="run the Kafka job end to end on this machine",
+                       description=__doc__.splitlines()[0])
+    p.add_argument("--broker", default=os.environ.get("PWEVENT_BROKER"),
+                   help="use this broker instead of starting the embedded one")
+    p.add_argument("--mechanism", default="pbd",
+                   choices=("pbd", "pba", "bd", "ba", "uniform", "sample"))
+    p.add_argument("--partitions", type=int, default=2)
+    p.add_argument("--slot-ms", type=int, default=1000)
+    p.add_argument("--rate", type=float, default=0.0, help="reports per second (0: fastest)")
+    p.add_argument("--timeout", type=float, default=180.0, help="give up after this many s")
+    p.add_argument("--json-summary", action="store_true",
+                   help="print the summary as one JSON object")
+    add_source(p)
+    p.set_defaults(func=run, slots=30)
 
 
-def run(args: argparse.Namespace) -> int:
+async def _follow_releases(bootstrap: str, topic: str, expected: int, deadline: float,
+                           show: bool) -> dict[int, dict]:
+    from aiokafka import AIOKafkaConsumer, TopicPartition
+
+    from streams.progress import Progress
+
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False,
+                                auto_offset_reset="earliest")
+    await consumer.start()
+    got: dict[int, dict] = {}
+    bar = Progress(expected, "releases") if show else None
+    try:
+        tp = TopicPartition(topic, 0)
+        consumer.assign([tp])
+        await consumer.seek_to_beginning(tp)
+        while len(got) < expected and time.monotonic() < deadline:
+            batch = await consumer.getmany(timeout_ms=250)
+            for rec in batch.get(tp, []):
+                doc = orjson.loads(rec.value)
+                if doc["slot"] not in got and bar:
+                    bar.advance(note=f"slot {doc['slot']}")
+                got[doc["slot"]] = doc
+    finally:
+        await consumer.stop()
+        if bar:
+            bar.close()
+    return got
+
+
+def _log_excerpt(path: Path, limit: int = 4000) -> str:
+    """The worker log from its first error on (or its end), for a failure message."""
+    text = path.read_text(errors="replace")
+    at = min((i for i in (text.find("Traceback"), text.find("[ERROR]")) if i >= 0), default=-1)
+    return text[at: at + limit] if at >= 0 else text[-limit:]
+
+
+def _summary(source: Source, releases: dict[int, dict], sent: dict, seconds: float,
+             slot0: int) -> dict:
+    true = source.true_histograms()
+    amre = None
+    if true is not None and releases:
+        rows = [t for t in range(true.shape[0]) if slot0 + t in releases]
+        if rows:
+            released = np.array([releases[slot0 + t]["histogram"] for t in rows], dtype=float)
+            amre = float(np.mean(np.mean((released - true[rows]) ** 2, axis=1)))
+    return {
+        "slots_expected": source.slots,
+        "slots_released": len(releases),
+        "reports_sent": sent.get("reports", 0),
+        "reports_rejected": int(sum(r.get("rejected", 0) for r in releases.values())),
+        "amre": amre,
+        "seconds": round(seconds, 3),
+    }
+
+
+def run(args: argparse.Namespace) -> int:  # noqa: C901 - one orchestration, step by step
     """Execute ``pwevent demo``."""
-    from mechanisms.evaluation import KNOWN
+    from streams.broker import EmbeddedBroker
+    from streams.kafka_util import wait_consumed
+    from streams.topics import Topics, create_topics
 
-    mechs = [m.strip() for m in args.mechanisms.split(",") if m.strip()]
-    bad = [m for m in mechs if m not in KNOWN]
-    if bad or not mechs:
-        print(f"pwevent demo: error: unknown mechanism {bad[0] if bad else ''!r}; choose from "
-              f"{', '.join(KNOWN)}", file=sys.stderr)
+    started = time.monotonic()
+    show = not args.json_summary
+    try:
+        source = build_source(args)
+    except ValueError as exc:
+        print(f"pwevent demo: error: {exc}", file=sys.stderr)
         return 2
-    if args.users < 1 or args.slots < 1 or args.window < 1 or not args.epsilon > 0:
-        print("pwevent demo: error: --users, --slots, --window must be >= 1 and --epsilon > 0",
-              file=sys.stderr)
+    if args.partitions < 1 or args.slot_ms < 1:
+        print("pwevent demo: error: --partitions and --slot-ms must be >= 1", file=sys.stderr)
         return 2
-    print(f"replaying {args.slots} slots of the {args.dataset} stream from {args.users} users "
-          f"(requirements around E={args.epsilon:g}, w={args.window})")
-    print_table(replay(mechs, args.dataset, args.users, args.slots, args.epsilon, args.window,
-                       args.seed))
-    return 0
+    prefix = "pwevent" if not args.broker else f"pwevent-demo-{int(time.time())}"
+    secret = secrets.token_hex(16)
+    stream = "demo"
+    with ExitStack() as stack:
+        workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="pwevent-demo-")))
+        if args.broker:
+            bootstrap = args.broker
+        else:
+            if show:
+                print("starting the embedded broker ...", flush=True)
+            broker = stack.enter_context(EmbeddedBroker())
+            bootstrap = broker.bootstrap
+        topics = Topics(prefix=prefix, partitions=args.partitions)
+        asyncio.run(create_topics(bootstrap, topics.specs()))
+        worker_log = (workdir / "worker.log").open("wb")
+        stack.callback(worker_log.close)
+        cmd = [sys.executable, "-m", "streams.cli", "worker", "--broker", bootstrap,
+               "--prefix", prefix, "--partitions", str(args.partitions), "--stream", stream,
+               "--mechanism", args.mechanism, "--cells", str(source.d or 2),
+               "--slot-ms", str(args.slot_ms), "--data-dir", str(workdir / "data"),
+               "--idle-close-ms", "1000", "--loglevel", "warning"]
+        env = dict(os.environ, PWEVENT_SECRET=secret)
+        worker = subprocess.Popen(cmd, stdout=worker_log, stderr=subprocess.STDOUT, env=env)
+
+        def stop_worker() -> None:
+            if worker.poll() is None:
+                worker.send_signal(signal.SIGTERM)
+                try:
+                    worker.wait(20)
+                except subprocess.TimeoutExpired:
+                    worker.kill()
+                    worker.wait()
+
+        stack.callback(stop_worker)
+        if show:
+            print(f"worker started (pid {worker.pid}); registering {len(source.users)} users",
+                  flush=True)
+        deadline = started + args.timeout
+        args.prefix, args.origin_ms = prefix, 0
+        args.no_requirements = True
+        req_args = argparse.Namespace(**vars(args))
+        req_args.no_requirements = False
+        from streams.ingest import produce_raw
+
+        asyncio.run(produce_raw(bootstrap, topics.requirements, source.requirement_records(),
+                                partitions=args.partitions))
+        group = f"pwevent-{prefix}-{stream}"
+        if not asyncio.run(wait_consumed(bootstrap, group, topics.requirements, args.partitions,
+                                         max(1.0, deadline - time.monotonic()),
+                                         alive=lambda: worker.poll() is None)):
+            print("pwevent demo: error: the worker did not register the users in time; see "
+                  "its log:\n" + _log_excerpt(workdir / "worker.log"), file=sys.stderr)
+            return 1
+        sent = asyncio.run(produce(args, source, bootstrap, show_progress=show))
+        releases = asyncio.run(_follow_releases(bootstrap, topics.releases, source.slots,
+                                                deadline, show))
+        summary = _summary(source, releases, sent, time.monotonic() - started, 0)
+        if worker.poll() is not None and len(releases) < source.slots:
+            print("pwevent demo: the worker stopped early; its log:\n"
+                  + _log_excerpt(workdir / "worker.log"), file=sys.stderr)
+    if args.json_summary:
+        print(orjson.dumps(summary).decode())
+    else:
+        print(f"\n{summary['slots_released']}/{summary['slots_expected']} slots released, "
+              f"{summary['reports_sent']:,} reports sent, {summary['reports_rejected']} rejected, "
+              f"AMRE {summary['amre'] if summary['amre'] is None else round(summary['amre'], 2)}"
+              f", {summary['seconds']} s")
+    return 0 if summary["slots_released"] == summary["slots_expected"] else 1

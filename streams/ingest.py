@@ -76,6 +76,7 @@ __all__ = [
     "BatchHandler",
     "BatchIngest",
     "BatchTransport",
+    "RawProducer",
     "RawRecord",
     "ingest_settings",
     "install_batch_consumer",
@@ -314,6 +315,67 @@ def key_partition(key: bytes, partitions: int) -> int:
     return (murmur2(key) & 0x7FFFFFFF) % partitions
 
 
+class RawProducer:
+    """A producer of raw ``(key, value)`` records in explicit batches, partitioned by key.
+
+    Records are partitioned exactly as the default partitioner would, so a user's reports land
+    in one partition whichever producer wrote them; a record may also name its partition.
+    """
+
+    def __init__(
+        self,
+        bootstrap: str,
+        topic: str,
+        partitions: int,
+        *,
+        linger_ms: int = 5,
+        batch_bytes: int = 512 * 1024,
+    ) -> None:
+        self.topic, self.partitions = topic, partitions
+        self.producer = AIOKafkaProducer(
+            bootstrap_servers=bootstrap, linger_ms=linger_ms, max_batch_size=batch_bytes, acks=1
+        )
+        self.sent = 0
+
+    async def start(self) -> None:
+        """Connect."""
+        await self.producer.start()
+
+    async def stop(self) -> None:
+        """Flush and disconnect."""
+        await self.producer.stop()
+
+    async def send_many(
+        self, records: Iterable[tuple[bytes | None, bytes]], partition: int | None = None
+    ) -> int:
+        """Send records and wait until the broker has them; returns how many were sent."""
+        builders: dict[int, Any] = {}
+        pending: list[asyncio.Future[Any]] = []
+        count = 0
+        for key, value in records:
+            if partition is not None:
+                part = partition
+            elif key is None:
+                part = 0
+            else:
+                part = key_partition(key, self.partitions)
+            builder = builders.get(part)
+            if builder is None:
+                builder = builders[part] = self.producer.create_batch()
+            if builder.append(key=key, value=value, timestamp=None) is None:
+                pending.append(await self.producer.send_batch(builder, self.topic, partition=part))
+                builder = builders[part] = self.producer.create_batch()
+                if builder.append(key=key, value=value, timestamp=None) is None:
+                    raise ValueError("record larger than the batch size")
+            count += 1
+        for part, builder in builders.items():
+            if builder.record_count():
+                pending.append(await self.producer.send_batch(builder, self.topic, partition=part))
+        await asyncio.gather(*pending)
+        self.sent += count
+        return count
+
+
 async def produce_raw(
     bootstrap: str,
     topic: str,
@@ -323,32 +385,11 @@ async def produce_raw(
     linger_ms: int = 5,
     batch_bytes: int = 512 * 1024,
 ) -> int:
-    """Produce ``(key, value)`` records quickly with explicit record batches; return the count.
-
-    Records are partitioned by key exactly as the default partitioner would, so a user's reports
-    land in one partition whichever producer wrote them.
-    """
-    producer = AIOKafkaProducer(
-        bootstrap_servers=bootstrap, linger_ms=linger_ms, max_batch_size=batch_bytes, acks=1
-    )
+    """Produce ``(key, value)`` records quickly with explicit record batches; return the count."""
+    producer = RawProducer(bootstrap, topic, partitions, linger_ms=linger_ms,
+                           batch_bytes=batch_bytes)
     await producer.start()
-    count = 0
     try:
-        builders = {p: producer.create_batch() for p in range(partitions)}
-        pending: list[asyncio.Future[Any]] = []
-        for key, value in records:
-            part = key_partition(key, partitions)
-            builder = builders[part]
-            if builder.append(key=key, value=value, timestamp=None) is None:
-                pending.append(await producer.send_batch(builder, topic, partition=part))
-                builder = builders[part] = producer.create_batch()
-                if builder.append(key=key, value=value, timestamp=None) is None:
-                    raise ValueError("record larger than the batch size")
-            count += 1
-        for part, builder in builders.items():
-            if builder.record_count():
-                pending.append(await producer.send_batch(builder, topic, partition=part))
-        await asyncio.gather(*pending)
+        return await producer.send_many(records)
     finally:
         await producer.stop()
-    return count

@@ -1,0 +1,126 @@
+"""A mechanism over requirement levels named by canonical keys, for the partitioned job.
+
+The job's coordinator never sees users, only per-level counts and user numbers sent by the
+partitions. :class:`LevelEngine` orders levels by their key, so the release for a slot depends
+only on the counts, the level sizes, the ledger state and the slot's generator, not on the order
+in which levels were first seen.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from mechanisms.ledgers import SlotPlan
+from mechanisms.mechanism import _LEDGERS, HOMOGENEOUS
+from mechanisms.release import ReleaseRule
+
+
+def level_key(w: int, E: float) -> str:
+    """The canonical name of the requirement (w, E)."""
+    return f"{int(w)}:{float(E)!r}"
+
+
+def parse_level_key(key: str) -> tuple[int, float]:
+    """Inverse of :func:`level_key`."""
+    w, _, E = key.partition(":")
+    return int(w), float(E)
+
+
+def _order(key: str) -> tuple[int, float]:
+    return parse_level_key(key)
+
+
+@dataclass(frozen=True)
+class LevelRelease:
+    """One slot's release with each level's charge."""
+
+    slot: int
+    histogram: np.ndarray
+    published: bool
+    nullified: bool
+    threshold: float
+    eps1: dict[str, float]
+    eps2: dict[str, float]
+
+
+class LevelEngine:
+    """Ledger plus release rule over named levels; ``step`` releases the next slot."""
+
+    def __init__(self, name: str, d: int, noise: str = "discrete") -> None:
+        if name not in _LEDGERS:
+            raise ValueError(f"unknown mechanism {name!r}; choose from {sorted(_LEDGERS)}")
+        self.name, self.d, self.noise = name, int(d), noise
+        self.homogeneous = name in HOMOGENEOUS
+        self.rule = ReleaseRule(d, noise, "scale" if name in ("bd", "ba") else "obs")
+        self.ledger = _LEDGERS[name](np.zeros(0, dtype=np.int64), np.zeros(0))
+        self.row_of: dict[str, int] = {}
+        self.last = np.zeros(self.d, dtype=np.float64 if noise == "laplace" else np.int64)
+
+    @property
+    def released(self) -> int:
+        """Slots released so far."""
+        return self.ledger.slot - 1
+
+    def ensure_level(self, key: str) -> None:
+        """Make the level known (a baseline tightens its single level to it)."""
+        if key in self.row_of:
+            return
+        w, E = parse_level_key(key)
+        if self.homogeneous:
+            if self.ledger.levels == 0:
+                self.ledger.add_level(w, E)
+            else:
+                self.ledger.tighten_level(0, max(w, int(self.ledger.w[0])),
+                                          min(E, float(self.ledger.E[0])))
+            self.row_of[key] = 0
+        else:
+            self.row_of[key] = self.ledger.add_level(w, E)
+
+    def step(
+        self, sizes: dict[str, int], counts: dict[str, np.ndarray], rng: np.random.Generator
+    ) -> LevelRelease:
+        """Release the next slot from registered users and report counts per level."""
+        for key in sizes:
+            self.ensure_level(key)
+        keys = sorted((k for k, n in sizes.items() if n > 0), key=_order)
+        zero = np.zeros(self.d, dtype=np.int64)
+        if self.homogeneous and keys:
+            total = sum((np.asarray(counts.get(k, zero), dtype=np.int64) for k in keys), zero)
+            rows = np.array([0])
+            matrix = total[None, :]
+            size_vec = np.array([sum(sizes[k] for k in keys)])
+        else:
+            rows = np.array([self.row_of[k] for k in keys], dtype=np.int64)
+            matrix = np.array([np.asarray(counts.get(k, zero), dtype=np.int64) for k in keys],
+                              dtype=np.int64).reshape(len(keys), self.d)
+            size_vec = np.array([sizes[k] for k in keys], dtype=np.int64)
+        plan = self.ledger.plan()
+        sub = SlotPlan(plan.slot, plan.eps1[rows], plan.eps2[rows], plan.nullified, plan.adaptive)
+        decision = self.rule.decide(sub, matrix, size_vec, self.last, rng)
+        charge = self.ledger.commit(decision.published)
+        if decision.published:
+            self.last = decision.histogram
+        return LevelRelease(
+            slot=charge.slot,
+            histogram=decision.histogram,
+            published=charge.published,
+            nullified=charge.nullified,
+            threshold=decision.threshold,
+            eps1={k: float(charge.eps1[self.row_of[k]]) for k in keys},
+            eps2={k: float(charge.eps2[self.row_of[k]]) for k in keys},
+        )
+
+    def state(self) -> dict:
+        """A JSON-able snapshot."""
+        return {"name": self.name, "ledger": self.ledger.state(), "rows": self.row_of,
+                "last": self.last.tolist()}
+
+    def load_state(self, state: dict) -> None:
+        """Restore from :meth:`state`."""
+        if state["name"] != self.name:
+            raise ValueError(f"state of {state['name']!r} given to engine {self.name!r}")
+        self.ledger.load_state(state["ledger"])
+        self.row_of = dict(state["rows"])
+        self.last = np.asarray(state["last"], dtype=self.last.dtype)

@@ -1,0 +1,189 @@
+"""The job's coordinator: gathers partials from every partition and releases each slot once.
+
+A slot is released when every partition of the reports topic has closed it. The first slot is
+the earliest slot any partition counted a report in; from there every slot is released in
+order, including slots nobody reported in (every registered user is charged at every slot,
+DESIGN.md decision 2). Randomness for slot t comes from the generator keyed by the secret and
+(stream, t) (decision 5). A release is recorded in the state before it is emitted, and a slot
+already released is never computed again.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections import Counter
+
+import numpy as np
+import orjson
+
+from mechanisms.engine import LevelEngine
+from mechanisms.randomness import slot_generator
+from streams.config import JobConfig
+
+KEEP_RELEASED = 64
+
+
+class Coordinator:
+    """Runs the release rule once per slot on the partitions' partial aggregates."""
+
+    def __init__(self, config: JobConfig) -> None:
+        self.config = config
+        self.secret = config.secret_bytes()
+        self.engine = LevelEngine(config.mechanism, config.d, config.noise)
+        self.closed: dict[int, int] = {}
+        self.pending: dict[int, dict] = {}
+        self.users: dict[int, dict[int, dict[str, int]]] = {}
+        self.rejected: Counter[int] = Counter()
+        self.next_slot: int | None = None
+        self.released: dict[int, bytes] = {}
+        self.decisions: dict[int, bytes] = {}
+        self.emitted_through: int | None = None
+        self.duplicates = 0
+
+    def unemitted(self) -> list[tuple[int, bytes, bytes]]:
+        """Releases recorded but not yet confirmed as emitted (after a restart), in order."""
+        after = -(2**62) if self.emitted_through is None else self.emitted_through
+        return [(s, self.released[s], self.decisions[s]) for s in sorted(self.released)
+                if s > after]
+
+    def mark_emitted(self, slot: int) -> None:
+        """Record that every release up to ``slot`` reached the releases topic."""
+        if self.emitted_through is None or slot > self.emitted_through:
+            self.emitted_through = slot
+
+    def receive(self, message: dict) -> list[tuple[int, bytes, bytes]]:
+        """Take one partial message; returns the new (slot, release, decision) records."""
+        p = int(message["partition"])
+        through = int(message["closed_through"])
+        if not 0 <= p < self.config.partitions:
+            raise ValueError(f"partial from partition {p}, but the job has "
+                             f"{self.config.partitions}")
+        known = self.closed.get(p)
+        if known is not None and through <= known:
+            self.duplicates += 1
+            return []
+        for slot_text, part in message["slots"].items():
+            slot = int(slot_text)
+            if known is not None and slot <= known:
+                continue
+            if self.next_slot is not None and slot < self.next_slot:
+                continue  # already released (a partition re-sent after a restart)
+            bucket = self.pending.setdefault(slot, {"counts": {}, "accepted": 0})
+            for key, row in part["counts"].items():
+                prev = bucket["counts"].get(key)
+                arr = np.asarray(row, dtype=np.int64)
+                bucket["counts"][key] = arr if prev is None else prev + arr
+            bucket["accepted"] += int(part["accepted"])
+        self.users.setdefault(p, {})[through] = dict(message["users"])
+        self.rejected[through] += int(message.get("rejected", 0))
+        self.closed[p] = through
+        return self._release_ready()
+
+    def _users_at(self, slot: int) -> dict[str, int]:
+        """Registered users per level at a slot: each partition's count when it closed it."""
+        total: Counter[str] = Counter()
+        for by_close in self.users.values():
+            closes = [c for c in by_close if c >= slot]
+            if closes:
+                total.update(by_close[min(closes)])
+        return dict(total)
+
+    def _release_ready(self) -> list[tuple[int, bytes, bytes]]:
+        if len(self.closed) < self.config.partitions:
+            return []
+        frontier = min(self.closed.values())
+        if self.next_slot is None:
+            if not self.pending:
+                return []
+            self.next_slot = min(self.pending)
+        out = []
+        while self.next_slot <= frontier:
+            out.append(self._release(self.next_slot))
+            self.next_slot += 1
+        self._forget(frontier)
+        return out
+
+    def _release(self, slot: int) -> tuple[int, bytes, bytes]:
+        part = self.pending.pop(slot, {"counts": {}, "accepted": 0})
+        sizes = self._users_at(slot)
+        rng = slot_generator(self.secret, self.config.stream, slot)
+        rel = self.engine.step(sizes, part["counts"], rng)
+        clock = self.config.clock
+        histogram = rel.histogram.tolist()
+        rejected = sum(n for close, n in self.rejected.items() if close == slot)
+        release = {
+            "stream": self.config.stream,
+            "slot": slot,
+            "start": clock.start(slot),
+            "end": clock.end(slot),
+            "mechanism": self.config.mechanism,
+            "published": rel.published,
+            "nullified": rel.nullified,
+            "histogram": histogram,
+            "threshold": rel.threshold,
+            "accepted": part["accepted"],
+            "rejected": rejected,
+            "users": int(sum(sizes.values())),
+        }
+        decision = {
+            "stream": self.config.stream,
+            "slot": slot,
+            "published": rel.published,
+            "nullified": rel.nullified,
+            "eps1": rel.eps1,
+            "eps2": rel.eps2,
+            "users": sizes,
+        }
+        encoded = orjson.dumps(release)
+        self.released[slot] = encoded
+        self.decisions[slot] = orjson.dumps(decision)
+        return slot, encoded, self.decisions[slot]
+
+    def _forget(self, frontier: int) -> None:
+        done = self.emitted_through if self.emitted_through is not None else frontier
+        for slot in [s for s in self.released if s < min(frontier, done) - KEEP_RELEASED]:
+            del self.released[slot]
+            del self.decisions[slot]
+        for slot in [s for s in self.rejected if s < frontier]:
+            del self.rejected[slot]
+        for by_close in self.users.values():
+            stale = sorted(c for c in by_close if c < (self.next_slot or 0))
+            for c in stale[:-1] if len(stale) > 1 else []:
+                del by_close[c]
+
+    # -- state -----------------------------------------------------------------------------
+
+    def snapshot(self) -> bytes:
+        """The whole state, compressed."""
+        doc = {
+            "engine": self.engine.state(),
+            "closed": {str(p): c for p, c in self.closed.items()},
+            "pending": {str(s): {"counts": {k: v.tolist() for k, v in b["counts"].items()},
+                                 "accepted": b["accepted"]} for s, b in self.pending.items()},
+            "users": {str(p): {str(c): u for c, u in by.items()} for p, by in self.users.items()},
+            "rejected": {str(s): n for s, n in self.rejected.items()},
+            "next_slot": self.next_slot,
+            "released": {str(s): r.decode() for s, r in self.released.items()},
+            "decisions": {str(s): r.decode() for s, r in self.decisions.items()},
+            "emitted_through": self.emitted_through,
+            "duplicates": self.duplicates,
+        }
+        return zlib.compress(orjson.dumps(doc), 3)
+
+    def restore(self, data: bytes) -> None:
+        """Reinstate a :meth:`snapshot`."""
+        doc = orjson.loads(zlib.decompress(data))
+        self.engine.load_state(doc["engine"])
+        self.closed = {int(p): int(c) for p, c in doc["closed"].items()}
+        self.pending = {int(s): {"counts": {k: np.asarray(v, dtype=np.int64)
+                                            for k, v in b["counts"].items()},
+                                 "accepted": int(b["accepted"])}
+                        for s, b in doc["pending"].items()}
+        self.users = {int(p): {int(c): dict(u) for c, u in by.items()}
+                      for p, by in doc["users"].items()}
+        self.rejected = Counter({int(s): int(n) for s, n in doc["rejected"].items()})
+        self.next_slot = doc["next_slot"]
+        self.released = {int(s): r.encode() for s, r in doc["released"].items()}
+        self.decisions = {int(s): r.encode() for s, r in doc["decisions"].items()}
+        self.emitted_through = doc["emitted_through"]
+        self.duplicates = int(doc["duplicates"])

@@ -1,0 +1,240 @@
+"""The Faust job: partition workers, the per-slot coordinator, RocksDB-backed tables.
+
+Data path (DESIGN.md): ``requirements`` -> the ``users`` table and each partition's registry;
+``reports`` -> :class:`~streams.partition.PartitionAccumulator` per partition (batched ingest),
+which emits a partial to ``slot-partials`` whenever slots close; the coordinator agent reads
+``slot-partials`` and releases each slot once to ``releases`` (with its ``decisions``).
+
+Durability. A partition's accumulator is checkpointed into the ``checkpoints`` table (RocksDB,
+with a changelog) right after the partial of a slot close is sent, and only the records that the
+checkpoint covers are acknowledged; after a crash the partition resumes from its checkpoint and
+re-reads the rest, which reproduces the same partials. The coordinator's state (ledger, pending
+counts, recorded releases) is written to the ``coordinator`` table for every partial before any
+release it caused is emitted; a restarted coordinator re-emits recorded releases that it had not
+confirmed and never recomputes a released slot. Dead letters are delivered at least once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import faust
+import orjson
+
+from streams.config import JobConfig
+from streams.coordinator import Coordinator
+from streams.ingest import BatchIngest, RawRecord, ingest_settings, key_partition
+from streams.partition import DeadLetter, PartitionAccumulator, Registry, watermark_record
+from streams.records import dead_letter
+from streams.topics import Topics
+
+log = logging.getLogger("pwevent.job")
+
+COORDINATOR_KEY = "state"
+
+
+class Job:
+    """One worker of the job; every worker of a deployment runs the same code and settings."""
+
+    def __init__(self, config: JobConfig, broker: str, data_dir: Path) -> None:
+        self.config = config
+        self.topics = Topics(prefix=config.prefix, partitions=config.partitions)
+        app_id = f"pwevent-{config.prefix or 'job'}-{config.stream}"
+        self.app = faust.App(
+            app_id,
+            **ingest_settings(
+                broker=f"kafka://{broker}",
+                store="rocksdb://",
+                datadir=str(data_dir),
+                web_enabled=False,
+                consumer_auto_offset_reset="earliest",
+                topic_partitions=config.partitions,
+                topic_replication_factor=1,
+                producer_acks=-1,
+                broker_commit_interval=1.0,
+                key_serializer="raw",
+                value_serializer="raw",
+            ),
+        )
+        raw = {"key_type": bytes, "value_type": bytes, "key_serializer": "raw",
+               "value_serializer": "raw"}
+        table = {"key_type": bytes, "value_type": bytes}  # stored and logged as raw bytes
+        self.users = self.app.Table("users", partitions=config.partitions, **table)
+        self.checkpoints = self.app.Table("checkpoints", partitions=config.partitions, **table)
+        self.state = self.app.Table("coordinator", partitions=1, **table)
+        self.registries: dict[int, Registry] = {}
+        self.accumulators: dict[int, PartitionAccumulator] = {}
+        self.acked: dict[int, int] = {}
+        self.coordinator: Coordinator | None = None
+        self.counters: Counter[str] = Counter()
+        self.last_report = time.monotonic()
+        self.last_tick: dict[int, int] = {}
+        self.last_activity: dict[int, float] = {}
+        BatchIngest(self.app, self.topics.requirements, self.on_requirements)
+        BatchIngest(self.app, self.topics.reports, self.on_reports)
+        partials = self.app.topic(self.topics.slot_partials, partitions=1, **raw)
+        self.app.agent(partials, name="coordinator")(self.coordinate)
+        self.app.timer(interval=0.25)(self.on_tick)
+        self.app.timer(interval=10.0)(self.on_status)
+
+    # -- partitions ------------------------------------------------------------------------
+
+    def registry(self, p: int) -> Registry:
+        """Partition ``p``'s registered users, rebuilt from the ``users`` table when first used."""
+        reg = self.registries.get(p)
+        if reg is None:
+            reg = self.registries[p] = Registry()
+            n = self.config.partitions
+            for key, value in list(self.users.items()):
+                if key_partition(key, n) == p and value:
+                    reg.apply(key, value)
+        return reg
+
+    def accumulator(self, p: int) -> PartitionAccumulator:
+        """Partition ``p``'s accumulator, restored from its checkpoint when there is one."""
+        acc = self.accumulators.get(p)
+        if acc is None:
+            acc = self.accumulators[p] = PartitionAccumulator(p, self.config, self.registry(p))
+            saved = self.checkpoints.get(str(p).encode())
+            if saved:
+                acc.restore(saved)
+                log.info("partition %d resumes at offset %d (closed through slot %s)",
+                         p, acc.next_offset, acc.closed_through)
+            self.acked[p] = acc.next_offset
+        return acc
+
+    async def on_requirements(self, records: list[RawRecord]) -> None:
+        """Register users; reject invalid requirements to dead letters."""
+        p = records[0][2]
+        reg = self.registry(p)
+        dead: list[DeadLetter] = []
+        for key, value, part, offset in records:
+            user, reason, detail = reg.apply(key, value)
+            if reason:
+                dead.append(DeadLetter(self.topics.requirements, part, offset, key, value,
+                                       reason, detail))
+            elif user is not None:
+                if value is None:
+                    self.users.pop(user.encode(), None)
+                else:
+                    self.users[user.encode()] = value
+        self.counters["requirements"] += len(records) - len(dead)
+        await self._send_dead(dead)
+        await self.app.producer.flush()
+
+    async def on_reports(self, records: list[RawRecord]) -> int:
+        """Count a batch of reports; send partials of closed slots; checkpoint; hold the rest."""
+        p = records[0][2]
+        acc = self.accumulator(p)
+        partials, dead = acc.process(records, self.topics.reports)
+        if any(r[0] is not None for r in records):
+            self.last_report = time.monotonic()
+            self.last_activity[p] = self.last_report
+        self.counters["reports"] += len(records)
+        self.counters["rejected"] += len(dead)
+        futures = await self._send_dead(dead, wait=False)
+        for msg in partials:
+            futures.append(await self.app.producer.send(
+                self.topics.slot_partials, f"{self.config.stream}/{p}".encode(),
+                orjson.dumps(msg), 0, None, None))
+        if futures:
+            await asyncio.gather(*futures)
+        if partials:
+            self.checkpoints[str(p).encode()] = acc.snapshot()
+            await self.app.producer.flush()
+            self.acked[p] = acc.next_offset
+        return self.acked.get(p, 0)
+
+    async def _send_dead(self, dead: list[DeadLetter], wait: bool = True) -> list[Any]:
+        futures = []
+        for d in dead:
+            value = dead_letter(d.topic, d.partition, d.offset, d.key, d.value, d.reason,
+                                d.detail)
+            futures.append(await self.app.producer.send(
+                self.topics.dead_letters, d.key, value, None, None, None))
+            self.counters[f"dead:{d.reason}"] += 1
+        if wait and futures:
+            await asyncio.gather(*futures)
+            return []
+        return futures
+
+    async def on_tick(self) -> None:
+        """Close slots of partitions that went quiet: watermark records through the data path."""
+        assigned = [tp.partition for tp in self.app.consumer.assignment()
+                    if tp.topic == self.topics.reports]
+        if not assigned:
+            return
+        now = time.monotonic()
+        idle = self.config.idle_close_ms / 1000.0
+        marks = [a.slotter.watermark for a in self.accumulators.values()
+                 if a.slotter.watermark is not None]
+        target = max(marks, default=None)
+        if now - self.last_report >= idle:
+            ends = [a.idle_watermark() for a in self.accumulators.values()]
+            ends = [e for e in ends if e is not None]
+            if ends:
+                target = max(max(ends), target or 0)
+        if target is None:
+            return
+        for p in assigned:
+            acc = self.accumulators.get(p)
+            current = acc.slotter.watermark if acc is not None else None
+            quiet = now - self.last_activity.get(p, 0.0) >= idle
+            if (current is None or current < target) and quiet \
+                    and self.last_tick.get(p, -1) < target:
+                self.last_tick[p] = target
+                await self.app.producer.send(self.topics.reports, None,
+                                             watermark_record(target), p, None, None)
+
+    async def on_status(self) -> None:
+        """Log counters now and then."""
+        if self.counters:
+            log.info("counters %s", dict(sorted(self.counters.items())))
+
+    # -- coordinator -----------------------------------------------------------------------
+
+    def _coordinator(self) -> Coordinator:
+        if self.coordinator is None:
+            self.coordinator = Coordinator(self.config)
+            saved = self.state.get(COORDINATOR_KEY.encode())
+            if saved:
+                self.coordinator.restore(saved)
+                log.info("coordinator resumes: next slot %s", self.coordinator.next_slot)
+        return self.coordinator
+
+    async def coordinate(self, stream: Any) -> None:
+        """Release each slot once all partitions closed it; record before emitting."""
+        async for value in stream:
+            coord = self._coordinator()
+            await self._emit(coord, coord.unemitted())
+            try:
+                msg = orjson.loads(value)
+                new = coord.receive(msg)
+            except (ValueError, KeyError, TypeError) as exc:
+                log.error("bad partial message skipped: %s", exc)
+                self.counters["bad_partials"] += 1
+                continue
+            self.state[COORDINATOR_KEY.encode()] = coord.snapshot()
+            await self.app.producer.flush()
+            if new:
+                await self._emit(coord, new)
+                self.state[COORDINATOR_KEY.encode()] = coord.snapshot()
+
+    async def _emit(self, coord: Coordinator, releases: list[tuple[int, bytes, bytes]]) -> None:
+        if not releases:
+            return
+        futures = []
+        for slot, release, decision in releases:
+            key = f"{self.config.stream}/{slot}".encode()
+            futures.append(await self.app.producer.send(self.topics.releases, key, release, 0,
+                                                        None, None))
+            futures.append(await self.app.producer.send(self.topics.decisions, key, decision, 0,
+                                                        None, None))
+        await asyncio.gather(*futures)
+        coord.mark_emitted(releases[-1][0])
+        self.counters["releases"] += len(releases)

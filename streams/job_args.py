@@ -1,0 +1,71 @@
+"""Command-line flags shared by the commands that run or feed the Kafka job."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+
+from mechanisms.mechanism import FIXED_MECHANISMS
+from streams.config import JobConfig
+
+
+def add_broker(p: argparse.ArgumentParser, required: bool = True) -> None:
+    """``--broker`` (default ``$PWEVENT_BROKER``), ``--prefix`` and ``--partitions``."""
+    p.add_argument("--broker", default=os.environ.get("PWEVENT_BROKER"),
+                   help="bootstrap HOST:PORT (default $PWEVENT_BROKER)")
+    p.add_argument("--prefix", default="pwevent", help="topic name prefix (default pwevent)")
+    p.add_argument("--partitions", type=int, default=4,
+                   help="partitions of the reports and requirements topics (default 4)")
+
+
+def add_job(p: argparse.ArgumentParser) -> None:
+    """Flags every worker of one deployment must agree on."""
+    p.add_argument("--stream", default="default", help="stream name (default 'default')")
+    p.add_argument("--mechanism", choices=FIXED_MECHANISMS, default="pbd")
+    p.add_argument("--cells", type=int, default=None,
+                   help="domain of cell indices 0..CELLS-1 (default 2)")
+    p.add_argument("--domain", default=None,
+                   help='domain as JSON, e.g. {"kind": "grid", ...}; overrides --cells')
+    p.add_argument("--slot-ms", type=int, default=60_000, help="slot length (default 60000)")
+    p.add_argument("--origin-ms", type=int, default=0, help="start of slot 0 (epoch ms)")
+    p.add_argument("--lateness-ms", type=int, default=0, help="allowed lateness (default 0)")
+    p.add_argument("--horizon-ms", type=int, default=3_600_000,
+                   help="reports further ahead of the watermark are 'future' (default 1 h)")
+    p.add_argument("--noise", choices=("discrete", "laplace"), default="discrete")
+    p.add_argument("--secret", default=None,
+                   help="randomness secret (default $PWEVENT_SECRET); same on every worker")
+    p.add_argument("--idle-close-ms", type=int, default=2_000,
+                   help="close open slots after this long without reports (default 2000)")
+
+
+def job_config(args: argparse.Namespace) -> JobConfig:
+    """A :class:`JobConfig` from parsed flags; raises ``ValueError`` with a clear message."""
+    if args.domain:
+        try:
+            domain = json.loads(args.domain)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"--domain is not JSON: {exc}") from None
+    else:
+        domain = {"kind": "cells", "size": args.cells or 2}
+    return JobConfig(
+        stream=args.stream,
+        mechanism=args.mechanism,
+        domain=domain,
+        slot_ms=args.slot_ms,
+        origin_ms=args.origin_ms,
+        lateness_ms=args.lateness_ms,
+        horizon_ms=args.horizon_ms,
+        noise=args.noise,
+        secret=args.secret or os.environ.get("PWEVENT_SECRET", ""),
+        prefix=args.prefix,
+        partitions=args.partitions,
+        idle_close_ms=args.idle_close_ms,
+    )
+
+
+def need_broker(args: argparse.Namespace, command: str) -> str:
+    """The bootstrap address, or a clear error."""
+    if not args.broker:
+        raise ValueError(f"pwevent {command} needs --broker HOST:PORT or PWEVENT_BROKER")
+    return args.broker

@@ -1,0 +1,39 @@
+"""``pwevent topics create``: create the job's topics (idempotent)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+
+from streams.job_args import add_broker, need_broker
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    """Register the ``topics`` sub-command."""
+    p = sub.add_parser("topics", help="create the job's topics")
+    p.add_argument("action", choices=("create", "describe"))
+    add_broker(p)
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Create or describe the topics."""
+    from streams.topics import TopicError, Topics, create_topics, describe_topics
+
+    try:
+        broker = need_broker(args, "topics")
+        topics = Topics(prefix=args.prefix, partitions=args.partitions)
+        if args.action == "create":
+            created = asyncio.run(create_topics(broker, topics.specs()))
+            for spec in topics.specs():
+                state = "created" if created.get(spec.name) else "exists"
+                print(f"{spec.name}: {spec.partitions} partitions ({state})")
+        else:
+            described = asyncio.run(describe_topics(broker, [s.name for s in topics.specs()]))
+            for name, info in described.items():
+                print(f"{name}: {info}")
+    except (ValueError, TopicError, OSError) as exc:
+        print(f"pwevent topics: error: {exc}", file=sys.stderr)
+        return 2
+    return 0
