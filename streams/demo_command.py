@@ -41,7 +41,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--json-summary", action="store_true",
                    help="print the summary as one JSON object")
     add_source(p)
-    p.set_defaults(func=run, slots=30)
+    p.set_defaults(func=run, slots=30, register_timeout=0.0)
 
 
 async def _follow_releases(bootstrap: str, topic: str, expected: int, deadline: float,
@@ -154,9 +154,7 @@ def run(args: argparse.Namespace) -> int:  # noqa: C901 - one orchestration, ste
                   flush=True)
         deadline = started + args.timeout
         args.prefix, args.origin_ms = prefix, 0
-        args.no_requirements = True
-        req_args = argparse.Namespace(**vars(args))
-        req_args.no_requirements = False
+        args.no_requirements = True  # sent below, and waited for, before the reports
         from streams.ingest import produce_raw
 
         asyncio.run(produce_raw(bootstrap, topics.requirements, source.requirement_records(),

@@ -17,7 +17,9 @@ confirmed and never recomputes a released slot. Dead letters are delivered at le
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
+import socket
 import time
 from collections import Counter
 from pathlib import Path
@@ -38,10 +40,18 @@ log = logging.getLogger("pwevent.job")
 COORDINATOR_KEY = "state"
 
 
+def default_instance_id(data_dir: Path) -> str:
+    """A worker's stable identity in the consumer group: its host and its data directory."""
+    digest = hashlib.sha1(str(data_dir.resolve()).encode()).hexdigest()[:12]
+    return f"{socket.gethostname()}-{digest}"
+
+
 class Job:
     """One worker of the job; every worker of a deployment runs the same code and settings."""
 
-    def __init__(self, config: JobConfig, broker: str, data_dir: Path) -> None:
+    def __init__(
+        self, config: JobConfig, broker: str, data_dir: Path, instance_id: str | None = None
+    ) -> None:
         self.config = config
         self.topics = Topics(prefix=config.prefix, partitions=config.partitions)
         app_id = f"pwevent-{config.prefix or 'job'}-{config.stream}"
@@ -59,6 +69,12 @@ class Job:
                 broker_commit_interval=1.0,
                 key_serializer="raw",
                 value_serializer="raw",
+                # a worker that died is noticed after this long, and its partitions move on
+                broker_session_timeout=10.0,
+                broker_heartbeat_interval=1.0,
+                # static membership: a restarted worker takes its old place in the group at
+                # once instead of waiting for the broker to give up on the dead one
+                consumer_group_instance_id=instance_id or default_instance_id(data_dir),
             ),
         )
         raw = {"key_type": bytes, "value_type": bytes, "key_serializer": "raw",

@@ -41,6 +41,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="reports per second (default 0: as fast as possible)")
     p.add_argument("--no-requirements", action="store_true",
                    help="do not send the users' requirements")
+    p.add_argument("--register-timeout", type=float, default=60.0,
+                   help="after sending requirements, wait up to this many seconds for the job "
+                        "to register them before sending reports (0: do not wait)")
     p.add_argument("--in-process", action="store_true",
                    help="run through the job's code in this process and print the releases")
     p.set_defaults(func=run)
@@ -90,6 +93,18 @@ async def produce(args: argparse.Namespace, source: Source, broker: str,
             sent["requirements"] = await req.send_many(source.requirement_records())
         finally:
             await req.stop()
+        if args.register_timeout > 0:
+            from streams.kafka_util import wait_consumed
+
+            group = f"pwevent-{args.prefix}-{args.stream}"
+            if show_progress:
+                print(f"waiting for the job ({group}) to register {sent['requirements']:,} "
+                      "users ...", file=sys.stderr, flush=True)
+            if not await wait_consumed(broker, group, topics.requirements, args.partitions,
+                                       args.register_timeout):
+                print(f"pwevent replay: warning: the job did not register the users within "
+                      f"{args.register_timeout:g} s; reports of unregistered users go to "
+                      "dead letters", file=sys.stderr)
     producer = RawProducer(broker, topics.reports, args.partitions)
     await producer.start()
     bar = Progress(source.slots or 1, "replay") if show_progress else None

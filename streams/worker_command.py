@@ -18,6 +18,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     add_job(p)
     p.add_argument("--data-dir", type=Path, default=Path("pwevent-data"),
                    help="where RocksDB tables live (default ./pwevent-data)")
+    p.add_argument("--instance-id", default=None,
+                   help="this worker's stable identity in the consumer group (default: host "
+                        "name and data directory); a restarted worker keeps its partitions")
     p.add_argument("--loglevel", default="info")
     p.set_defaults(func=run)
 
@@ -36,7 +39,7 @@ def run(args: argparse.Namespace) -> int:
     from streams.job import Job
 
     args.data_dir.mkdir(parents=True, exist_ok=True)
-    job = Job(config, broker, args.data_dir)
+    job = Job(config, broker, args.data_dir, args.instance_id)
     worker = faust.Worker(job.app, loglevel=args.loglevel, quiet=True)
     worker.execute_from_commandline()
     return 0

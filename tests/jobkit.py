@@ -1,0 +1,142 @@
+"""Running the Kafka job in tests: a worker process, producing, and reading topics."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import orjson
+
+from streams.config import JobConfig
+from streams.ingest import RawProducer
+from streams.kafka_util import read_topic, wait_consumed
+from streams.partition import watermark_record
+from streams.pipeline import InProcessJob
+from streams.topics import Topics, create_topics
+
+SECRET = "test-secret"
+
+
+def config(prefix: str, **kw) -> JobConfig:
+    """A small job: 2 partitions, 1-second slots, 3 cells."""
+    base = dict(stream="s", mechanism="pbd", domain={"kind": "cells", "size": 3}, slot_ms=1000,
+                partitions=2, secret=SECRET, prefix=prefix, idle_close_ms=800)
+    base.update(kw)
+    return JobConfig(**base)
+
+
+def setup_topics(bootstrap: str, cfg: JobConfig) -> Topics:
+    """Create the job's topics."""
+    topics = Topics(prefix=cfg.prefix, partitions=cfg.partitions)
+    asyncio.run(create_topics(bootstrap, topics.specs()))
+    return topics
+
+
+def start_worker(bootstrap: str, cfg: JobConfig, data_dir: Path, log: Path) -> subprocess.Popen:
+    """``pwevent worker`` as a child process with the job's settings."""
+    cmd = [sys.executable, "-m", "streams.cli", "worker", "--broker", bootstrap,
+           "--prefix", cfg.prefix, "--partitions", str(cfg.partitions), "--stream", cfg.stream,
+           "--mechanism", cfg.mechanism, "--cells", str(cfg.d), "--slot-ms", str(cfg.slot_ms),
+           "--lateness-ms", str(cfg.lateness_ms), "--idle-close-ms", str(cfg.idle_close_ms),
+           "--data-dir", str(data_dir), "--loglevel", "info"]
+    env = dict(os.environ, PWEVENT_SECRET=cfg.secret)
+    return subprocess.Popen(cmd, stdout=log.open("ab"), stderr=subprocess.STDOUT, env=env)
+
+
+def stop_worker(proc: subprocess.Popen, kill: bool = False) -> None:
+    """Stop a worker we started: SIGKILL, or SIGTERM with a SIGKILL fallback."""
+    if proc.poll() is not None:
+        return
+    proc.send_signal(signal.SIGKILL if kill else signal.SIGTERM)
+    try:
+        proc.wait(30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+Records = list[tuple[bytes, bytes]]
+
+
+def requirement_records(users: list[str], w: list[int], E: list[float]) -> Records:
+    """``{user, w, E}`` records."""
+    return [(u.encode(), orjson.dumps({"user": u, "w": wi, "E": Ei}))
+            for u, wi, Ei in zip(users, w, E, strict=True)]
+
+
+def report(user: str, time_ms: int, value: object) -> tuple[bytes, bytes]:
+    """One report record."""
+    return user.encode(), orjson.dumps({"user": user, "time": time_ms, "value": value})
+
+
+def slot_reports(users: list[str], slot: int, d: int, slot_ms: int = 1000) -> Records:
+    """Every user reports once in ``slot``; cells vary with user and slot."""
+    return [report(u, slot * slot_ms + (i * 37) % slot_ms, (i * 7 + slot * (i % 3)) % d)
+            for i, u in enumerate(users)]
+
+
+def produce(bootstrap: str, topic: str, partitions: int, records, partition: int | None = None):
+    """Send records and wait for the broker."""
+    async def go() -> None:
+        prod = RawProducer(bootstrap, topic, partitions)
+        await prod.start()
+        try:
+            await prod.send_many(records, partition=partition)
+        finally:
+            await prod.stop()
+
+    asyncio.run(go())
+
+
+def close_through(bootstrap: str, topics: Topics, cfg: JobConfig, end_ms: int) -> None:
+    """Watermark records to every partition: everything before ``end_ms`` may close."""
+    for p in range(cfg.partitions):
+        produce(bootstrap, topics.reports, cfg.partitions, [(None, watermark_record(end_ms))],
+                partition=p)
+
+
+def register(bootstrap: str, topics: Topics, cfg: JobConfig, records, worker) -> None:
+    """Send requirements and wait until the worker has consumed them."""
+    produce(bootstrap, topics.requirements, cfg.partitions, records)
+    group = f"pwevent-{cfg.prefix}-{cfg.stream}"
+    ok = asyncio.run(wait_consumed(bootstrap, group, topics.requirements, cfg.partitions, 60,
+                                   alive=lambda: worker.poll() is None))
+    assert ok, "the worker did not consume the requirements"
+
+
+def releases(bootstrap: str, topics: Topics) -> list[tuple[bytes, bytes]]:
+    """Every record of the releases topic."""
+    return asyncio.run(read_topic(bootstrap, topics.releases, idle=0.5))
+
+
+def wait_for_slots(bootstrap: str, topics: Topics, slots: set[int], timeout: float,
+                   worker=None) -> list[dict]:
+    """Poll the releases topic until every slot in ``slots`` was released."""
+    deadline = time.monotonic() + timeout
+    docs: list[dict] = []
+    while time.monotonic() < deadline:
+        docs = [orjson.loads(v) for _k, v in releases(bootstrap, topics)]
+        if slots <= {d["slot"] for d in docs}:
+            return docs
+        if worker is not None and worker.poll() is not None:
+            break
+        time.sleep(0.5)
+    return docs
+
+
+def in_process(cfg: JobConfig, requirements, slot_batches, end_ms: int) -> list[bytes]:
+    """The same input through the job's code without Kafka."""
+    job = InProcessJob(cfg)
+    job.register(requirements)
+    for batch in slot_batches:
+        job.feed(batch)
+    for acc in job.accumulators:
+        msg = acc.advance(end_ms)
+        if msg is not None:
+            job._deliver([msg])
+    return job.releases
