@@ -1,0 +1,341 @@
+"""Dynamic personalised requirements: DPBD and DPBA (papers/000 section 5).
+
+A user's declaration (wB, EB, wF, EF) holds from its slot until the user's next declaration.
+:class:`DynamicMechanism` steps one slot at a time like :class:`mechanisms.mechanism.Mechanism`:
+the per-user ledger (:mod:`mechanisms.dynamic_ledgers`) plans each user's eps1 and eps2, rounded
+down onto a fixed grid, and the release rule runs on a (levels, d) count matrix where a level is
+one distinct (eps1, eps2) pair of grid values.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from mechanisms.dynamic_ledgers import (
+    DYNAMIC_LEDGERS,
+    UNIT,
+    DynamicLedger,
+    DynamicSlotPlan,
+)
+from mechanisms.ledgers import SlotPlan
+from mechanisms.mechanism import Release
+from mechanisms.release import ReleaseRule
+from mechanisms.requirements import validate_budgets, validate_windows
+
+DYNAMIC_MECHANISMS = ("dpbd", "dpba")
+FIELDS = ("wB", "EB", "wF", "EF")
+
+
+def _validate(
+    users: Sequence[str], wB: object, EB: object, wF: object, EF: object
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Check one declaration per user; raises ``ValueError`` naming user and field."""
+    arrays = [np.asarray(x) for x in (wB, EB, wF, EF)]
+    for field, arr in zip(FIELDS, arrays, strict=True):
+        if arr.shape != (len(users),):
+            raise ValueError(f"field {field}: expected {len(users)} values, got {arr.shape}")
+    return (
+        validate_windows(users, arrays[0], "wB"),
+        validate_budgets(users, arrays[1], "EB"),
+        validate_windows(users, arrays[2], "wF"),
+        validate_budgets(users, arrays[3], "EF"),
+    )
+
+
+@dataclass(frozen=True)
+class DynamicRequirements:
+    """Declarations sorted by slot: at ``slot[k]`` user ``user[k]`` declares (wB, EB, wF, EF).
+
+    ``users`` lists every user in order of first declaration; a user's first declaration is the
+    slot it appears at.
+    """
+
+    slot: np.ndarray
+    user: tuple[str, ...]
+    wB: np.ndarray
+    EB: np.ndarray
+    wF: np.ndarray
+    EF: np.ndarray
+
+    @classmethod
+    def from_rows(cls, rows: Iterable[Sequence[object]]) -> DynamicRequirements:
+        """Build from (slot, user, wB, EB, wF, EF) rows (slots from 1)."""
+        rows = [tuple(r) for r in rows]
+        for k, r in enumerate(rows):
+            if len(r) != 6:
+                raise ValueError(f"row {k + 1}: expected (slot, user, wB, EB, wF, EF), got {r!r}")
+        users = [str(r[1]) for r in rows]
+        slots = np.asarray([r[0] for r in rows] or np.zeros(0, dtype=np.int64))
+        slots = validate_windows(users, slots, "slot")
+        wB, EB, wF, EF = _validate(users, *([r[c] for r in rows] for c in range(2, 6)))
+        seen: set[tuple[int, str]] = set()
+        for s, u in zip(slots.tolist(), users, strict=True):
+            if (s, u) in seen:
+                raise ValueError(f"user {u!r}: two declarations at slot {s}")
+            seen.add((s, u))
+        order = np.argsort(slots, kind="stable")
+        return cls(
+            slots[order],
+            tuple(users[i] for i in order),
+            wB[order],
+            EB[order],
+            wF[order],
+            EF[order],
+        )
+
+    @property
+    def users(self) -> tuple[str, ...]:
+        """Distinct users in order of first declaration."""
+        return tuple(dict.fromkeys(self.user))
+
+    @property
+    def max_window(self) -> int:
+        """Largest window any declaration uses (1 when there is none)."""
+        return int(max(self.wB.max(initial=1), self.wF.max(initial=1)))
+
+    def at(self, slot: int) -> tuple[list[str], np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """The declarations made at ``slot``: (users, wB, EB, wF, EF)."""
+        lo, hi = np.searchsorted(self.slot, [slot, slot + 1])
+        part = slice(int(lo), int(hi))
+        return list(self.user[part]), self.wB[part], self.EB[part], self.wF[part], self.EF[part]
+
+
+class _Directory:
+    """User names to ledger indices, in order of first declaration."""
+
+    def __init__(self) -> None:
+        self.users: list[str] = []
+        self.index: dict[str, int] = {}
+
+    def indices(self, users: Sequence[str]) -> np.ndarray:
+        """Indices of ``users``, giving new users the next free ones (not yet recorded)."""
+        out = np.empty(len(users), dtype=np.int64)
+        fresh: dict[str, int] = {}
+        for k, u in enumerate(users):
+            i = self.index.get(u)
+            if i is None:
+                i = fresh.setdefault(u, len(self.users) + len(fresh))
+            out[k] = i
+        return out
+
+    def add(self, users: Sequence[str], indices: np.ndarray) -> None:
+        for u, i in zip(users, indices.tolist(), strict=True):
+            if i == len(self.users):
+                self.index[u] = i
+                self.users.append(u)
+
+
+def _declare(
+    ledger: DynamicLedger, directory: _Directory, decl: tuple[list[str], np.ndarray, ...]
+) -> None:
+    users, wB, EB, wF, EF = decl
+    if not users:
+        return
+    wB, EB, wF, EF = _validate(users, wB, EB, wF, EF)
+    if len(set(users)) != len(users):
+        raise ValueError("at most one declaration per user and slot")
+    idx = directory.indices(users)
+    ledger.declare(idx, wB, EB, wF, EF)
+    directory.add(users, idx)
+
+
+def _ledger(name: str, max_window: int, grid_bits: int | None) -> DynamicLedger:
+    key = name.lower()
+    if key not in DYNAMIC_LEDGERS:
+        raise ValueError(f"unknown mechanism {name!r}; choose from {DYNAMIC_MECHANISMS}")
+    return DYNAMIC_LEDGERS[key](max_window, grid_bits)
+
+
+class DynamicMechanism:
+    """DPBD or DPBA over a domain of ``d`` cells, stepping one slot at a time.
+
+    Declarations from ``requirements`` take effect at their slots; :meth:`declare` adds more for
+    the next slot (they win over ``requirements`` for the same user and slot). ``step(cells)``
+    takes one cell per user declared so far (-1: no report). ``max_window`` bounds every window
+    (default: the largest in ``requirements``); ``grid_bits`` sets the budget grid.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        requirements: DynamicRequirements,
+        d: int,
+        rng: np.random.Generator | None = None,
+        noise: str = "laplace",
+        grid_bits: int = 3,
+        max_window: int | None = None,
+    ) -> None:
+        self.name = name.lower()
+        self.d = int(d)
+        self.requirements = requirements
+        self.ledger = _ledger(self.name, max_window or requirements.max_window, grid_bits)
+        self.rule = ReleaseRule(self.d, noise, "obs")
+        self.rng = rng if rng is not None else np.random.default_rng()
+        self.directory = _Directory()
+        self._extra: dict[str, tuple] = {}
+        dtype = np.float64 if noise == "laplace" else np.int64
+        self.last = np.zeros(self.d, dtype=dtype)
+        self._applied = 0
+
+    @property
+    def slot(self) -> int:
+        """The next slot to be released (from 1)."""
+        return self.ledger.slot
+
+    @property
+    def users(self) -> list[str]:
+        """Users declared so far, in ledger order."""
+        return self.directory.users
+
+    @property
+    def n(self) -> int:
+        """Number of users declared so far."""
+        return len(self.directory.users)
+
+    def declare(
+        self,
+        users: Sequence[str],
+        wB: Sequence[int] | np.ndarray,
+        EB: Sequence[float] | np.ndarray,
+        wF: Sequence[int] | np.ndarray,
+        EF: Sequence[float] | np.ndarray,
+    ) -> None:
+        """Declare requirements effective from the next slot; all are checked first."""
+        users = [str(u) for u in users]
+        _validate(users, wB, EB, wF, EF)
+        if len(set(users)) != len(users):
+            raise ValueError("at most one declaration per user and slot")
+        for k, u in enumerate(users):
+            self._extra[u] = (wB[k], EB[k], wF[k], EF[k])
+
+    def declare_indices(
+        self,
+        index: np.ndarray,
+        wB: np.ndarray,
+        EB: np.ndarray,
+        wF: np.ndarray,
+        EF: np.ndarray,
+    ) -> None:
+        """Change declared users' requirements, by ledger index, from the next slot on.
+
+        The vectorised path for many changes at once; new users go through :meth:`declare`.
+        """
+        self._apply()
+        index = np.asarray(index, dtype=np.int64)
+        if index.size and (index.min() < 0 or index.max() >= self.n):
+            raise ValueError("declare_indices takes indices of users already declared")
+        try:
+            checked = _validate(["?"] * index.size, wB, EB, wF, EF)
+        except ValueError:
+            _validate([self.users[i] for i in index.tolist()], wB, EB, wF, EF)
+            raise
+        self.ledger.declare(index, *checked)
+
+    def _apply(self) -> None:
+        """Apply this slot's declarations (from ``requirements`` and :meth:`declare`)."""
+        if self._applied == self.slot:
+            return
+        users, wB, EB, wF, EF = self.requirements.at(self.slot)
+        rows = {u: (wB[k], EB[k], wF[k], EF[k]) for k, u in enumerate(users)}
+        rows.update(self._extra)
+        if rows:
+            names = list(rows)
+            cols = list(zip(*rows.values(), strict=True))
+            _declare(self.ledger, self.directory, (names, *map(np.asarray, cols)))
+        self._extra = {}
+        self._applied = self.slot
+
+    def level_counts(self, cells: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Plan the slot and count reports per level: (counts, level_codes, level_of_user)."""
+        self._apply()
+        cells = np.asarray(cells)
+        n = self.n
+        if cells.shape != (n,):
+            raise ValueError(f"expected one cell per declared user ({n}), got {cells.shape}")
+        if cells.dtype.kind not in "iu":
+            raise ValueError(f"cells must be integers, got dtype {cells.dtype}")
+        if n and (cells.min() < -1 or cells.max() >= self.d):
+            i = int(np.flatnonzero((cells < -1) | (cells >= self.d))[0])
+            raise ValueError(
+                f"user {self.users[i]!r}: field cell={int(cells[i])} outside [0, {self.d}) "
+                "(-1 means no report)"
+            )
+        _, code1, _, code2, *_ = self.ledger._plan_units()
+        width2 = int(code2.max(initial=0)) + 1
+        pair = code1.astype(np.int64) * width2 + code2
+        present = np.bincount(pair, minlength=1) > 0
+        pairs = np.flatnonzero(present)
+        remap = np.cumsum(present) - 1
+        level_of_user = np.take(remap, pair)
+        width = self.d + 1
+        flat = np.bincount(level_of_user * width + (cells + 1), minlength=pairs.size * width)
+        counts = flat.reshape(pairs.size, width)[:, 1:]
+        return counts, np.stack([pairs // width2, pairs % width2]), level_of_user
+
+    def step(self, cells: np.ndarray) -> Release:
+        """Release the next slot from one cell per declared user (-1: no report)."""
+        counts, codes, level_of_user = self.level_counts(cells)
+        table = self.ledger.table
+        assert table is not None
+        level_eps1, level_eps2 = table[codes[0]] * UNIT, table[codes[1]] * UNIT
+        sizes = np.bincount(level_of_user, minlength=codes.shape[1])
+        ledger_plan = self.ledger.plan()
+        plan = SlotPlan(
+            ledger_plan.slot,
+            level_eps1,
+            level_eps2,
+            nullified=ledger_plan.nullified,
+            projected=ledger_plan.projected,
+        )
+        decision = self.rule.decide(plan, counts, sizes, self.last, self.rng)
+        charge = self.ledger.commit(decision.published)
+        if decision.published:
+            self.last = decision.histogram
+        return Release(
+            slot=charge.slot,
+            histogram=decision.histogram,
+            published=charge.published,
+            nullified=charge.nullified,
+            threshold=decision.threshold,
+            dissimilarity=decision.dissimilarity,
+            level_eps1=level_eps1,
+            level_eps2=level_eps2 if charge.published else np.zeros_like(level_eps2),
+            level_of_user=level_of_user,
+            reports=int(counts.sum()),
+        )
+
+
+def dynamic_ledger(name: str, max_window: int, grid_bits: int | None = None) -> DynamicLedger:
+    """A DPBD or DPBA ledger (exact charges unless ``grid_bits`` is given)."""
+    return _ledger(name, max_window, grid_bits)
+
+
+def plan_dynamic(
+    name: str, requirements: DynamicRequirements, schedule: str
+) -> Iterator[dict]:
+    """Dry run of a dynamic ledger: one dict per slot of ``schedule`` ('1' publish, '0' not).
+
+    eps2 is what the slot charged (0 when approximated or nullified); every user declared so
+    far is listed; ``projected`` counts users whose backward budget was projected.
+    """
+    bad = set(schedule) - {"0", "1"}
+    if bad:
+        raise ValueError(f"schedule must contain only 0 and 1, got {sorted(bad)!r}")
+    ledger = _ledger(name, requirements.max_window, None)
+    directory = _Directory()
+    for t, bit in enumerate(schedule, start=1):
+        _declare(ledger, directory, requirements.at(t))
+        plan: DynamicSlotPlan = ledger.plan()
+        charge = ledger.commit(bit == "1")
+        users = directory.users
+        yield {
+            "slot": t,
+            "nullified": charge.nullified,
+            "published": charge.published,
+            "eps1": dict(zip(users, charge.eps1.tolist(), strict=True)),
+            "eps2": dict(zip(users, charge.eps2.tolist(), strict=True)),
+            "projected": plan.projected,
+        }
