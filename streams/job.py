@@ -106,9 +106,8 @@ class Job:
         if reg is None:
             reg = self.registries[p] = Registry()
             n = self.config.partitions
-            for key, value in list(self.users.items()):
-                if key_partition(key, n) == p and value:
-                    reg.apply(key, value)
+            reg.load([(key.decode(), value) for key, value in list(self.users.items())
+                      if key_partition(key, n) == p and value])
         return reg
 
     def accumulator(self, p: int) -> PartitionAccumulator:
@@ -134,11 +133,8 @@ class Job:
             if reason:
                 dead.append(DeadLetter(self.topics.requirements, part, offset, key, value,
                                        reason, detail))
-            elif user is not None:
-                if value is None:
-                    self.users.pop(user.encode(), None)
-                else:
-                    self.users[user.encode()] = value
+            elif user is not None and user in reg.index_of:
+                self.users[user.encode()] = reg.export(user)
         self.counters["requirements"] += len(records) - len(dead)
         await self._send_dead(dead)
         await self.app.producer.flush()

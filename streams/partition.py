@@ -10,6 +10,7 @@ one-report-per-(user, slot) check, which is a set look-up per report.
 
 from __future__ import annotations
 
+import base64
 import zlib
 from collections import Counter
 from collections.abc import Sequence
@@ -28,7 +29,7 @@ from streams.records import (
     parse_reports,
     parse_requirement,
 )
-from streams.slotting import OK, STATUS_REASON, Slotter
+from streams.slotting import DUPLICATE, OK, STATUS_REASON, Slotter
 
 RawRecord = tuple[bytes | None, bytes | None, int, int]  # key, value, partition, offset
 WATERMARK_PREFIX = b'{"watermark":'
@@ -68,14 +69,39 @@ class DeadLetter:
 class Registry:
     """Registered users of one partition and their requirement levels.
 
-    Fixed requirements cannot change: a user re-declaring a different requirement (even after a
-    removal) is rejected, since a fresh ledger could overspend the user's earlier windows.
+    Users get a stable small index (their order of first registration), so per-slot work uses
+    numpy arrays indexed by user. Fixed requirements cannot change: a user re-declaring a
+    different requirement (even after a removal) is rejected, since a fresh ledger could
+    overspend the user's earlier windows.
     """
 
     def __init__(self) -> None:
-        self.level_of: dict[str, str] = {}
-        self.retired: dict[str, str] = {}
+        self.index_of: dict[str, int] = {}
+        self.users: list[str] = []
+        self.level_names: list[str] = []
+        self._level_index: dict[str, int] = {}
+        self._levels = np.zeros(0, dtype=np.int64)  # per user index: level index, -1 removed
+        self._declared: list[int] = []  # per user index: level index ever declared
         self.sizes: Counter[str] = Counter()
+
+    @property
+    def level_of_index(self) -> np.ndarray:
+        """Level index per user index (-1: not registered now)."""
+        return self._levels[: len(self.users)]
+
+    def level_of(self, user: str) -> str | None:
+        """The level key of a registered user."""
+        i = self.index_of.get(user)
+        if i is None or self._levels[i] < 0:
+            return None
+        return self.level_names[int(self._levels[i])]
+
+    def _level(self, key: str) -> int:
+        k = self._level_index.get(key)
+        if k is None:
+            k = self._level_index[key] = len(self.level_names)
+            self.level_names.append(key)
+        return k
 
     def apply(self, key: bytes | None, value: bytes | None) -> tuple[str | None, str, str]:
         """Apply one requirements record: (user, "", "") if accepted, else (user, reason, detail).
@@ -89,30 +115,67 @@ class Registry:
             return None, exc.reason.value, exc.detail
         if key is not None and key != req.user.encode():
             return req.user, Reason.BAD_TYPE.value, "record key differs from user"
+        i = self.index_of.get(req.user)
         if isinstance(req, RequirementRemoval):
-            old = self.level_of.pop(req.user, None)
-            if old is not None:
-                self.sizes[old] -= 1
-                self.retired[req.user] = old
+            if i is not None and self._levels[i] >= 0:
+                self.sizes[self.level_names[int(self._levels[i])]] -= 1
+                self._levels[i] = -1
             return req.user, "", ""
         if not isinstance(req, FixedRequirement):
             return (req.user, Reason.INVALID_REQUIREMENT.value,
                     "this job runs a fixed-requirement mechanism; declare {user, w, E}")
         new = level_key(req.w, req.E)
-        old = self.level_of.get(req.user) or self.retired.get(req.user)
-        if old is not None and old != new:
-            return (req.user, Reason.INVALID_REQUIREMENT.value,
-                    f"user {req.user!r} already declared (w, E) = {old}; fixed requirements "
-                    "cannot change")
-        if req.user not in self.level_of:
-            self.level_of[req.user] = new
-            self.sizes[new] += 1
-            self.retired.pop(req.user, None)
+        if i is not None:
+            old = self.level_names[self._declared[i]]
+            if old != new:
+                return (req.user, Reason.INVALID_REQUIREMENT.value,
+                        f"user {req.user!r} already declared (w, E) = {old}; fixed "
+                        "requirements cannot change")
+            if self._levels[i] < 0:
+                self._levels[i] = self._declared[i]
+                self.sizes[new] += 1
+            return req.user, "", ""
+        k = self._level(new)
+        i = self.index_of[req.user] = len(self.users)
+        self.users.append(req.user)
+        self._declared.append(k)
+        if i >= self._levels.shape[0]:
+            grown = np.full(max(16, 2 * self._levels.shape[0]), -1, dtype=np.int64)
+            grown[: self._levels.shape[0]] = self._levels
+            self._levels = grown
+        self._levels[i] = k
+        self.sizes[new] += 1
         return req.user, "", ""
 
     def users_per_level(self) -> dict[str, int]:
         """Registered users per level key (levels with nobody left out)."""
         return {k: n for k, n in sorted(self.sizes.items()) if n > 0}
+
+    def export(self, user: str) -> bytes:
+        """What the ``users`` table keeps of a user: index, declared level, whether active."""
+        i = self.index_of[user]
+        active = int(self._levels[i] >= 0)
+        return f"{i}|{self.level_names[self._declared[i]]}|{active}".encode()
+
+    def load(self, entries: list[tuple[str, bytes]]) -> None:
+        """Rebuild from exported ``(user, entry)`` pairs, keeping every user's index."""
+        parsed = []
+        for user, entry in entries:
+            i, key, active = entry.decode().split("|")
+            parsed.append((int(i), user, key, active == "1"))
+        parsed.sort()
+        size = (parsed[-1][0] + 1) if parsed else 0
+        self.users = [""] * size
+        self._declared = [0] * size
+        self._levels = np.full(max(16, size), -1, dtype=np.int64)
+        for i, user, key, active in parsed:
+            k = self._level(key)
+            self.index_of[user] = i
+            self.users[i] = user
+            self._declared[i] = k
+            if active:
+                self._levels[i] = k
+                self.sizes[key] += 1
 
 
 class PartitionAccumulator:
@@ -122,8 +185,9 @@ class PartitionAccumulator:
         self.partition, self.config, self.registry = partition, config, registry
         self.domain = config.make_domain()
         self.d = config.d
-        self.slotter = Slotter(config.clock, config.lateness_ms, config.horizon_ms)
+        self.slotter = Slotter(config.clock, config.lateness_ms, config.horizon_ms, dedupe=False)
         self.counts: dict[int, dict[str, np.ndarray]] = {}
+        self.seen: dict[int, np.ndarray] = {}  # open slot -> users counted (bool by index)
         self.accepted: Counter[int] = Counter()
         self.rejected = 0
         self.closed_through: int | None = None
@@ -149,7 +213,7 @@ class PartitionAccumulator:
         dead: list[DeadLetter] = []
         segment: list[RawRecord] = []
         for rec in fresh:
-            mark = watermark_of(rec)
+            mark = None if rec[0] is not None else watermark_of(rec)
             if mark is None:
                 segment.append(rec)
                 continue
@@ -166,31 +230,36 @@ class PartitionAccumulator:
     ) -> None:
         if not recs:
             return
-        keys = [r[0] for r in recs]
-        batch = parse_reports([r[1] for r in recs], self.domain, keys)
+        batch = parse_reports([r[1] for r in recs], self.domain, [r[0] for r in recs])
         dead = [self._dead(recs[r.index], topic, r.reason.value, r.detail)
                 for r in batch.rejected]
-        level_of = self.registry.level_of
-        levels = [level_of.get(u) for u in batch.users.tolist()]
-        registered = np.fromiter((lv is not None for lv in levels), dtype=bool,
-                                 count=len(levels))
+        index_of = self.registry.index_of
+        uidx = np.fromiter((index_of.get(u, -1) for u in batch.users.tolist()), dtype=np.int64,
+                           count=len(batch))
+        levels = np.full(uidx.shape, -1, dtype=np.int64)
+        known = uidx >= 0
+        levels[known] = self.registry.level_of_index[uidx[known]]
+        registered = levels >= 0
         for i in np.flatnonzero(~registered).tolist():
             dead.append(self._dead(recs[int(batch.index[i])], topic,
                                    Reason.UNREGISTERED_USER.value,
                                    f"user {batch.users[i]!r} has no accepted requirement"))
         idx = np.flatnonzero(registered)
-        users, times, cells = batch.users[idx], batch.times[idx], batch.cells[idx]
-        kept_levels = [levels[i] for i in idx.tolist()]
-        assignment = self.slotter.assign(users, times)
-        for i in np.flatnonzero(assignment.status != OK).tolist():
-            status = int(assignment.status[i])
-            slot = int(assignment.slots[i])
-            dead.append(self._dead(recs[int(batch.index[idx[i]])], topic, STATUS_REASON[status],
-                                   f"slot {slot}; watermark {assignment.watermark}"))
-        ok = np.flatnonzero(assignment.status == OK)
+        assignment = self.slotter.assign(batch.users[idx], batch.times[idx])
+        status = assignment.status.copy()
+        ok = np.flatnonzero(status == OK)
         if ok.size:
-            self._count(assignment.slots[ok], [kept_levels[i] for i in ok.tolist()], cells[ok])
-            self.max_event = max(self.max_event, int(times[ok].max()))
+            self._dedupe(assignment.slots[ok], uidx[idx[ok]], status, ok)
+        for i in np.flatnonzero(status != OK).tolist():
+            slot = int(assignment.slots[i])
+            dead.append(self._dead(recs[int(batch.index[idx[i]])], topic,
+                                   STATUS_REASON[int(status[i])],
+                                   f"slot {slot}; watermark {assignment.watermark}"))
+        ok = np.flatnonzero(status == OK)
+        if ok.size:
+            sel = idx[ok]
+            self._count(assignment.slots[ok], levels[sel], batch.cells[sel])
+            self.max_event = max(self.max_event, int(batch.times[sel].max()))
         self.rejected += len(dead)
         dead.sort(key=lambda x: x.offset)
         out.extend(dead)
@@ -198,27 +267,46 @@ class PartitionAccumulator:
         if msg is not None:
             partials.append(msg)
 
-    def _count(self, slots: np.ndarray, levels: list[str], cells: np.ndarray) -> None:
-        names = sorted(set(levels))
-        index = {k: i for i, k in enumerate(names)}
-        lv = np.fromiter((index[k] for k in levels), dtype=np.int64, count=len(levels))
+    def _dedupe(self, slots: np.ndarray, users: np.ndarray, status: np.ndarray,
+                where: np.ndarray) -> None:
+        """First report of a (user, slot) wins: earlier batches, then earlier in this one."""
+        size = len(self.registry.users)
         for slot in np.unique(slots).tolist():
             mask = slots == slot
-            flat = np.bincount(lv[mask] * self.d + cells[mask], minlength=len(names) * self.d)
-            per = flat.reshape(len(names), self.d)
+            pos = where[mask]
+            u = users[mask]
+            seen = self.seen.get(slot)
+            if seen is None or seen.shape[0] < size:
+                grown = np.zeros(max(size, 1), dtype=bool)
+                if seen is not None:
+                    grown[: seen.shape[0]] = seen
+                seen = self.seen[slot] = grown
+            _, first = np.unique(u, return_index=True)
+            repeat = np.ones(u.shape[0], dtype=bool)
+            repeat[first] = False
+            repeat |= seen[u]
+            status[pos[repeat]] = DUPLICATE
+            seen[u] = True
+
+    def _count(self, slots: np.ndarray, levels: np.ndarray, cells: np.ndarray) -> None:
+        names = self.registry.level_names
+        L = len(names)
+        for slot in np.unique(slots).tolist():
+            mask = slots == slot
+            per = np.bincount(levels[mask] * self.d + cells[mask], minlength=L * self.d)
+            per = per.reshape(L, self.d)
             bucket = self.counts.setdefault(slot, {})
-            for k, name in enumerate(names):
-                if per[k].any():
-                    bucket[name] = bucket.get(name, np.zeros(self.d, dtype=np.int64)) + per[k]
+            for k in np.flatnonzero(per.any(axis=1)).tolist():
+                name = names[k]
+                prev = bucket.get(name)
+                bucket[name] = per[k].copy() if prev is None else prev + per[k]
             self.accepted[slot] += int(mask.sum())
 
     def advance(self, watermark: int) -> dict | None:
         """Move the watermark forward (the worker's, or at idle time); may close slots."""
         if self.slotter.watermark is not None and watermark <= self.slotter.watermark:
             return None
-        last = self.config.clock.last_closed(watermark)
-        seen = {s: self.slotter.seen(s) for s in self.slotter.open_slots() if s > last}
-        self.slotter.restore(watermark, seen, self.slotter.first_slot)
+        self.slotter.restore(watermark, {}, self.slotter.first_slot)
         return self._close()
 
     def idle_watermark(self) -> int | None:
@@ -252,6 +340,8 @@ class PartitionAccumulator:
         for s in slots:
             del self.counts[s]
             del self.accepted[s]
+        for s in [s for s in self.seen if s <= last]:
+            del self.seen[s]
         self.closed_through = last
         self.rejected = 0
         return message
@@ -270,7 +360,8 @@ class PartitionAccumulator:
             "max_event": self.max_event,
             "watermark": self.slotter.watermark,
             "first_slot": self.slotter.first_slot,
-            "seen": {str(s): sorted(self.slotter.seen(s)) for s in self.slotter.open_slots()},
+            "seen": {str(s): [int(m.shape[0]), base64.b64encode(np.packbits(m)).decode()]
+                     for s, m in self.seen.items()},
             "counts": {str(s): {k: v.tolist() for k, v in c.items()}
                        for s, c in self.counts.items()},
             "accepted": {str(s): n for s, n in self.accepted.items()},
@@ -284,8 +375,12 @@ class PartitionAccumulator:
         self.closed_through = doc["closed_through"]
         self.rejected = int(doc["rejected"])
         self.max_event = int(doc["max_event"])
-        self.slotter.restore(doc["watermark"], {int(s): u for s, u in doc["seen"].items()},
-                             doc["first_slot"])
+        self.slotter.restore(doc["watermark"], {}, doc["first_slot"])
+        self.seen = {
+            int(s): np.unpackbits(np.frombuffer(base64.b64decode(bits), dtype=np.uint8),
+                                  count=n).astype(bool)
+            for s, (n, bits) in doc["seen"].items()
+        }
         self.counts = {int(s): {k: np.asarray(v, dtype=np.int64) for k, v in c.items()}
                        for s, c in doc["counts"].items()}
         self.accepted = Counter({int(s): int(n) for s, n in doc["accepted"].items()})

@@ -105,6 +105,8 @@ class Slotter:
     allowed_lateness: int = 0
     horizon: int = 3_600_000
     initial_watermark: int | None = None
+    #: False leaves the one-report-per-(user, slot) rule to the caller (statuses never DUPLICATE)
+    dedupe: bool = True
     watermark: int | None = field(init=False, default=None)
     first_slot: int | None = field(init=False, default=None)
     _seen: dict[int, set[str]] = field(init=False, default_factory=dict, repr=False)
@@ -192,7 +194,12 @@ class Slotter:
         new_wm = int(after[-1])
         self.watermark = None if new_wm == _NEG else new_wm
 
-        self._dedupe(users, slots, status)
+        if self.dedupe:
+            self._dedupe(users, slots, status)
+        else:
+            ok = slots[status == OK]
+            if ok.size and (self.first_slot is None or int(ok.min()) < self.first_slot):
+                self.first_slot = int(ok.min())
         closed = self._close(before)
         return SlotAssignment(slots, status, self.watermark, closed)
 

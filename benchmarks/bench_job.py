@@ -1,0 +1,185 @@
+"""The job's ingest rate and slot-close-to-release latency, next to raw aiokafka.
+
+Starts the embedded broker; for 1 and 4 partitions it registers ``--users`` users, fills the
+``reports`` topic with one report per user per slot for ``--slots`` slots, measures a bare
+aiokafka consumer (``getmany`` + ``orjson.loads``) on that topic, then starts one real worker
+(``pwevent worker``) on the backlog. Slot t closes when the worker reads the first report of
+slot t + 1, so the worker's rate is the reports of the closed slots over the time between the
+first and the last slot close (Kafka timestamps of the partials). The latency of a slot is the
+time from its last partial to its release, measured in a second run where reports arrive at a
+steady ``--live-rate`` (on a backlog it includes the wait behind the reports already fetched).
+Run::
+
+    .venv/bin/python benchmarks/bench_job.py [--users 100000] [--slots 12] [--partitions 1 4]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import orjson
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from aiokafka import AIOKafkaConsumer, TopicPartition  # noqa: E402
+
+from bench_ingest import measure_raw  # noqa: E402
+from streams.broker import EmbeddedBroker  # noqa: E402
+from streams.ingest import produce_raw  # noqa: E402
+from streams.kafka_util import wait_consumed  # noqa: E402
+from streams.topics import Topics, create_topics  # noqa: E402
+
+SLOT_MS = 60_000
+
+
+def records(users: int, slots: int) -> list[list[tuple[bytes, bytes]]]:
+    """Per slot, one report per user."""
+    names = [f"u{i}" for i in range(users)]
+    keys = [n.encode() for n in names]
+    out = []
+    for t in range(slots):
+        base = t * SLOT_MS
+        out.append([(keys[i], orjson.dumps({"user": names[i], "time": base + (i % SLOT_MS),
+                                            "value": (i + t) % 100}))
+                    for i in range(users)])
+    return out
+
+
+async def produce_live(bootstrap: str, topic: str, data: list, parts: int, rate: float) -> None:
+    """Send the slots one after another at ``rate`` reports per second."""
+    from streams.ingest import RawProducer
+
+    producer = RawProducer(bootstrap, topic, parts)
+    await producer.start()
+    try:
+        start, sent = time.perf_counter(), 0
+        for slot in data:
+            for i in range(0, len(slot), 5000):
+                chunk = slot[i:i + 5000]
+                sent += await producer.send_many(chunk)
+                ahead = sent / rate - (time.perf_counter() - start)
+                if ahead > 0:
+                    await asyncio.sleep(ahead)
+    finally:
+        await producer.stop()
+
+
+async def timestamps(bootstrap: str, topic: str, want: int, timeout: float) -> list[tuple]:
+    """(Kafka timestamp ms, decoded value) of the first ``want`` records of a 1-partition topic."""
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+    await consumer.start()
+    out: list[tuple] = []
+    try:
+        tp = TopicPartition(topic, 0)
+        consumer.assign([tp])
+        await consumer.seek_to_beginning(tp)
+        deadline = time.monotonic() + timeout
+        while len(out) < want and time.monotonic() < deadline:
+            batch = await consumer.getmany(timeout_ms=500)
+            out.extend((r.timestamp, orjson.loads(r.value)) for r in batch.get(tp, []))
+    finally:
+        await consumer.stop()
+    return out
+
+
+def measure(bootstrap: str, parts: int, users: int, slots: int, data: list,
+            live_rate: float = 0.0) -> dict:
+    """One configuration: a backlog (``live_rate`` 0) or reports sent at ``live_rate``/s."""
+    prefix = f"bench{parts}{'live' if live_rate else ''}"
+    topics = Topics(prefix=prefix, partitions=parts)
+    asyncio.run(create_topics(bootstrap, topics.specs()))
+    reqs = [(f"u{i}".encode(), orjson.dumps({"user": f"u{i}", "w": 10 + 10 * (i % 10),
+                                             "E": 0.2 + 0.2 * (i % 5)})) for i in range(users)]
+    asyncio.run(produce_raw(bootstrap, topics.requirements, reqs, partitions=parts))
+    workdir = Path(tempfile.mkdtemp(prefix="pwevent-bench-"))
+    env = dict(os.environ, PWEVENT_SECRET="bench")
+    cmd = [sys.executable, "-m", "streams.cli", "worker", "--broker", bootstrap, "--prefix",
+           prefix, "--partitions", str(parts), "--stream", "b", "--mechanism", "pbd",
+           "--cells", "100", "--slot-ms", str(SLOT_MS), "--data-dir", str(workdir / "data"),
+           "--idle-close-ms", "600000", "--loglevel", "warning"]
+    worker = subprocess.Popen(cmd, stdout=(workdir / "log").open("wb"), stderr=subprocess.STDOUT,
+                              env=env)
+    try:
+        group = f"pwevent-{prefix}-b"
+        assert asyncio.run(wait_consumed(bootstrap, group, topics.requirements, parts, 300)), \
+            (workdir / "log").read_text()[-2000:]
+        # the worker idles on an empty reports topic; fill it, then it reads the backlog
+        flat = [r for slot in data for r in slot]
+        t0 = time.perf_counter()
+        if live_rate:
+            asyncio.run(produce_live(bootstrap, topics.reports, data, parts, live_rate))
+        else:
+            asyncio.run(produce_raw(bootstrap, topics.reports, flat, partitions=parts))
+        produce_rate = len(flat) / (time.perf_counter() - t0)
+        closed = slots - 1  # the last slot stays open: no later report closes it
+        partials = asyncio.run(timestamps(bootstrap, topics.slot_partials, 10**9, 0))
+        deadline = time.monotonic() + 600
+        rel: list[tuple] = []
+        while len(rel) < closed and time.monotonic() < deadline and worker.poll() is None:
+            rel = asyncio.run(timestamps(bootstrap, topics.releases, closed, 5))
+        partials = asyncio.run(timestamps(bootstrap, topics.slot_partials, 10**6, 3))
+        raw = asyncio.run(measure_raw(bootstrap, topics.reports, len(flat)))
+    finally:
+        worker.terminate()
+        try:
+            worker.wait(30)
+        except subprocess.TimeoutExpired:
+            worker.kill()
+    close_at: dict[int, int] = {}  # slot -> when its last partition closed it
+    for ts, msg in partials:
+        slot = msg["closed_through"]
+        close_at[slot] = max(close_at.get(slot, 0), ts)
+    release_at = {doc["slot"]: ts for ts, doc in rel}
+    slots_done = sorted(s for s in release_at if s in close_at and close_at[s] > 0)
+    latency = [release_at[s] - close_at[s] for s in slots_done]
+    first, last = min(slots_done), max(slots_done)
+    span = (close_at[last] - close_at[first]) / 1000.0
+    rate = users * (last - first) / span if span > 0 else float("nan")
+    return {"partitions": parts, "mode": "live" if live_rate else "backlog",
+            "reports": len(flat), "produce_rate": produce_rate,
+            "raw_rate": raw["rate"], "worker_rate": rate, "of_raw": rate / raw["rate"],
+            "latency_median_ms": float(np.median(latency)),
+            "latency_max_ms": float(np.max(latency)), "slots_released": len(rel)}
+
+
+def main() -> int:
+    """Print the table."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--users", type=int, default=100_000)
+    parser.add_argument("--slots", type=int, default=12)
+    parser.add_argument("--partitions", type=int, nargs="+", default=[1, 4])
+    parser.add_argument("--live-rate", type=float, default=50_000,
+                        help="reports/s of the live run that measures latency (default 50000)")
+    args = parser.parse_args()
+    data = records(args.users, args.slots)
+    rows = []
+    with EmbeddedBroker() as broker:
+        for parts in args.partitions:
+            rows.append(measure(broker.bootstrap, parts, args.users, args.slots, data))
+            print(orjson.dumps(rows[-1]).decode(), flush=True)
+            rows.append(measure(broker.bootstrap, parts, args.users, args.slots, data,
+                                args.live_rate))
+            print(orjson.dumps(rows[-1]).decode(), flush=True)
+    print("| partitions | input | reports | raw aiokafka /s | worker /s | of raw | "
+          "close-to-release median ms | max ms |")
+    print("|---:|---|---:|---:|---:|---:|---:|---:|")
+    for r in rows:
+        rate = f"{r['worker_rate']:,.0f}" if r["mode"] == "backlog" else "(input rate)"
+        share = f"{r['of_raw']:.0%}" if r["mode"] == "backlog" else "-"
+        print(f"| {r['partitions']} | {r['mode']} | {r['reports']:,} | {r['raw_rate']:,.0f} | "
+              f"{rate} | {share} | {r['latency_median_ms']:.0f} | {r['latency_max_ms']:.0f} |")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
