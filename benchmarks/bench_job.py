@@ -32,8 +32,8 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from aiokafka import AIOKafkaConsumer, TopicPartition  # noqa: E402
-
 from bench_ingest import measure_raw  # noqa: E402
+
 from streams.broker import EmbeddedBroker  # noqa: E402
 from streams.ingest import produce_raw  # noqa: E402
 from streams.kafka_util import wait_consumed  # noqa: E402
