@@ -323,6 +323,9 @@ class PartitionAccumulator:
         last = self.config.clock.last_closed(wm)
         if self.closed_through is not None and last <= self.closed_through:
             return None
+        first = self.slotter.first_slot
+        if first is not None and last < first:
+            return None  # nothing of this partition's stream has closed yet
         slots = sorted(s for s in self.counts if s <= last)
         message = {
             "partition": self.partition,
