@@ -42,21 +42,30 @@ def oue_frequencies(
 
 
 def grr_frequencies(
-    counts: np.ndarray, eps: float, rng: np.random.Generator
+    counts: np.ndarray, eps: float | np.ndarray, rng: np.random.Generator
 ) -> np.ndarray:
-    """Estimated frequencies from GRR reports: keep w.p. e^eps/(e^eps+d-1), else another cell."""
-    d = counts.shape[0]
-    n = int(counts.sum())
-    if n == 0 or d == 1:
-        return counts / max(n, 1)
-    p = np.exp(eps) / (np.exp(eps) + d - 1)
-    q = 1.0 / (np.exp(eps) + d - 1)
-    kept = rng.binomial(counts, p)
-    moved = rng.multinomial(counts - kept, np.full(d - 1, 1.0 / (d - 1)))  # (d, d-1)
+    """Estimated frequencies from GRR reports: keep w.p. e^eps/(e^eps+d-1), else another cell.
+
+    ``counts`` is (d,) for one group or (groups, d) with one budget per group.
+    """
+    c = np.atleast_2d(counts)
+    e = np.broadcast_to(np.asarray(eps, dtype=np.float64), (c.shape[0],))
+    groups, d = c.shape
+    n = c.sum(axis=1)
+    if d == 1:
+        out = c / np.maximum(n, 1)[:, None]
+        return out.reshape(np.shape(counts))
+    p = (np.exp(e) / (np.exp(e) + d - 1))[:, None]
+    q = (1.0 / (np.exp(e) + d - 1))[:, None]
+    kept = rng.binomial(c, p)
+    moved = rng.multinomial(c - kept, np.full(d - 1, 1.0 / (d - 1)))  # (groups, d, d-1)
     # a report moved from cell j by offset k (1..d-1) lands on cell (j + k) mod d
     target = (np.arange(d)[:, None] + np.arange(1, d)[None, :]) % d
-    reports = kept + np.bincount(target.ravel(), weights=moved.ravel(), minlength=d)
-    return (reports / n - q) / (p - q)
+    flat = (np.arange(groups)[:, None, None] * d + target[None, :, :]).ravel()
+    landed = np.bincount(flat, weights=moved.ravel(), minlength=groups * d).reshape(groups, d)
+    safe = np.maximum(n, 1)[:, None]
+    out = np.where(n[:, None] > 0, ((kept + landed) / safe - q) / (p - q), 0.0)
+    return out.reshape(np.shape(counts))
 
 
 @dataclass(frozen=True)
@@ -93,9 +102,15 @@ class Plbu:
         counts = counts.reshape(groups, width)[:, 1:]
         sizes = counts.sum(axis=1)
         freq = np.zeros((groups, self.d))
-        for g in np.flatnonzero(sizes):  # one entry per budget group, not per user
-            oracle = grr_frequencies if self.use_grr[g] else oue_frequencies
-            freq[g] = oracle(counts[g], float(self.group_eps[g]), self.rng)
+        oue = np.flatnonzero((sizes > 0) & ~self.use_grr)
+        if oue.size:  # every OUE group at once
+            n = sizes[oue][:, None]
+            q = 1.0 / (np.exp(self.group_eps[oue]) + 1.0)[:, None]
+            ones = self.rng.binomial(counts[oue], 0.5) + self.rng.binomial(n - counts[oue], q)
+            freq[oue] = (ones - n * q) / (n * (0.5 - q))
+        grr = np.flatnonzero((sizes > 0) & self.use_grr)
+        if grr.size:  # every GRR group at once
+            freq[grr] = grr_frequencies(counts[grr], self.group_eps[grr], self.rng)
         var = np.where(
             self.use_grr,
             grr_variance(self.group_eps, self.d, np.maximum(sizes, 1)),
