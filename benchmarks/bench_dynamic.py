@@ -67,12 +67,15 @@ def run(name: str, n: int) -> dict:
         "peak_gib": peak / 2**30,
         "published": published,
         "pool_runs": len(mech.ledger.pool),
+        "groups": mech.ledger.groups,
     }
 
 
 def main(sizes: list[int]) -> None:
-    print("| mechanism | n | ns/user/slot | floor ns/user | ratio | peak GiB | published |")
-    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+    print(
+        "| mechanism | n | ns/user/slot | floor ns/user | ratio | peak GiB | published | groups |"
+    )
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for n in sizes:
         for name in ("dpbd", "dpba"):
             out = subprocess.run(
@@ -85,7 +88,7 @@ def main(sizes: list[int]) -> None:
             print(
                 f"| {r['mechanism']} | {r['n']:,} | {r['ns_per_user_slot']:.1f} | "
                 f"{r['floor_ns_per_user']:.2f} | {r['ratio']:.1f} | {r['peak_gib']:.2f} | "
-                f"{r['published']}/{SLOTS} |",
+                f"{r['published']}/{SLOTS} | {r['groups']:,} |",
                 flush=True,
             )
 

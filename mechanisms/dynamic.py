@@ -179,6 +179,9 @@ class DynamicMechanism:
         dtype = np.float64 if noise == "laplace" else np.int64
         self.last = np.zeros(self.d, dtype=dtype)
         self._applied = 0
+        # (ledger version, level of each column, level of each user, bincount keys)
+        self._levels: tuple[int, np.ndarray, np.ndarray, np.ndarray] | None = None
+        self._declared_at = set(np.unique(requirements.slot).tolist())
 
     @property
     def slot(self) -> int:
@@ -238,6 +241,9 @@ class DynamicMechanism:
         """Apply this slot's declarations (from ``requirements`` and :meth:`declare`)."""
         if self._applied == self.slot:
             return
+        if not self._extra and self.slot not in self._declared_at:
+            self._applied = self.slot
+            return
         users, wB, EB, wF, EF = self.requirements.at(self.slot)
         rows = {u: (wB[k], EB[k], wF[k], EF[k]) for k, u in enumerate(users)}
         rows.update(self._extra)
@@ -250,6 +256,10 @@ class DynamicMechanism:
 
     def level_counts(self, cells: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Plan the slot and count reports per level: (counts, level_codes, level_of_user)."""
+        return self._level_counts(cells)[:3]
+
+    def _level_counts(self, cells: np.ndarray) -> tuple[np.ndarray, ...]:
+        """(counts, level_codes, level_of_user, users per level) of the planned slot."""
         self._apply()
         cells = np.asarray(cells)
         n = self.n
@@ -263,46 +273,67 @@ class DynamicMechanism:
                 f"user {self.users[i]!r}: field cell={int(cells[i])} outside [0, {self.d}) "
                 "(-1 means no report)"
             )
-        _, code1, _, code2, *_ = self.ledger._plan_units()
+        ledger = self.ledger
+        plan = ledger.plan_columns()
+        k = ledger.k
+        code1, code2 = plan.stored1, plan.stored2
         width2 = int(code2.max(initial=0)) + 1
         pair = code1.astype(np.int64) * width2 + code2
-        present = np.bincount(pair, minlength=1) > 0
-        pairs = np.flatnonzero(present)
-        remap = np.cumsum(present) - 1
-        level_of_user = np.take(remap, pair)
+        size = ledger.size[:k]
+        if k <= 4096:
+            pairs = np.unique(pair[size > 0])
+            level_of_col = np.searchsorted(pairs, pair)
+        else:
+            present = np.bincount(pair, weights=size, minlength=1) > 0
+            pairs = np.flatnonzero(present)
+            level_of_col = np.take(np.cumsum(present) - 1, pair)
+        sizes = np.bincount(level_of_col, weights=size, minlength=pairs.size)
+        sizes = sizes[: pairs.size].astype(np.int64)
         width = self.d + 1
-        flat = np.bincount(level_of_user * width + (cells + 1), minlength=pairs.size * width)
+        cached = self._levels
+        if (
+            cached is not None
+            and cached[0] == ledger.version
+            and np.array_equal(cached[1], level_of_col)
+        ):
+            level_of_user, keys = cached[2], cached[3]
+        else:
+            level_of_user = np.take(level_of_col, ledger.group)
+            keys = level_of_user * width + 1
+            self._levels = (ledger.version, level_of_col, level_of_user, keys)
+        flat = np.bincount(keys + cells, minlength=pairs.size * width)
         counts = flat.reshape(pairs.size, width)[:, 1:]
-        return counts, np.stack([pairs // width2, pairs % width2]), level_of_user
+        return counts, np.stack([pairs // width2, pairs % width2]), level_of_user, sizes
 
     def step(self, cells: np.ndarray) -> Release:
         """Release the next slot from one cell per declared user (-1: no report)."""
-        counts, codes, level_of_user = self.level_counts(cells)
+        counts, codes, level_of_user, sizes = self._level_counts(cells)
         table = self.ledger.table
         assert table is not None
         level_eps1, level_eps2 = table[codes[0]] * UNIT, table[codes[1]] * UNIT
-        sizes = np.bincount(level_of_user, minlength=codes.shape[1])
-        ledger_plan = self.ledger.plan()
+        ledger = self.ledger
+        col_plan = ledger.plan_columns()
         plan = SlotPlan(
-            ledger_plan.slot,
+            ledger.slot,
             level_eps1,
             level_eps2,
-            nullified=ledger_plan.nullified,
-            projected=ledger_plan.projected,
+            nullified=col_plan.nullified,
+            projected=ledger.projected_count(),
         )
         decision = self.rule.decide(plan, counts, sizes, self.last, self.rng)
-        charge = self.ledger.commit(decision.published)
+        slot, nullified = ledger.slot, col_plan.nullified
+        published = ledger.commit_columns(decision.published)
         if decision.published:
             self.last = decision.histogram
         return Release(
-            slot=charge.slot,
+            slot=slot,
             histogram=decision.histogram,
-            published=charge.published,
-            nullified=charge.nullified,
+            published=published,
+            nullified=nullified,
             threshold=decision.threshold,
             dissimilarity=decision.dissimilarity,
             level_eps1=level_eps1,
-            level_eps2=level_eps2 if charge.published else np.zeros_like(level_eps2),
+            level_eps2=level_eps2 if published else np.zeros_like(level_eps2),
             level_of_user=level_of_user,
             reports=int(counts.sum()),
         )

@@ -1,18 +1,27 @@
-"""Per-user budget ledgers of DPBD (Algorithm 6) and DPBA (Algorithm 7), papers/000 section 5.
+"""Budget ledgers of DPBD (Algorithm 6) and DPBA (Algorithm 7), papers/000 section 5.
 
 Every user may declare at any slot a backward requirement (wB, EB) on the window ending at that
 slot and a forward requirement (wF, EF) on the window starting there; a declaration holds until
-the user's next one. The ledger keeps, per user, numpy arrays only:
+the user's next one. A user's budgets depend only on public inputs: the declarations the user
+made and the past publish/approximate decisions (DESIGN.md, decision 2). Users who declared the
+same requirements at the same slots therefore have the same ledger, and the ledger keeps its state
+once per such *group*, in one column of numpy arrays:
 
 - the charges of the last ``max_window`` slots in two ring buffers (eps1, eps2), one row per slot;
 - the backward sums of eps1 and eps2 over the previous ``wB - 1`` slots, updated in O(1);
 - the forward set T_B,i,t as *runs*: consecutive slots that share one forward declaration. The
-  run of the current declaration is held per user; closed runs whose windows still cover the
+  run of the current declaration is held per group; closed runs whose windows still cover the
   present sit in a pool until they expire. Per run the ledger keeps the sum of eps2 since its
   earliest live slot (the minimum over tau of the remaining forward budget is reached there),
   and, for DPBA, the slots tau maximising and minimising
   ``V_tau = sum(eps2[tau..t-1]) - (t - tau + 1) * share``: all live V_tau move by the same amount
   from one slot to the next, so only a new slot or the expiry of the tracked one needs work.
+
+A declaration moves its users from their group to the group (old group, declaration, slot); the
+old column is reused when all of its users move alike. Every ``merge_every`` slots, groups whose
+whole state has become identical (their differing history has left every window) are merged
+(:mod:`mechanisms.dynamic_groups`). A slot's work is thus proportional to the number of groups,
+and only mapping groups to users is per user.
 
 Budgets are kept in integer units of 2**-40 (charges are rounded down to a unit), so window sums
 are exact integers and never drift; budgets above ``MAX_BUDGET`` are treated as ``MAX_BUDGET``.
@@ -58,7 +67,7 @@ def grid_codes(units: np.ndarray, bits: int) -> np.ndarray:
 
 
 class _Ring:
-    """Charges of the last ``width`` slots, row ``slot % width``, one column per user."""
+    """Charges of the last ``width`` slots, row ``slot % width``, one column per group."""
 
     def __init__(self, width: int, table: np.ndarray | None) -> None:
         self.width = width
@@ -66,41 +75,41 @@ class _Ring:
         self.dtype = np.int64 if table is None else np.uint16
         self.data = np.zeros((width, 0), dtype=self.dtype)
 
-    def grow(self, n: int) -> None:
-        """Make room for ``n`` users; new columns hold zeros."""
-        cap = self.data.shape[1]
-        if n > cap:
-            new = np.zeros((self.width, max(n, 2 * cap, 16)), dtype=self.dtype)
-            new[:, :cap] = self.data
+    def resize(self, cap: int) -> None:
+        """Hold ``cap`` columns; new columns hold zeros."""
+        old = self.data.shape[1]
+        if cap > old:
+            new = np.zeros((self.width, cap), dtype=self.dtype)
+            new[:, :old] = self.data
             self.data = new
 
     def write(self, slot: int, stored: np.ndarray) -> None:
-        """Record one slot's stored values (units, or grid codes) for users ``0..n-1``."""
+        """Record one slot's stored values (units, or grid codes) for columns ``0..k-1``."""
         self.data[slot % self.width, : stored.shape[0]] = stored
 
     def decode(self, stored: np.ndarray) -> np.ndarray:
         """Stored values to units."""
         return stored if self.table is None else np.take(self.table, stored)
 
-    def at(self, users: np.ndarray, slots: np.ndarray) -> np.ndarray:
-        """Units charged to ``users[k]`` at ``slots[k]`` (slots within the last ``width``)."""
-        flat = (slots % self.width) * self.data.shape[1] + users
+    def at(self, cols: np.ndarray, slots: np.ndarray) -> np.ndarray:
+        """Units charged to ``cols[k]`` at ``slots[k]`` (slots within the last ``width``)."""
+        flat = (slots % self.width) * self.data.shape[1] + cols
         return self.decode(np.take(self.data.ravel(), flat, mode="wrap"))
 
-    def at_age(self, users: np.ndarray, now: int, ages: np.ndarray) -> np.ndarray:
+    def at_age(self, cols: np.ndarray, now: int, ages: np.ndarray) -> np.ndarray:
         """Units charged at slot ``now - ages[k]``: one gather with wrap-around."""
         cap = self.data.shape[1]
-        flat = users - ages * cap + (now % self.width) * cap
+        flat = cols - ages * cap + (now % self.width) * cap
         return self.decode(np.take(self.data.ravel(), flat, mode="wrap"))
 
-    def recent(self, users: np.ndarray, now: int, length: int) -> np.ndarray:
+    def recent(self, cols: np.ndarray, now: int, length: int) -> np.ndarray:
         """A (length, k) matrix: row j holds the units charged at slot ``now - j``."""
-        return self.ages(users, now, np.arange(length)[:, None])
+        return self.ages(cols, now, np.arange(length)[:, None])
 
-    def ages(self, users: np.ndarray, now: int, ages: np.ndarray) -> np.ndarray:
-        """Units charged to ``users`` at slots ``now - ages`` (``ages`` broadcast over users)."""
+    def ages(self, cols: np.ndarray, now: int, ages: np.ndarray) -> np.ndarray:
+        """Units charged to ``cols`` at slots ``now - ages`` (``ages`` broadcast over cols)."""
         cap = self.data.shape[1]
-        flat = users[None, :] - ages * cap + (now % self.width) * cap
+        flat = cols[None, :] - ages * cap + (now % self.width) * cap
         return self.decode(np.take(self.data.ravel(), flat, mode="wrap"))
 
 
@@ -108,12 +117,12 @@ class _Ring:
 class _Runs:
     """Forward runs (struct of arrays): slots a..b share one forward declaration (wF, EF).
 
-    ``spent`` is eps2 charged from the run's earliest live slot lo = max(a, t - wF + 1) to t - 1.
-    ``m_hi``/``s_hi`` and ``m_lo``/``s_lo`` are the live slots of largest and smallest V_tau
-    with eps2 charged from there to t - 1 (DPBA only).
+    ``col`` is the group's column. ``spent`` is eps2 charged from the run's earliest live slot
+    lo = max(a, t - wF + 1) to t - 1. ``m_hi``/``s_hi`` and ``m_lo``/``s_lo`` are the live slots
+    of largest and smallest V_tau with eps2 charged from there to t - 1 (DPBA only).
     """
 
-    user: np.ndarray
+    col: np.ndarray
     a: np.ndarray
     b: np.ndarray
     w: np.ndarray
@@ -126,40 +135,39 @@ class _Runs:
     s_lo: np.ndarray
 
     @classmethod
-    def empty(cls) -> _Runs:
-        z = np.zeros(0, dtype=np.int64)
-        return cls(*(z.copy() for _ in range(11)))
+    def empty(cls, size: int = 0) -> _Runs:
+        return cls(*(np.zeros(size, dtype=np.int64) for _ in range(11)))
 
     def __len__(self) -> int:
-        return int(self.user.shape[0])
+        return int(self.col.shape[0])
 
-    def take(self, index: np.ndarray) -> _Runs:
-        return _Runs(*(getattr(self, f)[index] for f in _RUN_FIELDS))
+    def take(self, index: np.ndarray | slice) -> _Runs:
+        return _Runs(*(getattr(self, f)[index] for f in RUN_FIELDS))
 
     def put(self, index: np.ndarray, other: _Runs) -> None:
-        for f in _RUN_FIELDS:
+        for f in RUN_FIELDS:
             getattr(self, f)[index] = getattr(other, f)
 
     def extend(self, other: _Runs) -> None:
-        for f in _RUN_FIELDS:
+        for f in RUN_FIELDS:
             setattr(self, f, np.concatenate([getattr(self, f), getattr(other, f)]))
 
     def keep(self, mask: np.ndarray) -> None:
-        for f in _RUN_FIELDS:
+        for f in RUN_FIELDS:
             setattr(self, f, getattr(self, f)[mask])
 
 
-_RUN_FIELDS = ("user", "a", "b", "w", "half", "share", "spent", "m_hi", "s_hi", "m_lo", "s_lo")
-_OPEN = np.int64(1) << 62  # b of a run that is still the user's current declaration
+RUN_FIELDS = ("col", "a", "b", "w", "half", "share", "spent", "m_hi", "s_hi", "m_lo", "s_lo")
+_OPEN = np.int64(1) << 62  # b of a run that is still the group's current declaration
 
 
-def _new_runs(users: np.ndarray, slot: int, wF: np.ndarray, EF_units: np.ndarray) -> _Runs:
-    k = users.shape[0]
+def _new_runs(cols: np.ndarray, slot: int, wF: np.ndarray, EF_units: np.ndarray) -> _Runs:
+    k = cols.shape[0]
     zero = np.zeros(k, dtype=np.int64)
     start = np.full(k, slot, dtype=np.int64)
     share = EF_units // (2 * wF)
     return _Runs(
-        user=users.astype(np.int64),
+        col=cols.astype(np.int64),
         a=start.copy(),
         b=np.full(k, _OPEN, dtype=np.int64),
         w=wF.astype(np.int64),
@@ -185,37 +193,153 @@ class DynamicSlotPlan(SlotPlan):
     projected_users: np.ndarray | None = None
 
 
+@dataclass(frozen=True)
+class ColumnPlan:
+    """One planned slot per group column (``k`` columns, dead ones included).
+
+    Units and stored values (grid codes with a grid) of eps1 and eps2, the backward budget after
+    projection, which columns were projected, and whether the slot is nullified.
+    """
+
+    eps1: np.ndarray
+    stored1: np.ndarray
+    eps2: np.ndarray
+    stored2: np.ndarray
+    budget: np.ndarray
+    projected: np.ndarray
+    nullified: bool
+
+
+# per-column scalar state, in the order the merge step compares it
+COL_FIELDS = ("wB", "EB", "sum1", "sum2", "wF", "EF")
+
+
 class DynamicLedger:
     """Common state of DPBD and DPBA over users ``0..n-1``; see the module docstring.
 
     ``declare`` sets requirements effective from the next planned slot (registering new users,
     whose indices must continue ``0..n-1``); ``plan`` and ``commit`` work as in
-    :class:`mechanisms.ledgers.BudgetLedger`, one entry per user.
+    :class:`mechanisms.ledgers.BudgetLedger`, one entry per user. ``group[i]`` is user i's
+    column; ``size`` counts each column's users (0: a free column); ``version`` changes whenever
+    ``group`` does.
     """
 
     name = ""
     absorbs = False
 
-    def __init__(self, max_window: int, grid_bits: int | None = None) -> None:
+    def __init__(
+        self, max_window: int, grid_bits: int | None = None, merge_every: int | None = None
+    ) -> None:
         if max_window < 1:
             raise ValueError(f"max_window must be >= 1, got {max_window}")
         if grid_bits is not None and not 0 <= grid_bits <= 10:
             raise ValueError(f"grid_bits must be in 0..10, got {grid_bits}")
         self.max_window = int(max_window)
         self.grid_bits = grid_bits
+        self.merge_every = int(merge_every or max(self.max_window, 16))
         self.table = None if grid_bits is None else grid_table(grid_bits)
         self.slot = 1
         self.n = 0
+        self.k = 0  # columns in use: live and free ones below k
+        self.group = np.zeros(0, dtype=np.int64)
+        self.version = 0  # changes whenever ``group`` does
+        self.free = np.zeros(0, dtype=np.int64)
         self.ring1 = _Ring(self.max_window, self.table)
         self.ring2 = _Ring(self.max_window, self.table)
         z = np.zeros(0, dtype=np.int64)
         self.wB, self.EB, self.sum1, self.sum2 = z.copy(), z.copy(), z.copy(), z.copy()
-        self.wF = z.copy()
+        self.wF, self.size, self.npool = z.copy(), z.copy(), z.copy()
         self.EF = np.zeros(0)
         self.current = _Runs.empty()
         self.pool = _Runs.empty()
         self._pending: DynamicSlotPlan | None = None
-        self._units: tuple[np.ndarray, ...] | None = None
+        self._units: ColumnPlan | None = None
+        self._view: _Runs | None = None
+
+    # ----------------------------------------------------------------- columns
+    @property
+    def groups(self) -> int:
+        """Number of live groups (columns with users)."""
+        return int(np.count_nonzero(self.size[: self.k]))
+
+    def _current(self) -> _Runs:
+        """The current runs of columns ``0..k-1`` (views)."""
+        view = self._view
+        if view is None or len(view) != self.k or view.col.base is not self.current.col:
+            view = self._view = self.current.take(slice(0, self.k))
+        return view
+
+    def _cap(self) -> int:
+        return int(self.size.shape[0])
+
+    def _reserve(self, k: int) -> None:
+        """Make room for ``k`` columns; unused columns hold an empty, inert state."""
+        cap = self._cap()
+        if k <= cap:
+            return
+        new = max(k, cap + cap // 2, 16)
+        pad = new - cap
+        z = np.zeros(pad, dtype=np.int64)
+        for f in ("wB", "EB", "sum1", "sum2", "wF", "size", "npool"):
+            setattr(self, f, np.concatenate([getattr(self, f), z]))
+        self.EF = np.concatenate([self.EF, np.zeros(pad)])
+        self.current.extend(_new_runs(np.arange(cap, new), self.slot, z + 1, z))
+        self.ring1.resize(new)
+        self.ring2.resize(new)
+
+    def _allocate(self, count: int) -> np.ndarray:
+        """``count`` free columns: reused ones first, then fresh ones above ``k``."""
+        reuse, self.free = self.free[:count], self.free[count:]
+        more = count - reuse.size
+        fresh = np.arange(self.k, self.k + more, dtype=np.int64)
+        self._reserve(self.k + more)
+        self.k += more
+        return np.concatenate([reuse, fresh])
+
+    def _copy_columns(self, src: np.ndarray, dst: np.ndarray) -> None:
+        """Give columns ``dst`` the whole state of ``src`` (pairwise), pool runs included."""
+        for f in (*COL_FIELDS, "npool"):
+            arr = getattr(self, f)
+            arr[dst] = arr[src]
+        self.current.put(dst, self.current.take(src))
+        self.current.col[dst] = dst
+        for ring in (self.ring1, self.ring2):
+            ring.data[:, dst] = ring.data[:, src]
+        having = self.npool[src] > 0
+        if having.any() and len(self.pool):
+            s, d = src[having], dst[having]
+            order = np.argsort(s, kind="stable")
+            s, d = s[order], d[order]
+            left = np.searchsorted(s, self.pool.col, "left")
+            reps = np.searchsorted(s, self.pool.col, "right") - left
+            runs = np.flatnonzero(reps)
+            counts = reps[runs]
+            idx = np.repeat(runs, counts)
+            rank = np.arange(idx.size) - np.repeat(np.cumsum(counts) - counts, counts)
+            copies = self.pool.take(idx)
+            copies.col = d[left[idx] + rank]
+            self.pool.extend(copies)
+
+    def _clear_columns(self, cols: np.ndarray) -> None:
+        """Reset ``cols`` to the empty state of a user that never declared."""
+        for f in ("wB", "EB", "sum1", "sum2", "wF", "npool"):
+            getattr(self, f)[cols] = 0
+        self.EF[cols] = 0.0
+        z = np.zeros(cols.size, dtype=np.int64)
+        self.current.put(cols, _new_runs(cols, self.slot, z + 1, z))
+        for ring in (self.ring1, self.ring2):
+            ring.data[:, cols] = 0
+
+    def release_columns(self, cols: np.ndarray) -> None:
+        """Free columns left without users: drop their pool runs, keep them for reuse."""
+        if cols.size == 0:
+            return
+        if self.npool[cols].any():
+            dead = np.zeros(self.k, dtype=bool)
+            dead[cols] = True
+            self.pool.keep(~dead[self.pool.col])
+        self.npool[cols] = 0
+        self.free = np.concatenate([self.free, cols])
 
     # ----------------------------------------------------------------- requirements
     def declare(
@@ -243,22 +367,70 @@ class DynamicLedger:
                 f"the ledger's max_window={self.max_window}"
             )
         new = users >= self.n
-        if new.any() and not np.array_equal(
-            np.sort(users[new]), np.arange(self.n, self.n + int(new.sum()))
-        ):
+        count = int(new.sum())
+        if count and not np.array_equal(np.sort(users[new]), np.arange(self.n, self.n + count)):
             raise ValueError("new users must take the next free indices")
-        self._register(int(new.sum()))
+        if count:
+            self.group = np.concatenate([self.group, np.full(count, -1, dtype=np.int64)])
+            self.n += count
+        self._pending = None
+        self._units = None
+        # one target column per (old column, declaration)
+        src = self.group[users]
+        order = np.lexsort((EF, wF, EB, wB, src))
+        keys = [x[order] for x in (src, wB, EB, wF, EF)]
+        first = np.ones(users.size, dtype=bool)
+        for x in keys:
+            first[1:] &= x[1:] == x[:-1]
+        first = ~first
+        first[0] = True
+        starts = np.flatnonzero(first)
+        counts = np.diff(np.append(starts, users.size))
+        key_of = np.empty(users.size, dtype=np.int64)
+        key_of[order] = np.cumsum(first) - 1
+        src_k, wB_k, EB_k, wF_k, EF_k = (x[starts] for x in keys)
+        # a column all of whose users move takes its first declaration in place
+        old = src_k >= 0
+        moved = np.bincount(src_k[old], counts[old], minlength=self.k + 1).astype(np.int64)
+        at = np.maximum(src_k, 0)
+        in_place = old & (moved[at] == np.append(self.size[: self.k], 0)[at])
+        in_place &= np.concatenate(([True], src_k[1:] != src_k[:-1]))
+        target = src_k.copy()
+        fresh = ~in_place
+        target[fresh] = self._allocate(int(fresh.sum()))
+        copied = fresh & old
+        if copied.any():
+            self._copy_columns(src_k[copied], target[copied])
+            np.subtract.at(self.size, src_k[copied], counts[copied])
+        pristine = ~old
+        if pristine.any():
+            self._clear_columns(target[pristine])
+        self.size[target[fresh]] = counts[fresh]
+        self.group[users] = target[key_of]
+        self.version += 1
+        self._declare_columns(target, pristine, wB_k, EB_k, wF_k, EF_k)
+
+    def _declare_columns(
+        self,
+        cols: np.ndarray,
+        new: np.ndarray,
+        wB: np.ndarray,
+        EB: np.ndarray,
+        wF: np.ndarray,
+        EF: np.ndarray,
+    ) -> None:
+        """Apply one declaration per column (``new``: columns of users without a history)."""
         t = self.slot
         EB_units, EF_units = to_units(EB), to_units(EF)
         # backward: a new window needs its sums over the previous wB - 1 slots afresh
-        changed_b = ~new & (wB != self.wB[users])
+        changed_b = ~new & (wB != self.wB[cols])
         if changed_b.any():
-            idx = users[changed_b]
+            idx = cols[changed_b]
             self._move_windows(idx, self.wB[idx], wB[changed_b])
-        self.wB[users], self.EB[users] = wB, EB_units
+        self.wB[cols], self.EB[cols] = wB, EB_units
         # forward: a new declaration closes the current run and opens one
-        changed_f = new | (wF != self.wF[users]) | (self.EF[users] != EF)
-        idx = users[changed_f]
+        changed_f = new | (wF != self.wF[cols]) | (self.EF[cols] != EF)
+        idx = cols[changed_f]
         self.wF[idx], self.EF[idx] = wF[changed_f], EF[changed_f]
         if idx.size:
             old = self.current.take(idx)
@@ -271,32 +443,17 @@ class DynamicLedger:
                 if self.absorbs and stale.any():
                     self._rescan(closed, np.flatnonzero(stale), t)
                 self.pool.extend(closed)
+                np.add.at(self.npool, closed.col, 1)
             self.current.put(idx, _new_runs(idx, t, wF[changed_f], EF_units[changed_f]))
-        self._pending = None
-        self._units = None
 
-    def _register(self, count: int) -> None:
-        if count == 0:
-            return
-        n = self.n + count
-        self.ring1.grow(n)
-        self.ring2.grow(n)
-        pad = np.zeros(count, dtype=np.int64)
-        self.wB, self.EB = np.concatenate([self.wB, pad]), np.concatenate([self.EB, pad])
-        self.sum1, self.sum2 = np.concatenate([self.sum1, pad]), np.concatenate([self.sum2, pad])
-        self.wF = np.concatenate([self.wF, pad])
-        self.EF = np.concatenate([self.EF, np.zeros(count)])
-        self.current.extend(_new_runs(np.arange(self.n, n), self.slot, pad + 1, pad))
-        self.n = n
-
-    def _move_windows(self, users: np.ndarray, old: np.ndarray, new: np.ndarray) -> None:
+    def _move_windows(self, cols: np.ndarray, old: np.ndarray, new: np.ndarray) -> None:
         """Move backward sums from windows of ``old`` to ``new`` slots: add or drop the slots
         between them (ages min(old, new) - 1 .. max(old, new) - 2 before the next slot)."""
         first = np.minimum(old, new) - 1
         count = np.abs(new - old)
         sign = np.where(new > old, 1, -1)
         order = np.argsort(count)
-        users, first, count, sign = users[order], first[order], count[order], sign[order]
+        cols, first, count, sign = cols[order], first[order], count[order], sign[order]
         # blocks of similar length keep the padded matrices small
         edges = np.searchsorted(count, [1, 8, 32, 96, self.max_window + 1])
         for lo, hi in zip(edges[:-1], edges[1:], strict=True):
@@ -307,10 +464,10 @@ class DynamicLedger:
             ages = first[None, part] + j
             keep = j < count[None, part]
             last = self.slot - 1
-            s1 = np.where(keep, self.ring1.ages(users[part], last, ages), 0).sum(axis=0)
-            s2 = np.where(keep, self.ring2.ages(users[part], last, ages), 0).sum(axis=0)
-            self.sum1[users[part]] += sign[part] * s1
-            self.sum2[users[part]] += sign[part] * s2
+            s1 = np.where(keep, self.ring1.ages(cols[part], last, ages), 0).sum(axis=0)
+            s2 = np.where(keep, self.ring2.ages(cols[part], last, ages), 0).sum(axis=0)
+            self.sum1[cols[part]] += sign[part] * s1
+            self.sum2[cols[part]] += sign[part] * s2
 
     # ----------------------------------------------------------------- planning
     def _round(self, units: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -320,38 +477,35 @@ class DynamicLedger:
         codes = grid_codes(units, self.grid_bits or 0)
         return np.take(self.table, codes), codes
 
-    def _forward(self) -> tuple[np.ndarray, np.ndarray]:
-        """Per user: the smallest live share and the smallest remaining forward eps2 budget."""
-        cur, pool = self.current, self.pool
+    def _forward(self, cur: _Runs) -> tuple[np.ndarray, np.ndarray]:
+        """Per column: the smallest live share and the smallest remaining forward eps2 budget."""
+        pool = self.pool
         share = cur.share.copy()
         remain = cur.half - cur.spent
         if len(pool):
-            np.minimum.at(share, pool.user, pool.share)
-            np.minimum.at(remain, pool.user, pool.half - pool.spent)
+            np.minimum.at(share, pool.col, pool.share)
+            np.minimum.at(remain, pool.col, pool.half - pool.spent)
         return share, np.maximum(remain, 0)
 
-    def _absorption(self) -> tuple[bool, np.ndarray]:
-        """DPBA: whether the slot is nullified, and each user's absorption budget eps_AF."""
+    def _absorption(self, cur: _Runs) -> tuple[bool, np.ndarray]:
+        """DPBA: whether the slot is nullified, and each column's absorption budget eps_AF."""
         t = self.slot
-        nullified = False
-        absorb = np.zeros(self.n, dtype=np.int64)
-        for runs, own in ((self.current, True), (self.pool, False)):
-            if not len(runs):
-                continue
-            v_hi = runs.s_hi - (t - runs.m_hi + 1) * runs.share
-            nullified = nullified or bool((v_hi >= (runs.share == 0)).any())
-            af = (t - runs.m_lo + 1) * runs.share - runs.s_lo
-            if own:
-                absorb = af
-            else:
-                np.maximum.at(absorb, runs.user, af)
+        v_hi = cur.s_hi - (t - cur.m_hi + 1) * cur.share
+        hit = (v_hi >= (cur.share == 0)) & (self.size[: self.k] > 0)
+        nullified = bool(hit.any())
+        absorb = (t - cur.m_lo + 1) * cur.share - cur.s_lo
+        pool = self.pool
+        if len(pool):
+            v_hi = pool.s_hi - (t - pool.m_hi + 1) * pool.share
+            nullified = nullified or bool((v_hi >= (pool.share == 0)).any())
+            np.maximum.at(absorb, pool.col, (t - pool.m_lo + 1) * pool.share - pool.s_lo)
         return nullified, absorb
 
     def borders(self) -> np.ndarray:
         """DPBA's R_FN,i for the next slot: the largest t_FN,i,tau over each user's T_B,i,t."""
         t = self.slot
-        out = np.full(self.n, -np.inf)
-        for runs in (self.current, self.pool):
+        out = np.full(self.k, -np.inf)
+        for runs in (self._current(), self.pool):
             if not len(runs):
                 continue
             live = runs.share > 0
@@ -360,71 +514,102 @@ class DynamicLedger:
                     live, runs.s_hi / np.where(live, runs.share, 1) + runs.m_hi - 1, np.inf
                 )
             border = np.where(~live & (runs.s_hi == 0), t - 1, border)
-            np.maximum.at(out, runs.user, border)
-        return out
+            np.maximum.at(out, runs.col, border)
+        return out[self.group]
 
-    def _plan_units(self) -> tuple[np.ndarray, ...]:
-        """(eps1, stored1, eps2, stored2, EB after projection, projected, nullified)."""
+    def plan_columns(self) -> ColumnPlan:
+        """Plan the next slot per column, without changing the ledger; repeated calls agree."""
         if self._units is not None:
             return self._units
-        spent = self.sum1 + self.sum2
-        budget = np.maximum(self.EB, spent)
-        projected = spent > self.EB
+        k = self.k
+        sum1, sum2, EB = self.sum1[:k], self.sum2[:k], self.EB[:k]
+        cur = self._current()
+        spent = sum1 + sum2
+        budget = np.maximum(EB, spent)
+        projected = spent > EB
         left = budget - spent
-        share, remain = self._forward()
-        bound1 = np.maximum(np.minimum(budget // 2 - self.sum1, left), 0)
+        share, remain = self._forward(cur)
+        half_budget = budget // 2
+        bound1 = np.maximum(np.minimum(half_budget - sum1, left), 0)
         eps1, stored1 = self._round(np.minimum(share, bound1))
-        bound2 = np.maximum(np.minimum(budget // 2 - self.sum2, left - eps1), 0)
+        bound2 = np.maximum(np.minimum(half_budget - sum2, left - eps1), 0)
         nullified = False
         if self.absorbs:
-            nullified, absorb = self._absorption()
+            nullified, absorb = self._absorption(cur)
             want = np.minimum(np.maximum(absorb, 0), remain)
         else:
             want = remain // 2
-        eps2, stored2 = self._round(np.minimum(want, bound2))
         if nullified:
-            eps2, stored2 = np.zeros_like(eps2), np.zeros_like(stored2)
-        self._units = (eps1, stored1, eps2, stored2, budget, projected, np.bool_(nullified))
+            eps2 = np.zeros(k, dtype=np.int64)
+            stored2 = eps2 if self.table is None else np.zeros(k, dtype=np.uint16)
+        else:
+            eps2, stored2 = self._round(np.minimum(want, bound2))
+        self._units = ColumnPlan(eps1, stored1, eps2, stored2, budget, projected, nullified)
         return self._units
 
     def plan(self) -> DynamicSlotPlan:
         """Plan the next slot without changing the ledger; repeated calls agree."""
         if self._pending is None:
-            eps1, _, eps2, _, budget, projected, nullified = self._plan_units()
+            p = self.plan_columns()
+            g = self.group
             self._pending = DynamicSlotPlan(
                 self.slot,
-                eps1 * UNIT,
-                eps2 * UNIT,
-                nullified=bool(nullified),
-                projected=int(projected.sum()),
-                backward_budget=budget * UNIT,
-                projected_users=projected,
+                p.eps1[g] * UNIT,
+                p.eps2[g] * UNIT,
+                nullified=p.nullified,
+                projected=self.projected_count(),
+                backward_budget=p.budget[g] * UNIT,
+                projected_users=p.projected[g],
             )
         return self._pending
+
+    def projected_count(self) -> int:
+        """Users whose backward budget is projected at the planned slot."""
+        p = self.plan_columns()
+        return int(self.size[: self.k][p.projected].sum())
 
     # ----------------------------------------------------------------- committing
     def commit(self, published: bool) -> Charge:
         """Record the planned slot's decision and advance; eps2 is charged only if published."""
-        eps1, stored1, eps2, stored2, _, projected, nullified = self._plan_units()
-        published = bool(published) and not bool(nullified)
+        p = self.plan_columns()
+        projected = self.projected_count()
+        t = self.slot
+        published = self.commit_columns(published)
+        g = self.group
+        eps2 = p.eps2[g] * UNIT if published else np.zeros(self.n)
+        extra = {"projected": projected}
+        return Charge(t, p.eps1[g] * UNIT, eps2, published, p.nullified, extra)
+
+    def commit_columns(self, published: bool) -> bool:
+        """Record the planned slot's decision and advance; returns whether it was published."""
+        p = self.plan_columns()
+        published = bool(published) and not p.nullified
+        eps1, stored1, eps2, stored2 = p.eps1, p.stored1, p.eps2, p.stored2
         if not published:
             eps2, stored2 = np.zeros_like(eps2), np.zeros_like(stored2)
-        t, users = self.slot, np.arange(self.n)
+        t, k = self.slot, self.k
+        cols = np.arange(k)
         self.ring1.write(t, stored1)
         self.ring2.write(t, stored2)
         # backward sums move to the window before t + 1: add slot t, drop slot t - wB + 1
-        ages = self.wB - 1
-        self.sum1 += eps1 - self.ring1.at_age(users, t, ages)
-        self.sum2 += eps2 - self.ring2.at_age(users, t, ages)
-        self._advance(self.current, eps2, t, opened=True)
+        ages = self.wB[:k] - 1
+        self.sum1[:k] += eps1 - self.ring1.at_age(cols, t, ages)
+        self.sum2[:k] += eps2 - self.ring2.at_age(cols, t, ages)
+        self._advance(self._current(), eps2, t, opened=True)
         if len(self.pool):
-            self._advance(self.pool, eps2[self.pool.user], t, opened=False)
-            self.pool.keep(t + 1 <= self.pool.b + self.pool.w - 1)
-        extra = {"projected": int(projected.sum())}
+            self._advance(self.pool, eps2[self.pool.col], t, opened=False)
+            expired = t + 1 > self.pool.b + self.pool.w - 1
+            if expired.any():
+                np.subtract.at(self.npool, self.pool.col[expired], 1)
+                self.pool.keep(~expired)
         self.slot += 1
         self._pending = None
         self._units = None
-        return Charge(t, eps1 * UNIT, eps2 * UNIT, published, bool(nullified), extra)
+        if self.slot % self.merge_every == 0:
+            from mechanisms.dynamic_groups import merge_groups
+
+            merge_groups(self)
+        return published
 
     def _advance(self, runs: _Runs, eps2: np.ndarray, t: int, opened: bool) -> None:
         """Move the runs' sums from slot t to t + 1 after eps2 was charged at t."""
@@ -432,11 +617,11 @@ class DynamicLedger:
         leaving = t - runs.w + 1  # lo moves past this slot
         drop = leaving >= runs.a
         if opened:
-            gone = self.ring2.at_age(runs.user, t, runs.w - 1)
+            gone = self.ring2.at_age(runs.col, t, runs.w - 1)
             runs.spent -= np.where(drop, gone, 0)
         elif drop.any():
             idx = np.flatnonzero(drop)
-            runs.spent[idx] -= self.ring2.at(runs.user[idx], leaving[idx])
+            runs.spent[idx] -= self.ring2.at(runs.col[idx], leaving[idx])
         if not self.absorbs:
             return
         runs.s_hi += eps2
@@ -463,7 +648,7 @@ class DynamicLedger:
         lo = np.maximum(sub.a, nxt - sub.w + 1)
         hi = np.minimum(sub.b, nxt)
         length = int((nxt - lo).max()) + 1  # j = nxt - tau runs over 0 .. nxt - lo
-        charged = self.ring2.recent(sub.user, nxt - 1, max(length - 1, 1))[: length - 1]
+        charged = self.ring2.recent(sub.col, nxt - 1, max(length - 1, 1))[: length - 1]
         spent = np.zeros((length, idx.shape[0]), dtype=np.int64)
         np.cumsum(charged, axis=0, out=spent[1:])
         j = np.arange(length)[:, None]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from dynamic_reference import DYNAMIC_LEDGERS as REFERENCE_LEDGERS
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -14,7 +15,7 @@ from mechanisms.dynamic import (
     dynamic_ledger,
     plan_dynamic,
 )
-from mechanisms.dynamic_ledgers import grid_table
+from mechanisms.dynamic_ledgers import DYNAMIC_LEDGERS, grid_table
 
 # Table 3 of papers/000: per slot, (wB, EB, wF, EF) of u1, u2, u3
 TABLE3 = {
@@ -354,3 +355,112 @@ def test_bad_input_to_the_mechanism_changes_nothing() -> None:
     rel = mech.step(np.array([0, 1]))
     assert rel.slot == 1 and rel.eps1.shape == (2,)
     assert rel.eps1[0] == pytest.approx(0.25, rel=0.13)  # E/(2 wF) rounded down onto the grid
+
+
+# --------------------------------------------------------------------------- grouped state
+@st.composite
+def shared_histories(draw):
+    """Declarations drawn from a few requirements, so that many users share a history."""
+    seed = draw(st.integers(0, 2**32 - 1))
+    rng = np.random.default_rng(seed)
+    n = draw(st.integers(1, 14))
+    T = draw(st.integers(1, 90))
+    wide = draw(st.sampled_from([4, 8, 30]))
+    options = [
+        (int(rng.integers(1, wide + 1)), float(rng.choice([0.3, 1.0, 2.5])),
+         int(rng.integers(1, wide + 1)), float(rng.choice([0.4, 1.2, 3.0])))
+        for _ in range(draw(st.integers(1, 4)))
+    ]
+    change = draw(st.sampled_from([0.0, 0.05, 0.3]))
+    first = rng.integers(1, max(T // 3, 1) + 1, n)
+    first[0] = 1
+    rows = []
+    for i in range(n):
+        for t in range(int(first[i]), T + 1):
+            if t == first[i] or rng.random() < change:
+                rows.append((t, f"u{i}", *options[int(rng.integers(len(options)))]))
+    bits = (rng.random(T) < rng.uniform(0.1, 1.0)).tolist()
+    max_window = wide + int(rng.integers(0, 3))
+    merge_every = draw(st.sampled_from([1, 3, None]))
+    return DynamicRequirements.from_rows(rows), bits, max_window, merge_every
+
+
+@pytest.mark.parametrize("name", ["dpbd", "dpba"])
+@pytest.mark.parametrize("grid_bits", [None, 3])
+@given(case=shared_histories())
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_grouped_ledger_matches_per_user_oracle(name, grid_bits, case) -> None:
+    req, bits, max_window, merge_every = case
+    ledger = DYNAMIC_LEDGERS[name](max_window, grid_bits, merge_every)
+    oracle = REFERENCE_LEDGERS[name](max_window, grid_bits)
+    index: dict[str, int] = {}
+    for t, bit in enumerate(bits, start=1):
+        users, wB, EB, wF, EF = req.at(t)
+        for u in users:
+            index.setdefault(u, len(index))
+        idx = np.array([index[u] for u in users], dtype=np.int64)
+        ledger.declare(idx, wB, EB, wF, EF)
+        oracle.declare(idx, wB, EB, wF, EF)
+        got, want = ledger.plan(), oracle.plan()
+        assert got.nullified == want.nullified, f"slot {t}"
+        assert got.projected == want.projected
+        for field in ("eps1", "eps2", "backward_budget", "projected_users"):
+            np.testing.assert_array_equal(getattr(got, field), getattr(want, field), field)
+        if name == "dpba":
+            np.testing.assert_array_equal(ledger.borders(), oracle.borders())
+        c_got, c_want = ledger.commit(bit), oracle.commit(bit)
+        assert (c_got.published, c_got.nullified) == (c_want.published, c_want.nullified)
+        assert c_got.extra == c_want.extra
+        np.testing.assert_array_equal(c_got.eps1, c_want.eps1, f"eps1 slot {t}")
+        np.testing.assert_array_equal(c_got.eps2, c_want.eps2, f"eps2 slot {t}")
+        assert ledger.groups <= len(index)
+
+
+def test_groups_share_and_merge() -> None:
+    # 40 users in 4 declarations (backward inactive); u0..u9 change at slot 3 and return to
+    # their first declaration at slot 6
+    rows = [(1, f"u{i}", 1, 10.0, 3, 1.0 + (i % 4)) for i in range(40)]
+    rows += [(3, f"u{i}", 3, 2.0, 2, 0.5) for i in range(10)]
+    rows += [(6, f"u{i}", 1, 10.0, 3, 1.0 + (i % 4)) for i in range(10)]
+    req = DynamicRequirements.from_rows(rows)
+    for name in ("dpbd", "dpba"):
+        ledger = DYNAMIC_LEDGERS[name](4, 3, merge_every=1)
+        oracle = REFERENCE_LEDGERS[name](4, 3)
+        seen = []
+        for t in range(1, 30):
+            users, wB, EB, wF, EF = req.at(t)
+            idx = np.array([int(u[1:]) for u in users], dtype=np.int64)
+            ledger.declare(idx, wB, EB, wF, EF)
+            oracle.declare(idx, wB, EB, wF, EF)
+            seen.append(ledger.groups)
+            bit = t % 3 != 0
+            np.testing.assert_array_equal(ledger.commit(bit).eps2, oracle.commit(bit).eps2)
+        assert seen[0] == 4 and max(seen) == 8
+        assert seen[-1] == 4  # the detour left every window: merged back into 4 groups
+        assert ledger.k <= 8
+
+
+def test_mechanism_matches_per_user_oracle() -> None:
+    rng = np.random.default_rng(3)
+    rows = [(1, f"u{i}", 5, 2.0, 10, 3.0 + (i % 3)) for i in range(60)]
+    rows += [(4, "late", 2, 1.0, 3, 1.0)]
+    req = DynamicRequirements.from_rows(rows)
+    for name in ("dpbd", "dpba"):
+        mech = DynamicMechanism(name, req, d=5, rng=np.random.default_rng(1), max_window=12)
+        oracle = REFERENCE_LEDGERS[name](12, 3)
+        oracle.declare(np.arange(60), *(np.array([r[c] for r in rows[:60]]) for c in range(2, 6)))
+        for t in range(1, 40):
+            if t == 4:
+                oracle.declare(np.array([60]), [2], [1.0], [3], [1.0])
+            if t > 4:
+                changed = rng.choice(61, 3, replace=False)
+                reqs = (rng.integers(1, 13, 3), rng.uniform(0.2, 3, 3),
+                        rng.integers(1, 13, 3), rng.uniform(0.2, 3, 3))
+                mech.declare_indices(changed, *reqs)
+                oracle.declare(changed, *reqs)
+            n = 61 if t >= 4 else 60
+            rel = mech.step(rng.integers(-1, 5, n))
+            want = oracle.commit(rel.published)
+            assert rel.nullified == want.nullified
+            np.testing.assert_array_equal(rel.eps1, want.eps1)
+            np.testing.assert_array_equal(rel.eps2, want.eps2)
