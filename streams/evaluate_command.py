@@ -60,8 +60,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--users", type=int, default=10_000, help="synthetic users (default 10000)")
     p.add_argument("--slots", type=int, default=None,
                    help="slots (synthetic default 10000; real data: all, or the first SLOTS)")
-    p.add_argument("--start", default=None, help="real data: first slot's time")
-    p.add_argument("--end", default=None, help="real data: last time included")
+    p.add_argument("--start", action="append", default=[], metavar="[NAME=]TIME",
+                   help="real data: first slot's time (taxi=TIME or foursquare=TIME when both "
+                        "are evaluated)")
+    p.add_argument("--end", action="append", default=[], metavar="[NAME=]TIME",
+                   help="real data: last time included")
     p.add_argument("--repeat", type=int, default=10)
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--noise", choices=("laplace", "discrete"), default="laplace")
@@ -79,17 +82,24 @@ def settings(args: argparse.Namespace) -> list[tuple[float, int]]:
     return pairs
 
 
+def _per_dataset(values: list[str], real: list[str], flag: str) -> dict[str, str]:
+    """``[NAME=]VALUE`` options: a bare value applies to the one real dataset, or to all."""
+    out: dict[str, str] = {}
+    for item in values:
+        name, sep, value = item.partition("=")
+        if sep and name in ("taxi", "foursquare"):
+            out[name] = value
+        elif flag != "--data" or len(real) == 1:
+            for r in real:
+                out[r] = item
+        else:
+            raise ValueError(f"{flag} {item!r}: say taxi=VALUE or foursquare=VALUE")
+    return out
+
+
 def _data_paths(args: argparse.Namespace) -> dict[str, str]:
     real = [d for d in args.dataset if d in ("taxi", "foursquare")]
-    paths: dict[str, str] = {}
-    for item in args.data:
-        name, sep, path = item.partition("=")
-        if sep and name in ("taxi", "foursquare"):
-            paths[name] = path
-        elif len(real) == 1:
-            paths[real[0]] = item
-        else:
-            raise ValueError(f"--data {item!r}: say taxi=PATH or foursquare=PATH")
+    paths = _per_dataset(args.data, real, "--data")
     for name in real:
         if name not in paths:
             raise ValueError(f"dataset {name} needs --data PATH")
@@ -110,12 +120,13 @@ def load_cells(dataset: str, args: dict, repeat: int) -> tuple[np.ndarray, int]:
     from streams.loaders import load_foursquare, load_taxi
 
     path = Path(args["paths"][dataset])
+    start, end = args["start"].get(dataset), args["end"].get(dataset)
     if dataset == "taxi":
-        data = load_taxi(path, start=args["start"], end=args["end"])
+        data = load_taxi(path, start=start, end=end)
     else:
         folder = path if path.is_dir() else path.parent
         data = load_foursquare(folder / "checkins.tsv.gz", folder / "pois.tsv.gz",
-                               start=args["start"], end=args["end"])
+                               start=start, end=end)
     cells = data.cells if args["slots"] is None else data.cells[: args["slots"]]
     return cells, data.d
 
@@ -233,6 +244,9 @@ def run(args: argparse.Namespace) -> int:
         if any(not (e > 0 and np.isfinite(e)) for e in args.epsilon) or min(args.window) < 1:
             raise ValueError("--epsilon values must be > 0 and --window values >= 1")
         paths = _data_paths(args)
+        real = [d for d in args.dataset if d in ("taxi", "foursquare")]
+        starts = _per_dataset(args.start, real, "--start")
+        ends = _per_dataset(args.end, real, "--end")
         for name, path in paths.items():
             if not Path(path).exists():
                 raise ValueError(f"--data for {name}: {path} does not exist")
@@ -241,7 +255,8 @@ def run(args: argparse.Namespace) -> int:
         return 2
     args.out.mkdir(parents=True, exist_ok=True)
     shared = {"seed": args.seed, "users": args.users, "slots": args.slots, "paths": paths,
-              "start": args.start, "end": args.end, "settings": settings(args),
+              "start": starts, "end": ends,
+              "settings": settings(args),
               "mechanisms": args.mechanisms, "noise": args.noise}
     tasks = [(ds, r) for ds in args.dataset for r in range(args.repeat)]
     rows: list[dict] = []
