@@ -69,12 +69,7 @@ class LevelEngine:
             return
         w, E = parse_level_key(key)
         if self.homogeneous:
-            if self.ledger.levels == 0:
-                self.ledger.add_level(w, E)
-            else:
-                self.ledger.tighten_level(0, max(w, int(self.ledger.w[0])),
-                                          min(E, float(self.ledger.E[0])))
-            self.row_of[key] = 0
+            self.row_of[key] = self.ledger.strictest_level(w, E)
         else:
             self.row_of[key] = self.ledger.add_level(w, E)
 

@@ -88,6 +88,13 @@ class BudgetLedger(ABC):
         self._pending = None
         return self.levels - 1
 
+    def strictest_level(self, w: int, E: float) -> int:
+        """For homogeneous mechanisms: level 0, tightened to cover (w, E) too."""
+        if self.levels == 0:
+            return self.add_level(w, E)
+        self.tighten_level(0, max(int(w), int(self.w[0])), min(float(E), float(self.E[0])))
+        return 0
+
     def tighten_level(self, level: int, w: int, E: float) -> None:
         """Make a level's requirement stricter (larger window, smaller budget)."""
         if w < self.w[level] or self.E[level] < E:

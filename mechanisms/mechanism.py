@@ -144,13 +144,7 @@ class Mechanism:
         self._sizes = np.bincount(self.level_of_user, minlength=self.ledger.levels)
 
     def _tighten(self, w: int, E: float, count: int) -> np.ndarray:
-        if self.ledger.levels == 0:
-            self.ledger.add_level(w, E)
-        else:
-            self.ledger.tighten_level(
-                0, max(w, int(self.ledger.w[0])), min(E, float(self.ledger.E[0]))
-            )
-        return np.zeros(count, dtype=np.int64)
+        return np.full(count, self.ledger.strictest_level(w, E), dtype=np.int64)
 
     def validate_cells(self, cells: np.ndarray) -> np.ndarray:
         """Check one integer cell per user in [-1, d); raises ``ValueError`` naming the user."""

@@ -16,6 +16,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from streams.broker import EmbeddedBroker
 from streams.ingest import BatchIngest, RawRecord, ingest_settings, key_partition, produce_raw
+from streams.kafka_util import end_offsets
 from streams.topics import TopicSpec, create_topics
 
 PARTITIONS = 4
@@ -33,17 +34,6 @@ def reports(start: int, n: int) -> list[tuple[bytes, bytes]]:
         user = f"u{i % 997}"
         out.append((user.encode(), orjson.dumps({"user": user, "time": i, "value": i % 16})))
     return out
-
-
-async def end_offsets(bootstrap: str, topic: str, partitions: int) -> dict[int, int]:
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap)
-    await consumer.start()
-    try:
-        tps = [TopicPartition(topic, p) for p in range(partitions)]
-        ends = await consumer.end_offsets(tps)
-        return {tp.partition: off for tp, off in ends.items()}
-    finally:
-        await consumer.stop()
 
 
 async def committed_offsets(
