@@ -15,8 +15,8 @@ topic              key         what it carries
 ``slot-partials``  stream/slot per partition and slot: counts per (budget level, cell) and
                                the public per-level user counts; one partition, read by the
                                coordinator
-``decisions``      stream/slot the coordinator's publish/approximate decision per slot; one
-                               partition, read in full by every partition worker
+``decisions``      stream/slot the coordinator's publish/approximate decision per slot and
+                               what it charged each requirement level; one partition
 ``dead-letters``   source      rejected input with its original bytes and the reason
 =================  ==========  ===========================================================
 """
