@@ -20,7 +20,7 @@ import numpy as np
 
 DATASETS = ("tlns", "sin", "log", "taxi", "foursquare")
 FIELDS = ("dataset", "mechanism", "E", "w", "repeat", "amre", "ajsd", "mae", "fresh", "slots",
-          "seconds")
+          "seconds", "ratio")
 
 
 def _list(kind: type, text: str) -> list:
@@ -57,6 +57,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="w used while E varies (default 120)")
     p.add_argument("--cross", action="store_true",
                    help="run every (E, w) pair instead of the two one-at-a-time sweeps")
+    p.add_argument("--ratio-experiment", choices=("E", "w"), default=None,
+                   help="Figures 11/12 instead of Tables 5/6: a share (--ratios) of users gets "
+                        "E = 1.0 (E) or w = 40 (w), the others (0.6, 120)")
+    p.add_argument("--ratios", default="0.1,0.3,0.5,0.7,0.9", type=lambda s: _list(float, s))
     p.add_argument("--users", type=int, default=10_000, help="synthetic users (default 10000)")
     p.add_argument("--slots", type=int, default=None,
                    help="slots (synthetic default 10000; real data: all, or the first SLOTS)")
@@ -73,12 +77,18 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def settings(args: argparse.Namespace) -> list[tuple[float, int]]:
-    """The (E, w) pairs to run."""
+Setting = tuple[float, int, float | None]  # E, w, share of the ratio experiment
+
+
+def settings(args: argparse.Namespace) -> list[Setting]:
+    """The (E, w, ratio) settings to run."""
+    if args.ratio_experiment:
+        return [(0.6, 120, r) for r in args.ratios]
     if args.cross:
-        return [(e, w) for e in args.epsilon for w in args.window]
-    pairs = [(e, args.base_window) for e in args.epsilon]
-    pairs += [(args.base_epsilon, w) for w in args.window if (args.base_epsilon, w) not in pairs]
+        return [(e, w, None) for e in args.epsilon for w in args.window]
+    pairs = [(e, args.base_window, None) for e in args.epsilon]
+    pairs += [(args.base_epsilon, w, None) for w in args.window
+              if (args.base_epsilon, w, None) not in pairs]
     return pairs
 
 
@@ -134,20 +144,25 @@ def load_cells(dataset: str, args: dict, repeat: int) -> tuple[np.ndarray, int]:
 def run_task(dataset: str, repeat: int, args: dict) -> list[dict]:
     """Every mechanism and setting on one dataset and repeat."""
     from mechanisms.evaluation import make_step, run_stream, true_histograms
-    from mechanisms.experiments import paper_requirements
+    from mechanisms.experiments import paper_requirements, ratio_requirements
 
     cells, d = load_cells(dataset, args, repeat)
     true = true_histograms(cells, d)
     rows = []
-    for E, w in args["settings"]:
-        reqs = paper_requirements(cells.shape[1], E, w, np.random.default_rng(
-            [args["seed"], repeat, 1, int(E * 1000), w]))
+    for E, w, ratio in args["settings"]:
+        tag = [int(E * 1000), w] + ([] if ratio is None else [int(ratio * 1000)])
+        if ratio is None:
+            reqs = paper_requirements(cells.shape[1], E, w,
+                                      np.random.default_rng([args["seed"], repeat, 1, *tag]))
+        else:
+            reqs = ratio_requirements(cells.shape[1], ratio, args["ratio_experiment"])
         for k, name in enumerate(args["mechanisms"]):
-            rng = np.random.default_rng([args["seed"], repeat, 2, int(E * 1000), w, k])
+            rng = np.random.default_rng([args["seed"], repeat, 2, *tag, k])
             res = run_stream(make_step(name, reqs, d, rng, args["noise"]), cells, true)
             rows.append({"dataset": dataset, "mechanism": name, "E": E, "w": w, "repeat": repeat,
                          "amre": res.amre, "ajsd": res.ajsd, "mae": res.mae, "fresh": res.fresh,
-                         "slots": cells.shape[0], "seconds": round(res.seconds, 3)})
+                         "slots": cells.shape[0], "seconds": round(res.seconds, 3),
+                         "ratio": "" if ratio is None else ratio})
     return rows
 
 
@@ -155,35 +170,40 @@ def write_summary(rows: list[dict], args: argparse.Namespace, out: Path) -> None
     """Means over repeats, one table with E varied and one with w varied, per metric."""
     mean: dict[tuple, list[float]] = defaultdict(list)
     for r in rows:
-        mean[(r["dataset"], r["mechanism"], r["E"], r["w"], "amre")].append(r["amre"])
-        mean[(r["dataset"], r["mechanism"], r["E"], r["w"], "ajsd")].append(r["ajsd"])
+        ratio = None if r["ratio"] == "" else r["ratio"]
+        for metric in ("amre", "ajsd"):
+            mean[(r["dataset"], r["mechanism"], r["E"], r["w"], ratio, metric)].append(r[metric])
     datasets = [d for d in args.dataset if any(r["dataset"] == d for r in rows)]
     mechs = args.mechanisms
     lines = ["# Evaluation summary", "",
              f"Means over {args.repeat} repeats (seed {args.seed}, noise {args.noise}).", ""]
 
-    def table(title: str, keys: list[tuple[float, int]], label) -> None:
+    def table(title: str, keys: list[Setting], label) -> None:
         for metric in ("amre", "ajsd"):
             lines.extend([f"## {metric.upper()} with {title}", ""])
             head = "| dataset | setting | " + " | ".join(m.upper() for m in mechs) + " |"
             lines.extend([head, "|---|---|" + "---:|" * len(mechs)])
             for ds in datasets:
-                for E, w in keys:
+                for E, w, ratio in keys:
                     cells = []
                     for m in mechs:
-                        vals = mean.get((ds, m, E, w, metric))
+                        vals = mean.get((ds, m, E, w, ratio, metric))
                         cells.append(f"{np.mean(vals):,.2f}" if metric == "amre" and vals
                                      else f"{np.mean(vals):.5f}" if vals else "")
-                    lines.append(f"| {ds} | {label(E, w)} | " + " | ".join(cells) + " |")
+                    lines.append(f"| {ds} | {label(E, w, ratio)} | " + " | ".join(cells) + " |")
             lines.append("")
 
-    if args.cross:
-        table("every (E, w)", settings(args), lambda E, w: f"E={E:g}, w={w}")
+    if args.ratio_experiment:
+        which = "E_k = 1.0" if args.ratio_experiment == "E" else "w_k = 40"
+        table(f"the share of users with {which} varied", settings(args),
+              lambda E, w, r: f"ratio={r:g}")
+    elif args.cross:
+        table("every (E, w)", settings(args), lambda E, w, r: f"E={E:g}, w={w}")
     else:
         table(f"E varied (w = {args.base_window})",
-              [(e, args.base_window) for e in args.epsilon], lambda E, w: f"E={E:g}")
+              [(e, args.base_window, None) for e in args.epsilon], lambda E, w, r: f"E={E:g}")
         table(f"w varied (E = {args.base_epsilon:g})",
-              [(args.base_epsilon, w) for w in args.window], lambda E, w: f"w={w}")
+              [(args.base_epsilon, w, None) for w in args.window], lambda E, w, r: f"w={w}")
     (out / "summary.md").write_text("\n".join(lines))
 
 
@@ -195,11 +215,13 @@ def write_plots(rows: list[dict], args: argparse.Namespace, out: Path) -> list[P
     import matplotlib.pyplot as plt
 
     written = []
+    if args.ratio_experiment:
+        sweeps = [("ratio", "E", 0.6, args.ratios)]
+    else:
+        sweeps = [("E", "w", args.base_window, args.epsilon),
+                  ("w", "E", args.base_epsilon, args.window)]
     for ds in args.dataset:
-        for axis, fixed_key, fixed, values in (
-            ("E", "w", args.base_window, args.epsilon),
-            ("w", "E", args.base_epsilon, args.window),
-        ):
+        for axis, fixed_key, fixed, values in sweeps:
             fig, ax = plt.subplots(figsize=(5, 3.6))
             drawn = False
             for m in args.mechanisms:
@@ -243,6 +265,8 @@ def run(args: argparse.Namespace) -> int:
             raise ValueError("--repeat, --users and --slots must be >= 1")
         if any(not (e > 0 and np.isfinite(e)) for e in args.epsilon) or min(args.window) < 1:
             raise ValueError("--epsilon values must be > 0 and --window values >= 1")
+        if args.ratio_experiment and any(not 0.0 <= r <= 1.0 for r in args.ratios):
+            raise ValueError("--ratios must lie in [0, 1]")
         paths = _data_paths(args)
         real = [d for d in args.dataset if d in ("taxi", "foursquare")]
         starts = _per_dataset(args.start, real, "--start")
@@ -257,7 +281,8 @@ def run(args: argparse.Namespace) -> int:
     shared = {"seed": args.seed, "users": args.users, "slots": args.slots, "paths": paths,
               "start": starts, "end": ends,
               "settings": settings(args),
-              "mechanisms": args.mechanisms, "noise": args.noise}
+              "mechanisms": args.mechanisms, "noise": args.noise,
+              "ratio_experiment": args.ratio_experiment}
     tasks = [(ds, r) for ds in args.dataset for r in range(args.repeat)]
     rows: list[dict] = []
     started = time.monotonic()

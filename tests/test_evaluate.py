@@ -72,7 +72,8 @@ def test_evaluate_command_writes_results_summary_and_plots(tmp_path):
     assert settings == {("0.4", "120"), ("1.0", "120"), ("0.6", "40"), ("0.6", "120")}
     assert len(rows) == 2 * 4 * 3 * 2
     assert set(rows[0]) == {"dataset", "mechanism", "E", "w", "repeat", "amre", "ajsd", "mae",
-                            "fresh", "slots", "seconds"}
+                            "fresh", "slots", "seconds", "ratio"}
+    assert {r["ratio"] for r in rows} == {""}
     summary = (out / "summary.md").read_text()
     assert "AMRE with E varied (w = 120)" in summary and "| sin | E=0.4 |" in summary
     assert sorted(p.name for p in out.glob("*.png")) == [
@@ -119,3 +120,18 @@ def test_foursquare_fixture_evaluates(tmp_path):
     assert {r["mechanism"] for r in rows} == {"pbd", "spas"}
     assert all(float(r["amre"]) >= 0 for r in rows)
     json.dumps(rows)
+
+
+def test_ratio_experiment(tmp_path):
+    out = tmp_path / "ratio"
+    assert main(["evaluate", "--dataset", "sin", "--mechanisms", "pbd,pba",
+                 "--ratio-experiment", "E", "--ratios", "0.1,0.9", "--users", "400",
+                 "--slots", "50", "--repeat", "1", "--jobs", "1", "--out", str(out)]) == 0
+    rows = list(csv.DictReader((out / "results.csv").open()))
+    assert sorted({r["ratio"] for r in rows}) == ["0.1", "0.9"]
+    assert {(r["E"], r["w"]) for r in rows} == {("0.6", "120")}
+    summary = (out / "summary.md").read_text()
+    assert "share of users with E_k = 1.0 varied" in summary and "ratio=0.9" in summary
+    assert (out / "amre_sin_ratio.png").exists()
+    assert main(["evaluate", "--dataset", "sin", "--ratio-experiment", "w", "--ratios", "1.5",
+                 "--out", str(tmp_path / "bad")]) == 2
