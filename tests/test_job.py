@@ -6,6 +6,7 @@ import base64
 import time
 from pathlib import Path
 
+import jsonschema
 import orjson
 import pytest
 from jobkit import (
@@ -26,6 +27,7 @@ from jobkit import (
 
 from streams.broker import EmbeddedBroker
 from streams.kafka_util import read_topic
+from streams.records import load_schema
 
 USERS = [f"u{i}" for i in range(60)]
 W = [4 + (i % 3) * 3 for i in range(60)]
@@ -111,6 +113,10 @@ def test_bad_input_goes_to_dead_letters_and_the_job_keeps_running(broker, tmp_pa
     log = (tmp_path / "worker.log").read_text()
     assert {d["slot"] for d in docs} == {0, 1, 2, 3}, log[-3000:]
     dead = [orjson.loads(v) for v in asyncio_read(broker, topics.dead_letters)]
+    for d in dead:
+        jsonschema.validate(d, load_schema("dead-letters"))
+    for d in docs:
+        jsonschema.validate(d, load_schema("releases"))
     reasons = {d["reason"] for d in dead}
     assert reasons >= {"malformed_json", "missing_field", "bad_type", "out_of_domain",
                        "unregistered_user", "invalid_requirement", "duplicate_in_slot", "late",

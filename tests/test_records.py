@@ -298,34 +298,34 @@ def test_dead_letter_round_trip_and_schema() -> None:
         dead_letter("t", 0, 0, None, b"x", "clipped", "")
 
 
-def test_release_partial_and_decision_samples_match_schemas() -> None:
-    validator("releases").validate(
-        {
-            "stream": "taxi",
-            "slot": 12,
-            "start": 1_700_000_720_000,
-            "end": 1_700_000_780_000,
-            "mechanism": "pwsm-pba",
-            "published": "fresh",
-            "histogram": [3, 0, 12, 7],
-            "threshold": 0.4,
-            "accepted": 22,
-            "rejected": 1,
-        }
-    )
-    validator("slot-partials").validate(
-        {
-            "stream": "taxi",
-            "slot": 12,
-            "partition": 0,
-            "partitions": 4,
-            "levels": [{"eps1": 0.05, "eps2": 0.2, "users": 10}],
-            "counts": [[1, 0, 4, 2]],
-            "accepted": 7,
-            "rejected": {"late": 1},
-        }
-    )
-    validator("decisions").validate(
-        {"stream": "taxi", "slot": 12, "published": "approximated", "mechanism": "pwsm-pba"}
-    )
+def test_what_the_job_writes_matches_the_schemas() -> None:
+    from streams.config import JobConfig
+    from streams.pipeline import InProcessJob
+
+    cfg = JobConfig(mechanism="pba", domain={"kind": "cells", "size": 3}, slot_ms=100,
+                    partitions=2, secret="s")
+    job = InProcessJob(cfg)
+    users = [f"u{i}" for i in range(12)]
+    job.register((u.encode(), orjson.dumps({"user": u, "w": 2 + i % 3, "E": 1.0}))
+                 for i, u in enumerate(users))
+    partials: list[dict] = []
+    deliver = job._deliver
+
+    def spy(messages: list[dict]) -> None:
+        partials.extend(messages)
+        deliver(messages)
+
+    job._deliver = spy  # type: ignore[method-assign]
+    for t in range(6):
+        job.feed((u.encode(), orjson.dumps({"user": u, "time": t * 100 + i, "value": i % 3}))
+                 for i, u in enumerate(users))
+    job.feed([(b"u1", b"{broken")])
+    job.finish()
+    assert len(job.releases) == 6 and partials
+    for release in job.releases:
+        validator("releases").validate(orjson.loads(release))
+    for message in partials:
+        validator("slot-partials").validate(orjson.loads(orjson.dumps(message)))
+    for decision in job.coordinator.decisions.values():
+        validator("decisions").validate(orjson.loads(decision))
     assert not validator("releases").is_valid({"stream": "taxi", "slot": 1, "published": "maybe"})
