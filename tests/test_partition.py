@@ -130,3 +130,26 @@ def test_coordinator_rejects_unknown_partitions():
     coord = Coordinator(CFG)
     with pytest.raises(ValueError, match="partition 3"):
         coord.receive({"partition": 3, "closed_through": 0, "users": {}, "slots": {}})
+
+
+def test_every_registered_user_is_charged_whether_or_not_they_report():
+    """Decision 2: budgets and thresholds follow registrations, never the activity pattern."""
+    from streams.pipeline import InProcessJob
+
+    def run(reporting: int) -> list[dict]:
+        cfg = JobConfig(mechanism="uniform", domain={"kind": "cells", "size": 3}, slot_ms=100,
+                        partitions=2, secret="s")
+        job = InProcessJob(cfg)
+        users = [f"u{i}" for i in range(12)]
+        job.register(req(u, w=2 + i % 2) for i, u in enumerate(users))
+        for t in range(5):
+            job.feed(rep(u, t * 100 + i, i % 3, 0)[:2] for i, u in enumerate(users[:reporting]))
+        job.feed([rep("u0", 450, 1, 0)[:2]])  # every run reaches slot 4
+        job.finish()
+        return [orjson.loads(d) for d in job.coordinator.decisions.values()]
+
+    everyone, half, one = run(12), run(6), run(1)
+    assert len(everyone) == len(half) == len(one) == 5
+    for a, b, c in zip(everyone, half, one, strict=True):
+        assert a["users"] == b["users"] == c["users"] == {"2:1.0": 6, "3:1.0": 6}
+        assert a["eps1"] == b["eps1"] == c["eps1"] and a["eps2"] == b["eps2"] == c["eps2"]
