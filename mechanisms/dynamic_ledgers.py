@@ -62,8 +62,27 @@ def grid_table(bits: int) -> np.ndarray:
 
 def grid_codes(units: np.ndarray, bits: int) -> np.ndarray:
     """Code of the largest grid value <= each unit amount (amounts below 2**53)."""
-    raw = units.astype(np.float64).view(np.int64) >> (52 - bits)
-    return np.where(units > 0, raw - (1023 << bits) + 1, 0).astype(np.uint16)
+    raw = units.astype(np.float64).view(np.int64)
+    raw >>= 52 - bits
+    raw -= (1023 << bits) - 1
+    # amounts <= 0 (sign bit set, or a zero exponent) give raw <= 0: code 0
+    np.maximum(raw, 0, out=raw)
+    return raw.astype(np.uint16)
+
+
+def _wrap(x: np.ndarray, width: int) -> np.ndarray:
+    """``x % width`` for an integer array: by one shift when the values span less than two
+    widths (slots within a ring's reach), as integer division is slow."""
+    if x.size == 0:
+        return x % width
+    lo, hi = int(x.min()), int(x.max())
+    base = lo - lo % width
+    if hi - base >= 2 * width:
+        return x % width
+    out = x - base
+    if hi - base >= width:
+        np.subtract(out, width, out=out, where=out >= width)
+    return out
 
 
 class _Ring:
@@ -74,6 +93,9 @@ class _Ring:
         self.table = table
         self.dtype = np.int64 if table is None else np.uint16
         self.data = np.zeros((width, 0), dtype=self.dtype)
+        # rows that may hold a nonzero charge (columns at or above ``k`` are never written,
+        # and reused columns are overwritten, so an all-zero row written stays all-zero)
+        self.nonzero = np.zeros(width, dtype=bool)
 
     def resize(self, cap: int) -> None:
         """Hold ``cap`` columns; new columns hold zeros."""
@@ -86,6 +108,24 @@ class _Ring:
     def write(self, slot: int, stored: np.ndarray) -> None:
         """Record one slot's stored values (units, or grid codes) for columns ``0..k-1``."""
         self.data[slot % self.width, : stored.shape[0]] = stored
+        self.nonzero[slot % self.width] = bool(stored.any())
+
+    def copy_columns(self, src: np.ndarray, dst: np.ndarray) -> None:
+        """Give columns ``dst`` the charges of ``src`` (``dst`` below ``k``: all-zero rows are
+        zero there already)."""
+        rows = np.flatnonzero(self.nonzero)
+        if rows.size == self.width:
+            self.data[:, dst] = self.data[:, src]
+        elif rows.size:
+            self.data[rows[:, None], dst[None, :]] = self.data[rows[:, None], src[None, :]]
+
+    def clear_columns(self, cols: np.ndarray) -> None:
+        """Zero the charges of ``cols``."""
+        rows = np.flatnonzero(self.nonzero)
+        if rows.size == self.width:
+            self.data[:, cols] = 0
+        elif rows.size:
+            self.data[rows[:, None], cols[None, :]] = 0
 
     def decode(self, stored: np.ndarray) -> np.ndarray:
         """Stored values to units."""
@@ -93,14 +133,20 @@ class _Ring:
 
     def at(self, cols: np.ndarray, slots: np.ndarray) -> np.ndarray:
         """Units charged to ``cols[k]`` at ``slots[k]`` (slots within the last ``width``)."""
-        flat = (slots % self.width) * self.data.shape[1] + cols
-        return self.decode(np.take(self.data.ravel(), flat, mode="wrap"))
+        out = self.at_nonzero(cols, slots)
+        return np.zeros(np.shape(slots), dtype=np.int64) if out is None else out
+
+    def at_nonzero(self, cols: np.ndarray, slots: np.ndarray) -> np.ndarray | None:
+        """As :meth:`at`, or ``None`` when the rows of all ``slots`` hold only zeros."""
+        rows = _wrap(slots, self.width)
+        if not self.nonzero.all() and not np.take(self.nonzero, rows).any():
+            return None
+        flat = rows * self.data.shape[1] + cols
+        return self.decode(np.take(self.data.ravel(), flat, mode="clip"))
 
     def at_age(self, cols: np.ndarray, now: int, ages: np.ndarray) -> np.ndarray:
-        """Units charged at slot ``now - ages[k]``: one gather with wrap-around."""
-        cap = self.data.shape[1]
-        flat = cols - ages * cap + (now % self.width) * cap
-        return self.decode(np.take(self.data.ravel(), flat, mode="wrap"))
+        """Units charged at slot ``now - ages[k]``."""
+        return self.at(cols, now - ages)
 
     def recent(self, cols: np.ndarray, now: int, length: int) -> np.ndarray:
         """A (length, k) matrix: row j holds the units charged at slot ``now - j``."""
@@ -108,9 +154,34 @@ class _Ring:
 
     def ages(self, cols: np.ndarray, now: int, ages: np.ndarray) -> np.ndarray:
         """Units charged to ``cols`` at slots ``now - ages`` (``ages`` broadcast over cols)."""
-        cap = self.data.shape[1]
-        flat = cols[None, :] - ages * cap + (now % self.width) * cap
-        return self.decode(np.take(self.data.ravel(), flat, mode="wrap"))
+        return self.gather(self.flat(cols, now, ages))
+
+    def sum_range(
+        self, cols: np.ndarray, now: int, first: np.ndarray, count: np.ndarray
+    ) -> np.ndarray | None:
+        """Per column, the units charged at ages ``first .. first + count - 1`` before ``now``
+        (ages below ``width``); ``None`` when the ring holds only zeros. When fewer rows may
+        hold a nonzero charge than the longest range, only those rows are read."""
+        rows = np.flatnonzero(self.nonzero)
+        length = int(count.max(initial=0))
+        if rows.size == 0 or length == 0:
+            return None
+        if rows.size >= length:
+            j = np.arange(length)[:, None]
+            ages = first[None, :] + j
+            return np.where(j < count, self.gather(self.flat(cols, now, ages)), 0).sum(axis=0)
+        row_age = ((now - rows) % self.width)[:, None]
+        inside = (row_age >= first[None, :]) & (row_age < (first + count)[None, :])
+        flat = rows[:, None] * self.data.shape[1] + cols[None, :]
+        return np.where(inside, self.gather(flat), 0).sum(axis=0)
+
+    def flat(self, cols: np.ndarray, now: int, ages: np.ndarray) -> np.ndarray:
+        """Flat positions of ``cols`` at slots ``now - ages`` (``ages`` broadcast over cols)."""
+        return _wrap(now - ages, self.width) * self.data.shape[1] + cols[None, :]
+
+    def gather(self, flat: np.ndarray) -> np.ndarray:
+        """Units at flat positions from :meth:`flat`."""
+        return self.decode(np.take(self.data.ravel(), flat, mode="clip"))
 
 
 @dataclass
@@ -158,6 +229,44 @@ class _Runs:
 
 
 RUN_FIELDS = ("col", "a", "b", "w", "half", "share", "spent", "m_hi", "s_hi", "m_lo", "s_lo")
+
+
+class _Pool(_Runs):
+    """Runs in one (fields, capacity) buffer: the fields are views of its first ``len`` columns,
+    so that appending is proportional to the appended runs."""
+
+    def __init__(self) -> None:
+        self._buf = np.zeros((len(RUN_FIELDS), 0), dtype=np.int64)
+        self._len = 0
+        self._point()
+
+    def _point(self) -> None:
+        for i, f in enumerate(RUN_FIELDS):
+            setattr(self, f, self._buf[i, : self._len])
+
+    def extend(self, other: _Runs) -> None:
+        size = self._len + len(other)
+        if size > self._buf.shape[1]:
+            buf = np.zeros((len(RUN_FIELDS), max(size + size // 4, 16)), dtype=np.int64)
+            buf[:, : self._len] = self._buf[:, : self._len]
+            self._buf = buf
+        for i, f in enumerate(RUN_FIELDS):
+            self._buf[i, self._len : size] = getattr(other, f)
+        self._len = size
+        self._point()
+
+    def keep(self, mask: np.ndarray) -> None:
+        # the order of runs carries no meaning: the kept runs beyond the new length fill the
+        # places of the dropped ones before it, so the work is proportional to the dropped runs
+        size = int(np.count_nonzero(mask))
+        holes = np.flatnonzero(~mask[:size])
+        if holes.size:
+            movers = size + np.flatnonzero(mask[size:])
+            self._buf[:, holes] = self._buf[:, movers]
+        self._len = size
+        self._point()
+
+
 _OPEN = np.int64(1) << 62  # b of a run that is still the group's current declaration
 
 
@@ -251,7 +360,7 @@ class DynamicLedger:
         self.wF, self.size, self.npool = z.copy(), z.copy(), z.copy()
         self.EF = np.zeros(0)
         self.current = _Runs.empty()
-        self.pool = _Runs.empty()
+        self.pool: _Runs = _Pool()
         self._pending: DynamicSlotPlan | None = None
         self._units: ColumnPlan | None = None
         self._view: _Runs | None = None
@@ -304,7 +413,7 @@ class DynamicLedger:
         self.current.put(dst, self.current.take(src))
         self.current.col[dst] = dst
         for ring in (self.ring1, self.ring2):
-            ring.data[:, dst] = ring.data[:, src]
+            ring.copy_columns(src, dst)
         having = self.npool[src] > 0
         if having.any() and len(self.pool):
             s, d = src[having], dst[having]
@@ -328,7 +437,7 @@ class DynamicLedger:
         z = np.zeros(cols.size, dtype=np.int64)
         self.current.put(cols, _new_runs(cols, self.slot, z + 1, z))
         for ring in (self.ring1, self.ring2):
-            ring.data[:, cols] = 0
+            ring.clear_columns(cols)
 
     def release_columns(self, cols: np.ndarray) -> None:
         """Free columns left without users: drop their pool runs, keep them for reuse."""
@@ -356,7 +465,8 @@ class DynamicLedger:
         EB, EF = np.asarray(EB, dtype=np.float64), np.asarray(EF, dtype=np.float64)
         if users.size == 0:
             return
-        if np.unique(users).size != users.size:
+        ordered = np.sort(users)
+        if (ordered[1:] == ordered[:-1]).any():
             raise ValueError("at most one declaration per user and slot")
         wide = np.maximum(wB, wF) > self.max_window
         if wide.any():
@@ -460,14 +570,11 @@ class DynamicLedger:
             if lo == hi:
                 continue
             part = slice(int(lo), int(hi))
-            j = np.arange(int(count[hi - 1]))[:, None]
-            ages = first[None, part] + j
-            keep = j < count[None, part]
             last = self.slot - 1
-            s1 = np.where(keep, self.ring1.ages(cols[part], last, ages), 0).sum(axis=0)
-            s2 = np.where(keep, self.ring2.ages(cols[part], last, ages), 0).sum(axis=0)
-            self.sum1[cols[part]] += sign[part] * s1
-            self.sum2[cols[part]] += sign[part] * s2
+            for ring, sums in ((self.ring1, self.sum1), (self.ring2, self.sum2)):
+                moved = ring.sum_range(cols[part], last, first[part], count[part])
+                if moved is not None:
+                    sums[cols[part]] += sign[part] * moved
 
     # ----------------------------------------------------------------- planning
     def _round(self, units: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -529,21 +636,26 @@ class DynamicLedger:
         projected = spent > EB
         left = budget - spent
         share, remain = self._forward(cur)
-        half_budget = budget // 2
-        bound1 = np.maximum(np.minimum(half_budget - sum1, left), 0)
-        eps1, stored1 = self._round(np.minimum(share, bound1))
-        bound2 = np.maximum(np.minimum(half_budget - sum2, left - eps1), 0)
+        half_budget = budget >> 1  # budgets are >= 0
+        bound1 = half_budget - sum1
+        np.minimum(bound1, left, out=bound1)
+        np.maximum(bound1, 0, out=bound1)
+        eps1, stored1 = self._round(np.minimum(share, bound1, out=bound1))
+        bound2 = half_budget - sum2
+        left -= eps1
+        np.minimum(bound2, left, out=bound2)
+        np.maximum(bound2, 0, out=bound2)
         nullified = False
         if self.absorbs:
             nullified, absorb = self._absorption(cur)
             want = np.minimum(np.maximum(absorb, 0), remain)
         else:
-            want = remain // 2
+            want = remain >> 1  # remain >= 0
         if nullified:
             eps2 = np.zeros(k, dtype=np.int64)
             stored2 = eps2 if self.table is None else np.zeros(k, dtype=np.uint16)
         else:
-            eps2, stored2 = self._round(np.minimum(want, bound2))
+            eps2, stored2 = self._round(np.minimum(want, bound2, out=bound2))
         self._units = ColumnPlan(eps1, stored1, eps2, stored2, budget, projected, nullified)
         return self._units
 
@@ -594,10 +706,15 @@ class DynamicLedger:
         # backward sums move to the window before t + 1: add slot t, drop slot t - wB + 1
         ages = self.wB[:k] - 1
         self.sum1[:k] += eps1 - self.ring1.at_age(cols, t, ages)
-        self.sum2[:k] += eps2 - self.ring2.at_age(cols, t, ages)
-        self._advance(self._current(), eps2, t, opened=True)
+        if published:
+            self.sum2[:k] += eps2
+        gone = self.ring2.at_nonzero(cols, t - ages)
+        if gone is not None:
+            self.sum2[:k] -= gone
+        charged = published and bool(stored2.any())
+        self._advance(self._current(), eps2 if charged else None, t, opened=True)
         if len(self.pool):
-            self._advance(self.pool, eps2[self.pool.col], t, opened=False)
+            self._advance(self.pool, eps2[self.pool.col] if charged else None, t, opened=False)
             expired = t + 1 > self.pool.b + self.pool.w - 1
             if expired.any():
                 np.subtract.at(self.npool, self.pool.col[expired], 1)
@@ -611,32 +728,36 @@ class DynamicLedger:
             merge_groups(self)
         return published
 
-    def _advance(self, runs: _Runs, eps2: np.ndarray, t: int, opened: bool) -> None:
-        """Move the runs' sums from slot t to t + 1 after eps2 was charged at t."""
-        runs.spent += eps2
+    def _advance(self, runs: _Runs, eps2: np.ndarray | None, t: int, opened: bool) -> None:
+        """Move the runs' sums from slot t to t + 1 after eps2 was charged at t (None: zero)."""
+        if eps2 is not None:
+            runs.spent += eps2
         leaving = t - runs.w + 1  # lo moves past this slot
-        drop = leaving >= runs.a
-        if opened:
-            gone = self.ring2.at_age(runs.col, t, runs.w - 1)
-            runs.spent -= np.where(drop, gone, 0)
-        elif drop.any():
-            idx = np.flatnonzero(drop)
-            runs.spent[idx] -= self.ring2.at(runs.col[idx], leaving[idx])
+        idx = np.flatnonzero(leaving >= runs.a)
+        if idx.size and self.ring2.nonzero.any():
+            gone = self.ring2.at_nonzero(runs.col[idx], leaving[idx])
+            if gone is not None:
+                runs.spent[idx] -= gone
         if not self.absorbs:
             return
-        runs.s_hi += eps2
-        runs.s_lo += eps2
+        if eps2 is not None:
+            runs.s_hi += eps2
+            runs.s_lo += eps2
         nxt = t + 1
         if opened:
-            # slot t + 1 joins with V = -share; ties go to the newer slot (it expires later)
-            v_hi = runs.s_hi - (nxt - runs.m_hi + 1) * runs.share
-            v_lo = runs.s_lo - (nxt - runs.m_lo + 1) * runs.share
-            take_hi = -runs.share >= v_hi
-            take_lo = -runs.share <= v_lo
-            runs.m_hi[take_hi], runs.s_hi[take_hi] = nxt, 0
-            runs.m_lo[take_lo], runs.s_lo[take_lo] = nxt, 0
-        lo = np.maximum(runs.a, nxt - runs.w + 1)
-        expired = (runs.m_hi < lo) | (runs.m_lo < lo)
+            # slot t + 1 joins with V = -share; ties go to the newer slot (it expires later):
+            # -share >= V_m = s - (nxt - m + 1) * share  iff  (nxt - m) * share >= s
+            for m, s, take_new in (
+                (runs.m_hi, runs.s_hi, np.greater_equal),
+                (runs.m_lo, runs.s_lo, np.less_equal),
+            ):
+                gap = np.subtract(nxt, m)
+                gap *= runs.share
+                take = take_new(gap, s)
+                np.copyto(m, nxt, where=take)
+                np.copyto(s, 0, where=take)
+        lo = np.maximum(runs.a, leaving + 1)
+        expired = np.minimum(runs.m_hi, runs.m_lo) < lo
         if not opened:
             expired &= lo <= runs.b
         if expired.any():
@@ -644,6 +765,22 @@ class DynamicLedger:
 
     def _rescan(self, runs: _Runs, idx: np.ndarray, nxt: int) -> None:
         """Find the live slots of largest and smallest V for ``runs[idx]`` as of slot ``nxt``."""
+        # nothing charged since the earliest live slot: V_tau = -(nxt - tau + 1) * share, whose
+        # largest value is at the newest live slot and smallest at the oldest (newest on ties)
+        quiet = runs.spent[idx] == 0
+        if quiet.any():
+            q = idx[quiet]
+            a, w, b, share = runs.a[q], runs.w[q], runs.b[q], runs.share[q]
+            lo = np.maximum(a, nxt - w + 1)
+            hi = np.minimum(b, nxt)
+            empty = hi < lo  # no live slot: as the scan below
+            runs.m_hi[q] = np.where(empty, nxt, hi)
+            runs.m_lo[q] = np.where(empty, nxt, np.where(share > 0, lo, hi))
+            runs.s_hi[q] = 0
+            runs.s_lo[q] = 0
+            idx = idx[~quiet]
+            if idx.size == 0:
+                return
         sub = runs.take(idx)
         lo = np.maximum(sub.a, nxt - sub.w + 1)
         hi = np.minimum(sub.b, nxt)
