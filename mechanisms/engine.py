@@ -14,7 +14,7 @@ import numpy as np
 
 from mechanisms.ledgers import SlotPlan
 from mechanisms.mechanism import _LEDGERS, HOMOGENEOUS
-from mechanisms.release import ReleaseRule
+from mechanisms.release import ReleaseRule, release_slot
 
 
 def level_key(w: int, E: float) -> str:
@@ -93,8 +93,8 @@ class LevelEngine:
             size_vec = np.array([sizes[k] for k in keys], dtype=np.int64)
         plan = self.ledger.plan()
         sub = SlotPlan(plan.slot, plan.eps1[rows], plan.eps2[rows], plan.nullified, plan.adaptive)
-        decision = self.rule.decide(sub, matrix, size_vec, self.last, rng)
-        charge = self.ledger.commit(decision.published)
+        decision, charge = release_slot(self.ledger, self.rule, sub, matrix, size_vec, self.last,
+                                        rng)
         if decision.published:
             self.last = decision.histogram
         return LevelRelease(

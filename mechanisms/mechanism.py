@@ -14,7 +14,7 @@ from mechanisms.ledgers import (
     SampleLedger,
     UniformLedger,
 )
-from mechanisms.release import ReleaseRule
+from mechanisms.release import ReleaseRule, release_slot
 from mechanisms.requirements import FixedRequirements, validate_budgets, validate_windows
 
 FIXED_MECHANISMS = ("pbd", "pba", "bd", "ba", "uniform", "sample")
@@ -185,9 +185,8 @@ class Mechanism:
         if (counts < 0).any():
             raise ValueError("counts must be >= 0")
         sizes = self.level_sizes()
-        plan = self.ledger.plan()
-        decision = self.rule.decide(plan, counts, sizes, self.last, rng or self.rng)
-        charge = self.ledger.commit(decision.published)
+        decision, charge = release_slot(self.ledger, self.rule, self.ledger.plan(), counts, sizes,
+                                        self.last, rng or self.rng)
         if decision.published:
             self.last = decision.histogram
         return Release(

@@ -51,10 +51,13 @@ class InProcessJob:
                 self.dead.extend(dead)
                 self._deliver(partials)
 
-    def finish(self) -> None:
-        """Close every slot up to the largest event time seen (the job's idle close)."""
+    def finish(self, watermark: int | None = None) -> None:
+        """Move every partition's watermark to ``watermark``; by default, close every slot up to
+        the one of the largest event time seen (the job's idle close)."""
         marks = [a.idle_watermark() for a in self.accumulators]
-        target = max((m for m in marks if m is not None), default=None)
+        target = watermark
+        if target is None:
+            target = max((m for m in marks if m is not None), default=None)
         if target is None:
             return
         for acc in self.accumulators:

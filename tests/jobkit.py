@@ -135,8 +135,5 @@ def in_process(cfg: JobConfig, requirements, slot_batches, end_ms: int) -> list[
     job.register(requirements)
     for batch in slot_batches:
         job.feed(batch)
-    for acc in job.accumulators:
-        msg = acc.advance(end_ms)
-        if msg is not None:
-            job._deliver([msg])
+    job.finish(end_ms)
     return job.releases
