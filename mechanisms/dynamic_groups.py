@@ -96,6 +96,7 @@ def merge_groups(ledger: DynamicLedger) -> int:
     live = np.flatnonzero(ledger.size[:k] > 0)
     if live.size < 2:
         return 0
+    ledger.refresh_stale()
     state = _state(ledger, live)
     h = _hash_rows(state, 0)
     with np.errstate(over="ignore"):

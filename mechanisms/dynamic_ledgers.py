@@ -70,21 +70,6 @@ def grid_codes(units: np.ndarray, bits: int) -> np.ndarray:
     return raw.astype(np.uint16)
 
 
-def _wrap(x: np.ndarray, width: int) -> np.ndarray:
-    """``x % width`` for an integer array: by one shift when the values span less than two
-    widths (slots within a ring's reach), as integer division is slow."""
-    if x.size == 0:
-        return x % width
-    lo, hi = int(x.min()), int(x.max())
-    base = lo - lo % width
-    if hi - base >= 2 * width:
-        return x % width
-    out = x - base
-    if hi - base >= width:
-        np.subtract(out, width, out=out, where=out >= width)
-    return out
-
-
 class _Ring:
     """Charges of the last ``width`` slots, row ``slot % width``, one column per group."""
 
@@ -96,6 +81,8 @@ class _Ring:
         # rows that may hold a nonzero charge (columns at or above ``k`` are never written,
         # and reused columns are overwritten, so an all-zero row written stays all-zero)
         self.nonzero = np.zeros(width, dtype=bool)
+        self._cycle_key: tuple[int, int] | None = None
+        self._cycle = (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
 
     def resize(self, cap: int) -> None:
         """Hold ``cap`` columns; new columns hold zeros."""
@@ -131,22 +118,40 @@ class _Ring:
         """Stored values to units."""
         return stored if self.table is None else np.take(self.table, stored)
 
-    def at(self, cols: np.ndarray, slots: np.ndarray) -> np.ndarray:
-        """Units charged to ``cols[k]`` at ``slots[k]`` (slots within the last ``width``)."""
-        out = self.at_nonzero(cols, slots)
+    def _index(self, now: int, slots: np.ndarray) -> np.ndarray:
+        """Positions of ``slots`` in the window ``now - width + 1 .. now`` (slots outside it are
+        clipped there: padding that callers mask out)."""
+        lo = now - self.width + 1
+        if self._cycle_key != (lo, self.data.shape[1]):
+            rows = np.arange(lo, lo + self.width) % self.width
+            self._cycle = (rows * self.data.shape[1], rows)
+            self._cycle_key = (lo, self.data.shape[1])
+        return slots - lo
+
+    def _rows(self, now: int, slots: np.ndarray) -> np.ndarray:
+        """Flat offsets of the rows of ``slots`` (see :meth:`_index`)."""
+        index = self._index(now, slots)  # before reading the table it may refresh
+        return np.take(self._cycle[0], index, mode="clip")
+
+    def at(self, cols: np.ndarray, now: int, slots: np.ndarray) -> np.ndarray:
+        """Units charged to ``cols[k]`` at ``slots[k]`` (within the last ``width`` up to now)."""
+        out = self.at_nonzero(cols, now, slots)
         return np.zeros(np.shape(slots), dtype=np.int64) if out is None else out
 
-    def at_nonzero(self, cols: np.ndarray, slots: np.ndarray) -> np.ndarray | None:
+    def at_nonzero(self, cols: np.ndarray, now: int, slots: np.ndarray) -> np.ndarray | None:
         """As :meth:`at`, or ``None`` when the rows of all ``slots`` hold only zeros."""
-        rows = _wrap(slots, self.width)
-        if not self.nonzero.all() and not np.take(self.nonzero, rows).any():
-            return None
-        flat = rows * self.data.shape[1] + cols
+        index = self._index(now, slots)
+        if not self.nonzero.all():
+            live = np.take(self.nonzero, self._cycle[1])
+            if not np.take(live, index, mode="clip").any():
+                return None
+        flat = np.take(self._cycle[0], index, mode="clip")
+        flat += cols
         return self.decode(np.take(self.data.ravel(), flat, mode="clip"))
 
     def at_age(self, cols: np.ndarray, now: int, ages: np.ndarray) -> np.ndarray:
         """Units charged at slot ``now - ages[k]``."""
-        return self.at(cols, now - ages)
+        return self.at(cols, now, now - ages)
 
     def recent(self, cols: np.ndarray, now: int, length: int) -> np.ndarray:
         """A (length, k) matrix: row j holds the units charged at slot ``now - j``."""
@@ -177,7 +182,7 @@ class _Ring:
 
     def flat(self, cols: np.ndarray, now: int, ages: np.ndarray) -> np.ndarray:
         """Flat positions of ``cols`` at slots ``now - ages`` (``ages`` broadcast over cols)."""
-        return _wrap(now - ages, self.width) * self.data.shape[1] + cols[None, :]
+        return self._rows(now, now - ages) + cols[None, :]
 
     def gather(self, flat: np.ndarray) -> np.ndarray:
         """Units at flat positions from :meth:`flat`."""
@@ -191,6 +196,8 @@ class _Runs:
     ``col`` is the group's column. ``spent`` is eps2 charged from the run's earliest live slot
     lo = max(a, t - wF + 1) to t - 1. ``m_hi``/``s_hi`` and ``m_lo``/``s_lo`` are the live slots
     of largest and smallest V_tau with eps2 charged from there to t - 1 (DPBA only).
+    ``stale`` (0 or 1) marks runs whose ``m_lo``/``s_lo`` left the window: the smallest V is
+    needed only for a slot that is not nullified, so it is looked for then.
     """
 
     col: np.ndarray
@@ -204,10 +211,11 @@ class _Runs:
     s_hi: np.ndarray
     m_lo: np.ndarray
     s_lo: np.ndarray
+    stale: np.ndarray
 
     @classmethod
     def empty(cls, size: int = 0) -> _Runs:
-        return cls(*(np.zeros(size, dtype=np.int64) for _ in range(11)))
+        return cls(*(np.zeros(size, dtype=np.int64) for _ in range(len(RUN_FIELDS))))
 
     def __len__(self) -> int:
         return int(self.col.shape[0])
@@ -228,7 +236,20 @@ class _Runs:
             setattr(self, f, getattr(self, f)[mask])
 
 
-RUN_FIELDS = ("col", "a", "b", "w", "half", "share", "spent", "m_hi", "s_hi", "m_lo", "s_lo")
+RUN_FIELDS = (
+    "col",
+    "a",
+    "b",
+    "w",
+    "half",
+    "share",
+    "spent",
+    "m_hi",
+    "s_hi",
+    "m_lo",
+    "s_lo",
+    "stale",
+)
 
 
 class _Pool(_Runs):
@@ -268,6 +289,8 @@ class _Pool(_Runs):
 
 
 _OPEN = np.int64(1) << 62  # b of a run that is still the group's current declaration
+_NONE = np.int64(1) << 62  # the pool minima of a column without closed runs
+_SCAN_CELLS = 1 << 21  # entries of one (window, runs) matrix in a rescan
 
 
 def _new_runs(cols: np.ndarray, slot: int, wF: np.ndarray, EF_units: np.ndarray) -> _Runs:
@@ -287,6 +310,7 @@ def _new_runs(cols: np.ndarray, slot: int, wF: np.ndarray, EF_units: np.ndarray)
         s_hi=zero.copy(),
         m_lo=start,
         s_lo=zero,
+        stale=zero.copy(),
     )
 
 
@@ -358,6 +382,10 @@ class DynamicLedger:
         z = np.zeros(0, dtype=np.int64)
         self.wB, self.EB, self.sum1, self.sum2 = z.copy(), z.copy(), z.copy(), z.copy()
         self.wF, self.size, self.npool = z.copy(), z.copy(), z.copy()
+        # per column, the smallest share and remaining forward budget over its closed runs,
+        # kept up to date except for the columns marked dirty
+        self.pool_share, self.pool_remain = z.copy(), z.copy()
+        self.pool_dirty = np.zeros(0, dtype=bool)
         self.EF = np.zeros(0)
         self.current = _Runs.empty()
         self.pool: _Runs = _Pool()
@@ -386,12 +414,16 @@ class DynamicLedger:
         cap = self._cap()
         if k <= cap:
             return
-        new = max(k, cap + cap // 2, 16)
+        # live columns never outnumber users: growth stops at n (k above n only if it must)
+        new = max(k, min(cap + cap // 2, self.n), 16)
         pad = new - cap
         z = np.zeros(pad, dtype=np.int64)
         for f in ("wB", "EB", "sum1", "sum2", "wF", "size", "npool"):
             setattr(self, f, np.concatenate([getattr(self, f), z]))
         self.EF = np.concatenate([self.EF, np.zeros(pad)])
+        self.pool_share = np.concatenate([self.pool_share, z + _NONE])
+        self.pool_remain = np.concatenate([self.pool_remain, z + _NONE])
+        self.pool_dirty = np.concatenate([self.pool_dirty, np.zeros(pad, dtype=bool)])
         self.current.extend(_new_runs(np.arange(cap, new), self.slot, z + 1, z))
         self.ring1.resize(new)
         self.ring2.resize(new)
@@ -415,6 +447,9 @@ class DynamicLedger:
         for ring in (self.ring1, self.ring2):
             ring.copy_columns(src, dst)
         having = self.npool[src] > 0
+        self.pool_dirty[dst] = having
+        self.pool_share[dst] = _NONE
+        self.pool_remain[dst] = _NONE
         if having.any() and len(self.pool):
             s, d = src[having], dst[having]
             order = np.argsort(s, kind="stable")
@@ -433,6 +468,7 @@ class DynamicLedger:
         """Reset ``cols`` to the empty state of a user that never declared."""
         for f in ("wB", "EB", "sum1", "sum2", "wF", "npool"):
             getattr(self, f)[cols] = 0
+        self._no_pool(cols)
         self.EF[cols] = 0.0
         z = np.zeros(cols.size, dtype=np.int64)
         self.current.put(cols, _new_runs(cols, self.slot, z + 1, z))
@@ -448,7 +484,31 @@ class DynamicLedger:
             dead[cols] = True
             self.pool.keep(~dead[self.pool.col])
         self.npool[cols] = 0
+        self._no_pool(cols)
         self.free = np.concatenate([self.free, cols])
+
+    def _no_pool(self, cols: np.ndarray) -> None:
+        """Mark ``cols`` as having no closed runs."""
+        self.pool_share[cols] = _NONE
+        self.pool_remain[cols] = _NONE
+        self.pool_dirty[cols] = False
+
+    def _pool_minima(self) -> tuple[np.ndarray, np.ndarray]:
+        """Per column, the smallest share and remaining budget (half - spent) over its closed
+        runs (``_NONE`` without any): the dirty columns are recomputed from their runs."""
+        k = self.k
+        dirty = np.flatnonzero(self.pool_dirty[:k])
+        if dirty.size:
+            self.pool_share[dirty] = _NONE
+            self.pool_remain[dirty] = _NONE
+            pool = self.pool
+            if len(pool):
+                sel = np.flatnonzero(np.take(self.pool_dirty, pool.col))
+                cols = pool.col[sel]
+                np.minimum.at(self.pool_share, cols, pool.share[sel])
+                np.minimum.at(self.pool_remain, cols, pool.half[sel] - pool.spent[sel])
+            self.pool_dirty[dirty] = False
+        return self.pool_share[:k], self.pool_remain[:k]
 
     # ----------------------------------------------------------------- requirements
     def declare(
@@ -554,6 +614,8 @@ class DynamicLedger:
                     self._rescan(closed, np.flatnonzero(stale), t)
                 self.pool.extend(closed)
                 np.add.at(self.npool, closed.col, 1)
+                np.minimum.at(self.pool_share, closed.col, closed.share)
+                np.minimum.at(self.pool_remain, closed.col, closed.half - closed.spent)
             self.current.put(idx, _new_runs(idx, t, wF[changed_f], EF_units[changed_f]))
 
     def _move_windows(self, cols: np.ndarray, old: np.ndarray, new: np.ndarray) -> None:
@@ -586,13 +648,11 @@ class DynamicLedger:
 
     def _forward(self, cur: _Runs) -> tuple[np.ndarray, np.ndarray]:
         """Per column: the smallest live share and the smallest remaining forward eps2 budget."""
-        pool = self.pool
-        share = cur.share.copy()
-        remain = cur.half - cur.spent
-        if len(pool):
-            np.minimum.at(share, pool.col, pool.share)
-            np.minimum.at(remain, pool.col, pool.half - pool.spent)
-        return share, np.maximum(remain, 0)
+        pool_share, pool_remain = self._pool_minima()
+        share = np.minimum(cur.share, pool_share)
+        remain = np.subtract(cur.half, cur.spent)
+        np.minimum(remain, pool_remain, out=remain)
+        return share, np.maximum(remain, 0, out=remain)
 
     def _absorption(self, cur: _Runs) -> tuple[bool, np.ndarray]:
         """DPBA: whether the slot is nullified, and each column's absorption budget eps_AF."""
@@ -600,13 +660,43 @@ class DynamicLedger:
         v_hi = cur.s_hi - (t - cur.m_hi + 1) * cur.share
         hit = (v_hi >= (cur.share == 0)) & (self.size[: self.k] > 0)
         nullified = bool(hit.any())
-        absorb = (t - cur.m_lo + 1) * cur.share - cur.s_lo
         pool = self.pool
-        if len(pool):
+        if not nullified and len(pool):
             v_hi = pool.s_hi - (t - pool.m_hi + 1) * pool.share
-            nullified = nullified or bool((v_hi >= (pool.share == 0)).any())
-            np.maximum.at(absorb, pool.col, (t - pool.m_lo + 1) * pool.share - pool.s_lo)
-        return nullified, absorb
+            nullified = bool((v_hi >= (pool.share == 0)).any())
+        if nullified:  # no publication budget is spent: eps_AF is not needed
+            return True, np.zeros(self.k, dtype=np.int64)
+        absorb = self._absorb(cur, t)
+        if len(pool):
+            np.maximum.at(absorb, pool.col, self._absorb(pool, t))
+        return False, absorb
+
+    def refresh_stale(self) -> None:
+        """Find the smallest V of every run marked stale (DPBA), so that equal states look
+        equal."""
+        if self.absorbs:
+            for runs in (self._current(), self.pool):
+                stale = np.flatnonzero(runs.stale)
+                if stale.size:
+                    self._rescan(runs, stale, self.slot)
+
+    def _absorb(self, runs: _Runs, t: int) -> np.ndarray:
+        """Per run, the largest absorption -V_tau over its live slots for slot ``t``."""
+        stale = runs.stale != 0
+        charged = np.flatnonzero(stale & (runs.spent != 0))
+        if charged.size:
+            self._rescan(runs, charged, t)
+            stale[charged] = False
+        out = np.subtract(t + 1, runs.m_lo)
+        out *= runs.share
+        out -= runs.s_lo
+        if stale.any():
+            # nothing charged in the window: -V_tau is largest at the oldest live slot
+            quiet = np.subtract(t + 1, runs.a)
+            np.minimum(quiet, runs.w, out=quiet)
+            quiet *= runs.share
+            np.copyto(out, quiet, where=stale)
+        return out
 
     def borders(self) -> np.ndarray:
         """DPBA's R_FN,i for the next slot: the largest t_FN,i,tau over each user's T_B,i,t."""
@@ -708,16 +798,23 @@ class DynamicLedger:
         self.sum1[:k] += eps1 - self.ring1.at_age(cols, t, ages)
         if published:
             self.sum2[:k] += eps2
-        gone = self.ring2.at_nonzero(cols, t - ages)
+        gone = self.ring2.at_nonzero(cols, t, t - ages)
         if gone is not None:
             self.sum2[:k] -= gone
         charged = published and bool(stored2.any())
         self._advance(self._current(), eps2 if charged else None, t, opened=True)
         if len(self.pool):
+            if charged:
+                # every closed run of a column was charged alike
+                np.subtract(
+                    self.pool_remain[:k], eps2, out=self.pool_remain[:k], where=self.npool[:k] > 0
+                )
             self._advance(self.pool, eps2[self.pool.col] if charged else None, t, opened=False)
             expired = t + 1 > self.pool.b + self.pool.w - 1
             if expired.any():
-                np.subtract.at(self.npool, self.pool.col[expired], 1)
+                cols = self.pool.col[expired]
+                np.subtract.at(self.npool, cols, 1)
+                self.pool_dirty[cols] = True
                 self.pool.keep(~expired)
         self.slot += 1
         self._pending = None
@@ -735,9 +832,11 @@ class DynamicLedger:
         leaving = t - runs.w + 1  # lo moves past this slot
         idx = np.flatnonzero(leaving >= runs.a)
         if idx.size and self.ring2.nonzero.any():
-            gone = self.ring2.at_nonzero(runs.col[idx], leaving[idx])
+            gone = self.ring2.at_nonzero(runs.col[idx], t, leaving[idx])
             if gone is not None:
                 runs.spent[idx] -= gone
+                if not opened:
+                    self.pool_dirty[runs.col[idx[gone != 0]]] = True
         if not self.absorbs:
             return
         if eps2 is not None:
@@ -757,9 +856,13 @@ class DynamicLedger:
                 np.copyto(m, nxt, where=take)
                 np.copyto(s, 0, where=take)
         lo = np.maximum(runs.a, leaving + 1)
-        expired = np.minimum(runs.m_hi, runs.m_lo) < lo
+        expired = runs.m_hi < lo
+        lost = runs.m_lo < lo
         if not opened:
-            expired &= lo <= runs.b
+            live = lo <= runs.b
+            expired &= live
+            lost &= live
+        runs.stale |= lost
         if expired.any():
             self._rescan(runs, np.flatnonzero(expired), nxt)
 
@@ -778,9 +881,17 @@ class DynamicLedger:
             runs.m_lo[q] = np.where(empty, nxt, np.where(share > 0, lo, hi))
             runs.s_hi[q] = 0
             runs.s_lo[q] = 0
+            runs.stale[q] = 0
             idx = idx[~quiet]
             if idx.size == 0:
                 return
+        # the scan holds (window, runs) matrices: runs in chunks bound its memory
+        step = max(_SCAN_CELLS // self.max_window, 1)
+        for start in range(0, idx.size, step):
+            self._scan(runs, idx[start : start + step], nxt)
+
+    def _scan(self, runs: _Runs, idx: np.ndarray, nxt: int) -> None:
+        """The scan of :meth:`_rescan` over the live slots of ``runs[idx]``."""
         sub = runs.take(idx)
         lo = np.maximum(sub.a, nxt - sub.w + 1)
         hi = np.minimum(sub.b, nxt)
@@ -796,6 +907,7 @@ class DynamicLedger:
         cols = np.arange(idx.shape[0])
         sub.m_hi, sub.s_hi = nxt - j_hi, spent[j_hi, cols]
         sub.m_lo, sub.s_lo = nxt - j_lo, spent[j_lo, cols]
+        sub.stale = np.zeros(idx.shape[0], dtype=np.int64)
         runs.put(idx, sub)
 
 
