@@ -16,7 +16,7 @@ import numpy as np
 from mechanisms.dynamic_ledgers import COL_FIELDS, RUN_FIELDS
 
 if TYPE_CHECKING:
-    from mechanisms.dynamic_ledgers import DynamicLedger, _Runs
+    from mechanisms.dynamic_ledgers import DynamicLedger, _Ring, _Runs
 
 _CHUNK = 16384
 _KEYS = np.random.default_rng(0x5EED).integers(1, 2**63, size=4096, dtype=np.int64)
@@ -41,14 +41,31 @@ def _hash_rows(rows: np.ndarray, offset: int) -> np.ndarray:
         return (rows.view(np.uint64) * keys).sum(axis=1, dtype=np.uint64)
 
 
-def _state(ledger: DynamicLedger, cols: np.ndarray) -> np.ndarray:
-    """(cols, fields) int64: a column's scalar state and its current run."""
-    scalars = [getattr(ledger, f)[cols] for f in COL_FIELDS]
-    scalars[COL_FIELDS.index("EF")] = scalars[COL_FIELDS.index("EF")].view(np.int64)
-    scalars.append(ledger.npool[cols])
-    head = np.stack(scalars, axis=1)
-    runs = _run_rows(ledger.current.take(cols), ledger.slot, ledger.absorbs)
-    return np.concatenate([head, runs], axis=1)
+def _state_fields(ledger: DynamicLedger, cols: np.ndarray) -> list[np.ndarray]:
+    """A column's scalar state and its current run, field by field (int64)."""
+    fields = [getattr(ledger, f)[cols] for f in COL_FIELDS]
+    fields[COL_FIELDS.index("EF")] = fields[COL_FIELDS.index("EF")].view(np.int64)
+    fields.append(ledger.npool[cols])
+    cur = ledger.current
+    run = [getattr(cur, f)[cols] for f in (RUN_FIELDS[1:] if ledger.absorbs else RUN_FIELDS[1:7])]
+    run[0] = np.maximum(run[0], ledger.slot - cur.w[cols] + 1)
+    return fields + run
+
+
+def _hash_fields(fields: list[np.ndarray], offset: int) -> np.ndarray:
+    """:func:`_hash_rows` of the rows the fields would stack into, without stacking them."""
+    out = np.zeros(fields[0].shape[0], dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        for j, field in enumerate(fields):
+            out += field.view(np.uint64) * _KEYS[offset + j]
+    return out
+
+
+def _rows_of(ring: _Ring, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
+    """The (rows, cols) block of a ring buffer's charges."""
+    if rows.size == ring.width:
+        return ring.data[:, cols]
+    return ring.data[rows[:, None], cols[None, :]]
 
 
 def _ring_hash(ledger: DynamicLedger, cols: np.ndarray) -> np.ndarray:
@@ -57,9 +74,14 @@ def _ring_hash(ledger: DynamicLedger, cols: np.ndarray) -> np.ndarray:
     width = ledger.max_window
     with np.errstate(over="ignore"):
         for r, ring in enumerate((ledger.ring1, ledger.ring2)):
-            keys = _KEYS[1024 + r * width : 1024 + (r + 1) * width, None]
+            # rows holding only zeros add nothing to the hash: they are not read
+            rows = np.flatnonzero(ring.nonzero)
+            if rows.size == 0:
+                continue
+            keys = _KEYS[1024 + r * width + rows, None]
             for lo in range(0, cols.size, _CHUNK):
-                block = ring.data[:, cols[lo : lo + _CHUNK]].astype(np.int64).view(np.uint64)
+                block = _rows_of(ring, rows, cols[lo : lo + _CHUNK])
+                block = block.astype(np.int64).view(np.uint64)
                 out[lo : lo + _CHUNK] += (block * keys).sum(axis=0, dtype=np.uint64)
     return out
 
@@ -97,15 +119,25 @@ def merge_groups(ledger: DynamicLedger) -> int:
     if live.size < 2:
         return 0
     ledger.refresh_stale()
-    state = _state(ledger, live)
-    h = _hash_rows(state, 0)
+    fields = _state_fields(ledger, live)
+    h = _hash_fields(fields, 0)
+    # only columns whose scalar state and current run are shared can merge: the ring buffers
+    # (the costly part) are read for those alone
+    _, first, counts = np.unique(h, return_inverse=True, return_counts=True)
+    shared = np.flatnonzero(counts[first] > 1)
+    if shared.size < 2:
+        return 0
+    live, h = live[shared], h[shared]
+    state = np.stack([f[shared] for f in fields], axis=1)
     with np.errstate(over="ignore"):
         h += _ring_hash(ledger, live)
         if len(ledger.pool):
-            pool_h = _hash_rows(_run_rows(ledger.pool, ledger.slot, ledger.absorbs), 512)
             at = np.full(k, -1, dtype=np.int64)
             at[live] = np.arange(live.size)
-            np.add.at(h, at[ledger.pool.col], pool_h * _KEYS[600])
+            mine = np.flatnonzero(at[ledger.pool.col] >= 0)
+            runs = _run_rows(ledger.pool.take(mine), ledger.slot, ledger.absorbs)
+            pool_h = _hash_rows(runs, 512)
+            np.add.at(h, at[ledger.pool.col[mine]], pool_h * _KEYS[600])
     order = np.argsort(h, kind="stable")
     hs = h[order]
     head = np.concatenate(([True], hs[1:] != hs[:-1]))
@@ -118,9 +150,12 @@ def merge_groups(ledger: DynamicLedger) -> int:
     same = (state[member_pos] == state[rep_pos]).all(axis=1)
     member, rep = live[member_pos], live[rep_pos]
     for ring in (ledger.ring1, ledger.ring2):
+        rows = np.flatnonzero(ring.nonzero)  # the other rows are zero in every column
+        if rows.size == 0:
+            continue
         for lo in range(0, member.size, _CHUNK):
             part = slice(lo, lo + _CHUNK)
-            eq = (ring.data[:, member[part]] == ring.data[:, rep[part]]).all(axis=0)
+            eq = (_rows_of(ring, rows, member[part]) == _rows_of(ring, rows, rep[part])).all(0)
             same[part] &= eq
     with_pool = same & (ledger.npool[member] > 0)
     if with_pool.any():
