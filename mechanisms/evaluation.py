@@ -14,13 +14,14 @@ import numpy as np
 
 from mechanisms.experiments import dynamic_rows
 from mechanisms.ldp import Plbu
+from mechanisms.ldp_ids import LDP_IDS, LdpIds
 from mechanisms.mechanism import FIXED_MECHANISMS, create_mechanism
 from mechanisms.metrics import ajsd, amre, mae
 from mechanisms.requirements import FixedRequirements
 from mechanisms.spas import Spas
 
 EVALUATED = ("bd", "ba", "spas", "plbu", "pbd", "pba", "dpbd", "dpba")
-KNOWN = (*FIXED_MECHANISMS, "spas", "plbu", "dpbd", "dpba")
+KNOWN = (*FIXED_MECHANISMS, "spas", "plbu", "dpbd", "dpba", *LDP_IDS)
 
 Step = Callable[[np.ndarray], tuple[np.ndarray, bool]]
 
@@ -58,6 +59,15 @@ def make_step(
             return rel.histogram, True
 
         return local
+    if name in LDP_IDS:
+        w, E = requirements.strictest()
+        ids = LdpIds(name, w, E, requirements.n, d, rng)
+
+        def local_ids(cells: np.ndarray) -> tuple[np.ndarray, bool]:
+            rel = ids.step(cells)
+            return rel.histogram, rel.published
+
+        return local_ids
     if name in ("dpbd", "dpba"):
         from mechanisms.dynamic import DynamicMechanism, DynamicRequirements
 
