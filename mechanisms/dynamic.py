@@ -336,6 +336,7 @@ class DynamicMechanism:
             level_eps2=level_eps2 if published else np.zeros_like(level_eps2),
             level_of_user=level_of_user,
             reports=int(counts.sum()),
+            projected=plan.projected,
         )
 
 

@@ -47,6 +47,7 @@ class Release:
     level_eps2: np.ndarray
     level_of_user: np.ndarray
     reports: int
+    projected: int = 0  # dynamic mechanisms: users whose backward budget was projected
 
     @property
     def eps1(self) -> np.ndarray:

@@ -268,6 +268,10 @@ def test_projection_of_a_backward_budget_already_spent() -> None:
     assert slots[2]["eps1"]["a"] == 0 and slots[2]["eps2"]["a"] == 0
     assert slots[3]["projected"] == 1  # the window ending at 4 still holds slot 2
     assert [s["projected"] for s in slots[:2]] == [0, 0]
+    # the mechanism's releases count the projected requests too
+    mech = DynamicMechanism("dpbd", DynamicRequirements.from_rows(rows), d=2,
+                            rng=np.random.default_rng(0))
+    assert [mech.step(np.array([0])).projected for _ in range(4)] == [0, 0, 1, 1]
 
 
 # --------------------------------------------------------------------------- the mechanism
