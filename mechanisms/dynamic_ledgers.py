@@ -15,7 +15,11 @@ once per such *group*, in one column of numpy arrays:
   earliest live slot (the minimum over tau of the remaining forward budget is reached there),
   and, for DPBA, the slots tau maximising and minimising
   ``V_tau = sum(eps2[tau..t-1]) - (t - tau + 1) * share``: all live V_tau move by the same amount
-  from one slot to the next, so only a new slot or the expiry of the tracked one needs work.
+  from one slot to the next, so only a new slot or the expiry of the tracked one needs work. The
+  smallest V serves only slots that are not nullified: when its slot expires the run is marked
+  stale and searched again when needed (in closed form when nothing was charged in its window).
+- per group, the smallest share and remaining forward budget over its closed runs, recomputed
+  only for the groups whose closed runs changed.
 
 A declaration moves its users from their group to the group (old group, declaration, slot); the
 old column is reused when all of its users move alike. Every ``merge_every`` slots, groups whose
