@@ -5,11 +5,11 @@ slot's step is timed next to ``np.bincount(values, minlength=d)`` over the same 
 same run, and the ratio of the medians is reported.
 
 Dynamic mechanisms (dpbd, dpba): n users with (wB, EB, wF, EF) drawn from 10 levels per field
-(windows <= 200), 1% of the users changing their requirement before each slot (the change is
-timed with the step). A ledger's state depends on each user's history of declarations, so the
-first ``--warmup`` slots (default 250, more than the longest window) bring it to its steady state
-before ``--slots`` slots are measured; ``--warmup 20`` shows the cold start. Each dynamic run is
-a fresh process, so that its peak resident memory is its own.
+(windows <= 200), a share ``--churn`` of the users (default 1%) changing their requirement before
+each slot (the change is timed with the step). A ledger's state depends on each user's history
+of declarations, so the first ``--warmup`` slots (default 250, more than the longest window)
+bring it to its steady state before ``--slots`` slots are measured; ``--warmup 20`` shows the
+cold start. Each dynamic run is a fresh process, so that its peak resident memory is its own.
 
 Run: ``.venv/bin/python benchmarks/bench_step.py [--users 100000 1000000] [--mechanisms ...]``.
 """
@@ -86,7 +86,8 @@ def draw_dynamic(rng: np.random.Generator, k: int) -> tuple[np.ndarray, ...]:
 
 
 def measure_dynamic(
-    name: str, n: int, d: int, warmup: int, slots: int, seed: int, forced: bool
+    name: str, n: int, d: int, warmup: int, slots: int, seed: int, forced: bool,
+    churn: float = 0.01,
 ) -> dict:
     """One dynamic configuration in this process: step and floor per slot, peak memory.
 
@@ -104,7 +105,7 @@ def measure_dynamic(
     step_s, floor_s, published = [], [], 0
     for t in range(1, warmup + slots + 1):
         cells = (np.minimum(rng.geometric(0.05, n), d - 1) + 3 * t) % d
-        changed = rng.choice(n, n // 100, replace=False)
+        changed = rng.choice(n, int(round(n * churn)), replace=False)
         change = draw_dynamic(rng, changed.size)
         t0 = time.perf_counter()
         if t > 1:
@@ -155,6 +156,8 @@ def run_one(name: str, n: int, schedule: str, args: argparse.Namespace) -> dict:
         str(args.slots),
         "--warmup",
         str(args.warmup),
+        "--churn",
+        str(args.churn),
         "--seed",
         str(args.seed),
         "--schedules",
@@ -173,6 +176,9 @@ def main() -> None:
     parser.add_argument("--slots", type=int, default=30)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--warmup", type=int, default=250, help="dynamic: slots before measuring")
+    parser.add_argument(
+        "--churn", type=float, default=0.01, help="dynamic: share of users changing per slot"
+    )
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument(
         "--schedules",
@@ -186,7 +192,9 @@ def main() -> None:
     if args.one:
         name, n = args.mechanisms[0], args.users[0]
         forced = args.schedules == ["forced"]
-        r = measure_dynamic(name, n, args.d, args.warmup, args.slots, args.seed, forced)
+        r = measure_dynamic(
+            name, n, args.d, args.warmup, args.slots, args.seed, forced, args.churn
+        )
         print(json.dumps(r))
         return
     fixed = [m for m in args.mechanisms if m not in DYNAMIC]
@@ -203,7 +211,10 @@ def main() -> None:
                     flush=True,
                 )
     if dynamic:
-        print(f"\nDynamic, 1% of users changing per slot, measured after {args.warmup} slots:\n")
+        print(
+            f"\nDynamic, {args.churn:.2%} of users changing per slot, measured after "
+            f"{args.warmup} slots:\n"
+        )
         print(
             "| mechanism | users | publication | step ns/user/slot (median) | mean "
             "| floor ns/user/slot | ratio | peak GiB | published | groups |"
