@@ -5,9 +5,12 @@ from __future__ import annotations
 import os
 from dataclasses import asdict, dataclass, field
 
+from mechanisms.dynamic import DYNAMIC_MECHANISMS
 from mechanisms.mechanism import FIXED_MECHANISMS
 from streams.records import CellDomain, Domain, domain_from_config
 from streams.slotting import SlotClock
+
+JOB_MECHANISMS = (*FIXED_MECHANISMS, *DYNAMIC_MECHANISMS)
 
 
 @dataclass(frozen=True)
@@ -16,7 +19,9 @@ class JobConfig:
 
     ``secret`` keys the per-slot generators (DESIGN.md, decision 5); it must be the same for
     every worker and must stay private. ``idle_close_ms``: when no report arrived for that long
-    (wall clock), open slots up to the largest event time seen are closed.
+    (wall clock), open slots up to the largest event time seen are closed. ``max_window``: the
+    longest window a dynamic requirement may declare (DPBD, DPBA keep that many slots of
+    charges per user).
     """
 
     stream: str = "default"
@@ -31,10 +36,13 @@ class JobConfig:
     prefix: str = ""
     partitions: int = 1
     idle_close_ms: int = 2_000
+    max_window: int = 200
 
     def __post_init__(self) -> None:
-        if self.mechanism not in FIXED_MECHANISMS:
-            raise ValueError(f"mechanism must be one of {FIXED_MECHANISMS}, got {self.mechanism!r}")
+        if self.mechanism not in JOB_MECHANISMS:
+            raise ValueError(f"mechanism must be one of {JOB_MECHANISMS}, got {self.mechanism!r}")
+        if self.max_window < 1:
+            raise ValueError(f"max window must be >= 1, got {self.max_window}")
         if self.slot_ms < 1 or self.lateness_ms < 0 or self.horizon_ms < 0:
             raise ValueError("slot length must be >= 1 ms, lateness and horizon >= 0")
         if self.partitions < 1:
@@ -42,6 +50,11 @@ class JobConfig:
         if self.noise not in ("laplace", "discrete"):
             raise ValueError(f"noise must be laplace or discrete, got {self.noise!r}")
         self.make_domain()
+
+    @property
+    def dynamic(self) -> bool:
+        """Whether the mechanism takes dynamic requirements (DPBD, DPBA)."""
+        return self.mechanism in DYNAMIC_MECHANISMS
 
     def make_domain(self) -> Domain:
         """The domain that maps report values to cells."""

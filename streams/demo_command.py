@@ -22,6 +22,8 @@ from pathlib import Path
 import numpy as np
 import orjson
 
+from mechanisms.dynamic import DYNAMIC_MECHANISMS
+from streams.config import JOB_MECHANISMS
 from streams.replay_command import add_source, build_source, produce
 from streams.sources import Source
 
@@ -32,8 +34,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                        description=__doc__.splitlines()[0])
     p.add_argument("--broker", default=os.environ.get("PWEVENT_BROKER"),
                    help="use this broker instead of starting the embedded one")
-    p.add_argument("--mechanism", default="pbd",
-                   choices=("pbd", "pba", "bd", "ba", "uniform", "sample"))
+    p.add_argument("--mechanism", default="pbd", choices=JOB_MECHANISMS,
+                   help="pbd (default); dpbd and dpba register dynamic requirements")
     p.add_argument("--partitions", type=int, default=2)
     p.add_argument("--slot-ms", type=int, default=1000)
     p.add_argument("--rate", type=float, default=0.0, help="reports per second (0: fastest)")
@@ -157,7 +159,8 @@ def run(args: argparse.Namespace) -> int:  # noqa: C901 - one orchestration, ste
         args.no_requirements = True  # sent below, and waited for, before the reports
         from streams.ingest import produce_raw
 
-        asyncio.run(produce_raw(bootstrap, topics.requirements, source.requirement_records(),
+        records = source.requirement_records(dynamic=args.mechanism in DYNAMIC_MECHANISMS)
+        asyncio.run(produce_raw(bootstrap, topics.requirements, records,
                                 partitions=args.partitions))
         group = f"pwevent-{prefix}-{stream}"
         if not asyncio.run(wait_consumed(bootstrap, group, topics.requirements, args.partitions,

@@ -59,7 +59,7 @@ import contextlib
 import logging
 import time
 import weakref
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, Final
 
 from aiokafka import AIOKafkaProducer
@@ -69,6 +69,7 @@ from faust.streams import _current_event
 from faust.transport.consumer import CONSUMER_FETCHING
 from faust.transport.drivers import aiokafka as faust_aiokafka
 from faust.types import TP, AppT, TopicT
+from faust.types.tuples import Message
 from mode.utils.futures import notify
 
 __all__ = [
@@ -103,6 +104,19 @@ INGEST_SETTINGS: Final[Mapping[str, Any]] = {
 }
 
 _ROUTES: weakref.WeakKeyDictionary[Any, dict[str, BatchIngest]] = weakref.WeakKeyDictionary()
+
+
+@contextlib.contextmanager
+def partition_context(app: AppT, topic: str, partition: int) -> Iterator[None]:
+    """Make Faust's "current event" a record of ``topic``'s ``partition``, so that table writes
+    outside a handler (from a task of our own) go to that partition's store and changelog."""
+    message = Message(topic, partition, -1, time.time(), 0, [], None, None, None)
+    event = Event(app, None, None, {}, message)
+    token = _current_event.set(weakref.ref(event))
+    try:
+        yield
+    finally:
+        _current_event.reset(token)
 
 
 def ingest_settings(**overrides: Any) -> dict[str, Any]:

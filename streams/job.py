@@ -12,6 +12,12 @@ re-reads the rest, which reproduces the same partials. The coordinator's state (
 counts, recorded releases) is written to the ``coordinator`` table for every partial before any
 release it caused is emitted; a restarted coordinator re-emits recorded releases that it had not
 confirmed and never recomputes a released slot. Dead letters are delivered at least once.
+
+Dynamic mechanisms (DPBD, DPBA) keep each partition's ledger in its checkpoint and converse with
+the coordinator slot by slot (:mod:`streams.dynamic_partition`): every worker reads the whole
+``decisions`` topic with a consumer of its own and hands each record to its partitions. Their
+state is checkpointed before the messages it implies are sent, and those messages are sent again
+when a partition resumes.
 """
 
 from __future__ import annotations
@@ -30,9 +36,18 @@ import orjson
 
 from streams.config import JobConfig
 from streams.coordinator import Coordinator
-from streams.ingest import BatchIngest, RawRecord, ingest_settings, key_partition
+from streams.dynamic_coordinator import DynamicCoordinator
+from streams.dynamic_partition import DynamicAccumulator, DynamicRegistry
+from streams.ingest import (
+    BatchIngest,
+    RawRecord,
+    ingest_settings,
+    key_partition,
+    partition_context,
+)
 from streams.partition import DeadLetter, PartitionAccumulator, Registry, watermark_record
 from streams.records import dead_letter
+from streams.roles import make_accumulator, make_coordinator, make_registry
 from streams.topics import Topics
 
 log = logging.getLogger("pwevent.job")
@@ -53,6 +68,7 @@ class Job:
         self, config: JobConfig, broker: str, data_dir: Path, instance_id: str | None = None
     ) -> None:
         self.config = config
+        self.broker = broker
         self.topics = Topics(prefix=config.prefix, partitions=config.partitions)
         app_id = f"pwevent-{config.prefix or 'job'}-{config.stream}"
         self.app = faust.App(
@@ -83,10 +99,15 @@ class Job:
         self.users = self.app.Table("users", partitions=config.partitions, **table)
         self.checkpoints = self.app.Table("checkpoints", partitions=config.partitions, **table)
         self.state = self.app.Table("coordinator", partitions=1, **table)
-        self.registries: dict[int, Registry] = {}
+        self.registries: dict[int, Registry | DynamicRegistry] = {}
         self.accumulators: dict[int, PartitionAccumulator] = {}
         self.acked: dict[int, int] = {}
-        self.coordinator: Coordinator | None = None
+        self.coordinator: Coordinator | DynamicCoordinator | None = None
+        # dynamic mechanisms: the decisions topic as read so far, one lock per partition
+        self.start_record: dict | None = None
+        self.decision_log: dict[int, bool] = {}
+        self.locks: dict[int, asyncio.Lock] = {}
+        self.resumed: set[int] = set()
         self.counters: Counter[str] = Counter()
         self.last_report = time.monotonic()
         self.last_tick: dict[int, int] = {}
@@ -97,24 +118,36 @@ class Job:
         self.app.agent(partials, name="coordinator")(self.coordinate)
         self.app.timer(interval=0.25)(self.on_tick)
         self.app.timer(interval=10.0)(self.on_status)
+        if config.dynamic:
+            self.app.task(self.read_decisions)
+        self.app.on_partitions_revoked.connect(self.on_revoked)
 
     # -- partitions ------------------------------------------------------------------------
 
-    def registry(self, p: int) -> Registry:
+    def registry(self, p: int) -> Registry | DynamicRegistry:
         """Partition ``p``'s registered users, rebuilt from the ``users`` table when first used."""
         reg = self.registries.get(p)
         if reg is None:
-            reg = self.registries[p] = Registry()
+            reg = self.registries[p] = make_registry(self.config)
             n = self.config.partitions
             reg.load([(key.decode(), value) for key, value in list(self.users.items())
                       if key_partition(key, n) == p and value])
         return reg
 
+    async def on_revoked(self, sender: Any, revoked: Any, **_: Any) -> None:
+        """Forget the state of partitions another worker takes over: if one comes back, it
+        resumes from its checkpoint and the ``users`` table, which the other worker kept."""
+        for tp in revoked:
+            if tp.topic in (self.topics.reports, self.topics.requirements):
+                self.accumulators.pop(tp.partition, None)
+                self.registries.pop(tp.partition, None)
+                self.resumed.discard(tp.partition)
+
     def accumulator(self, p: int) -> PartitionAccumulator:
         """Partition ``p``'s accumulator, restored from its checkpoint when there is one."""
         acc = self.accumulators.get(p)
         if acc is None:
-            acc = self.accumulators[p] = PartitionAccumulator(p, self.config, self.registry(p))
+            acc = self.accumulators[p] = make_accumulator(p, self.config, self.registry(p))
             saved = self.checkpoints.get(str(p).encode())
             if saved:
                 acc.restore(saved)
@@ -142,6 +175,8 @@ class Job:
     async def on_reports(self, records: list[RawRecord]) -> int:
         """Count a batch of reports; send partials of closed slots; checkpoint; hold the rest."""
         p = records[0][2]
+        if self.config.dynamic:
+            return await self.on_reports_dynamic(p, records)
         acc = self.accumulator(p)
         partials, dead = acc.process(records, self.topics.reports)
         if any(r[0] is not None for r in records):
@@ -161,6 +196,105 @@ class Job:
             await self.app.producer.flush()
             self.acked[p] = acc.next_offset
         return self.acked.get(p, 0)
+
+    # -- dynamic mechanisms ----------------------------------------------------------------
+
+    def _lock(self, p: int) -> asyncio.Lock:
+        lock = self.locks.get(p)
+        if lock is None:
+            lock = self.locks[p] = asyncio.Lock()
+        return lock
+
+    def _dynamic(self, p: int) -> tuple[DynamicAccumulator, list[dict]]:
+        """Partition ``p``'s accumulator and, when it was just resumed, what it must send: its
+        last messages again and what the decisions read so far imply."""
+        acc = self.accumulator(p)
+        assert isinstance(acc, DynamicAccumulator)
+        if p in self.resumed:
+            return acc, []
+        self.resumed.add(p)
+        out = acc.resend()
+        if self.start_record is not None:
+            out += acc.on_control(self.start_record)
+        nxt = acc.next_slot
+        for slot in sorted(s for s in self.decision_log if nxt is not None and s >= nxt):
+            out += acc.on_decision(slot, self.decision_log[slot])
+        return acc, out
+
+    async def _say(self, p: int, acc: DynamicAccumulator, messages: list[dict],
+                   checkpoint: bool) -> None:
+        """Checkpoint, then send ``messages`` to the coordinator (DESIGN.md, record before
+        emitting: a plan that was sent is never replaced by a different one)."""
+        if checkpoint or messages:
+            with partition_context(self.app, self.topics.reports, p):
+                self.checkpoints[str(p).encode()] = acc.snapshot()
+            await self.app.producer.flush()
+            self.acked[p] = acc.next_offset
+        futures = []
+        for msg in messages:
+            futures.append(await self.app.producer.send(
+                self.topics.slot_partials, f"{self.config.stream}/{p}".encode(),
+                orjson.dumps(msg), 0, None, None))
+        if futures:
+            await asyncio.gather(*futures)
+
+    async def on_reports_dynamic(self, p: int, records: list[RawRecord]) -> int:
+        """As :meth:`on_reports`, for a dynamic mechanism's partition."""
+        async with self._lock(p):
+            acc, messages = self._dynamic(p)
+            more, dead = acc.process(records, self.topics.reports)
+            messages += more
+            if any(r[0] is not None for r in records):
+                self.last_report = time.monotonic()
+                self.last_activity[p] = self.last_report
+            self.counters["reports"] += len(records)
+            self.counters["rejected"] += len(dead)
+            futures = await self._send_dead(dead, wait=False)
+            if futures:
+                await asyncio.gather(*futures)
+            await self._say(p, acc, messages, checkpoint=False)
+            return self.acked.get(p, 0)
+
+    async def on_control(self, doc: dict) -> None:
+        """One record of the decisions topic: remember it, hand it to this worker's partitions."""
+        if doc.get("stream") != self.config.stream:
+            return
+        if "start" in doc:
+            self.start_record = doc
+        else:
+            self.decision_log[int(doc["slot"])] = bool(doc["published"])
+            self.counters["decisions"] += 1
+        for p in sorted(self.accumulators):
+            async with self._lock(p):
+                if p not in self.accumulators:
+                    continue  # revoked meanwhile
+                acc, messages = self._dynamic(p)
+                messages += acc.on_control(doc)
+                await self._say(p, acc, messages, checkpoint=False)
+
+    async def read_decisions(self) -> None:
+        """Read the whole decisions topic (a consumer of this worker's own, not in the group)."""
+        from aiokafka import AIOKafkaConsumer, TopicPartition
+
+        consumer = AIOKafkaConsumer(bootstrap_servers=self.broker, enable_auto_commit=False,
+                                    group_id=None, auto_offset_reset="earliest")
+        await consumer.start()
+        try:
+            tp = TopicPartition(self.topics.decisions, 0)
+            consumer.assign([tp])
+            await consumer.seek_to_beginning(tp)
+            while True:
+                batches = await consumer.getmany(tp, timeout_ms=200, max_records=1000)
+                for records in batches.values():
+                    for rec in records:
+                        try:
+                            doc = orjson.loads(rec.value)
+                        except orjson.JSONDecodeError:
+                            log.error("unreadable decision record at offset %d", rec.offset)
+                            continue
+                        await self.on_control(doc)
+        finally:
+            await consumer.stop()
 
     async def _send_dead(self, dead: list[DeadLetter], wait: bool = True) -> list[Any]:
         futures = []
@@ -210,9 +344,9 @@ class Job:
 
     # -- coordinator -----------------------------------------------------------------------
 
-    def _coordinator(self) -> Coordinator:
+    def _coordinator(self) -> Coordinator | DynamicCoordinator:
         if self.coordinator is None:
-            self.coordinator = Coordinator(self.config)
+            self.coordinator = make_coordinator(self.config)
             saved = self.state.get(COORDINATOR_KEY.encode())
             if saved:
                 self.coordinator.restore(saved)
@@ -237,11 +371,17 @@ class Job:
                 await self._emit(coord, new)
                 self.state[COORDINATOR_KEY.encode()] = coord.snapshot()
 
-    async def _emit(self, coord: Coordinator, releases: list[tuple[int, bytes, bytes]]) -> None:
+    async def _emit(self, coord: Coordinator | DynamicCoordinator,
+                    releases: list[tuple[int, bytes | None, bytes]]) -> None:
         if not releases:
             return
         futures = []
         for slot, release, decision in releases:
+            if release is None:  # a dynamic mechanism's start: on the decisions topic only
+                key = f"{self.config.stream}/start".encode()
+                futures.append(await self.app.producer.send(self.topics.decisions, key,
+                                                            decision, 0, None, None))
+                continue
             key = f"{self.config.stream}/{slot}".encode()
             futures.append(await self.app.producer.send(self.topics.releases, key, release, 0,
                                                         None, None))
@@ -249,4 +389,4 @@ class Job:
                                                         None, None))
         await asyncio.gather(*futures)
         coord.mark_emitted(releases[-1][0])
-        self.counters["releases"] += len(releases)
+        self.counters["releases"] += sum(r[1] is not None for r in releases)

@@ -6,8 +6,7 @@ import argparse
 import json
 import os
 
-from mechanisms.mechanism import FIXED_MECHANISMS
-from streams.config import JobConfig
+from streams.config import JOB_MECHANISMS, JobConfig
 
 
 def add_broker(p: argparse.ArgumentParser, required: bool = True) -> None:
@@ -22,7 +21,11 @@ def add_broker(p: argparse.ArgumentParser, required: bool = True) -> None:
 def add_job(p: argparse.ArgumentParser) -> None:
     """Flags every worker of one deployment must agree on."""
     p.add_argument("--stream", default="default", help="stream name (default 'default')")
-    p.add_argument("--mechanism", choices=FIXED_MECHANISMS, default="pbd")
+    p.add_argument("--mechanism", choices=JOB_MECHANISMS, default="pbd",
+                   help="pbd (default), pba and the baselines take fixed requirements "
+                        "{user, w, E}; dpbd and dpba take dynamic ones {user, wB, EB, wF, EF}")
+    p.add_argument("--max-window", type=int, default=200,
+                   help="dpbd, dpba: the longest window a requirement may declare (default 200)")
     p.add_argument("--cells", type=int, default=None,
                    help="domain of cell indices 0..CELLS-1 (default 2)")
     p.add_argument("--domain", default=None,
@@ -61,6 +64,7 @@ def job_config(args: argparse.Namespace) -> JobConfig:
         prefix=args.prefix,
         partitions=args.partitions,
         idle_close_ms=args.idle_close_ms,
+        max_window=args.max_window,
     )
 
 

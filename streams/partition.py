@@ -219,9 +219,7 @@ class PartitionAccumulator:
                 continue
             self._take(segment, topic, partials, dead)
             segment = []
-            msg = self.advance(mark)
-            if msg is not None:
-                partials.append(msg)
+            partials.extend(self.advance_messages(mark))
         self._take(segment, topic, partials, dead)
         return partials, dead
 
@@ -258,14 +256,12 @@ class PartitionAccumulator:
         ok = np.flatnonzero(status == OK)
         if ok.size:
             sel = idx[ok]
-            self._count(assignment.slots[ok], levels[sel], batch.cells[sel])
+            self._count(assignment.slots[ok], uidx[sel], levels[sel], batch.cells[sel])
             self.max_event = max(self.max_event, int(batch.times[sel].max()))
         self.rejected += len(dead)
         dead.sort(key=lambda x: x.offset)
         out.extend(dead)
-        msg = self._close()
-        if msg is not None:
-            partials.append(msg)
+        partials.extend(self._closed_messages())
 
     def _dedupe(self, slots: np.ndarray, users: np.ndarray, status: np.ndarray,
                 where: np.ndarray) -> None:
@@ -288,7 +284,9 @@ class PartitionAccumulator:
             status[pos[repeat]] = DUPLICATE
             seen[u] = True
 
-    def _count(self, slots: np.ndarray, levels: np.ndarray, cells: np.ndarray) -> None:
+    def _count(self, slots: np.ndarray, users: np.ndarray, levels: np.ndarray,
+               cells: np.ndarray) -> None:
+        """Add accepted reports (slot, user index, level index, cell) to the open slots."""
         names = self.registry.level_names
         L = len(names)
         for slot in np.unique(slots).tolist():
@@ -308,6 +306,16 @@ class PartitionAccumulator:
             return None
         self.slotter.restore(watermark, {}, self.slotter.first_slot)
         return self._close()
+
+    def advance_messages(self, watermark: int) -> list[dict]:
+        """As :meth:`advance`, as a list of the messages to send."""
+        msg = self.advance(watermark)
+        return [] if msg is None else [msg]
+
+    def _closed_messages(self) -> list[dict]:
+        """The messages due after reports were taken: a partial when slots closed."""
+        msg = self._close()
+        return [] if msg is None else [msg]
 
     def idle_watermark(self) -> int | None:
         """The watermark that closes every slot up to the one of the largest event time seen."""
@@ -356,7 +364,11 @@ class PartitionAccumulator:
 
     def snapshot(self) -> bytes:
         """The whole state, compressed; :meth:`restore` takes it back."""
-        doc = {
+        return zlib.compress(orjson.dumps(self._state()), 3)
+
+    def _state(self) -> dict:
+        """The state as a JSON-able document."""
+        return {
             "next_offset": self.next_offset,
             "closed_through": self.closed_through,
             "rejected": self.rejected,
@@ -369,11 +381,13 @@ class PartitionAccumulator:
                        for s, c in self.counts.items()},
             "accepted": {str(s): n for s, n in self.accepted.items()},
         }
-        return zlib.compress(orjson.dumps(doc), 3)
 
     def restore(self, data: bytes) -> None:
         """Reinstate a :meth:`snapshot`."""
-        doc = orjson.loads(zlib.decompress(data))
+        self._load(orjson.loads(zlib.decompress(data)))
+
+    def _load(self, doc: dict) -> None:
+        """Reinstate a :meth:`_state` document."""
         self.next_offset = int(doc["next_offset"])
         self.closed_through = doc["closed_through"]
         self.rejected = int(doc["rejected"])

@@ -6,12 +6,16 @@ Kafka job: for the same secret and input both release the same bytes.
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Iterable
 
+import orjson
+
 from streams.config import JobConfig
-from streams.coordinator import Coordinator
+from streams.dynamic_partition import DynamicAccumulator
 from streams.ingest import key_partition
-from streams.partition import DeadLetter, PartitionAccumulator, RawRecord, Registry
+from streams.partition import DeadLetter, RawRecord
+from streams.roles import make_accumulator, make_coordinator, make_registry
 
 
 class InProcessJob:
@@ -19,10 +23,10 @@ class InProcessJob:
 
     def __init__(self, config: JobConfig) -> None:
         self.config = config
-        self.registries = [Registry() for _ in range(config.partitions)]
-        self.accumulators = [PartitionAccumulator(p, config, self.registries[p])
+        self.registries = [make_registry(config) for _ in range(config.partitions)]
+        self.accumulators = [make_accumulator(p, config, self.registries[p])
                              for p in range(config.partitions)]
-        self.coordinator = Coordinator(config)
+        self.coordinator = make_coordinator(config)
         self.offsets = [0] * config.partitions
         self.dead: list[DeadLetter] = []
         self.releases: list[bytes] = []
@@ -61,11 +65,19 @@ class InProcessJob:
         if target is None:
             return
         for acc in self.accumulators:
-            msg = acc.advance(target)
-            if msg is not None:
-                self._deliver([msg])
+            self._deliver(acc.advance_messages(target))
 
     def _deliver(self, partials: list[dict]) -> None:
-        for msg in partials:
-            for _slot, release, _decision in self.coordinator.receive(msg):
-                self.releases.append(release)
+        """Partials to the coordinator; under a dynamic mechanism, its records on the decisions
+        topic back to every partition, and their answers to the coordinator, until all is said."""
+        queue = deque(partials)
+        while queue:
+            msg = queue.popleft()
+            for _slot, release, decision in self.coordinator.receive(msg):
+                if release is not None:
+                    self.releases.append(release)
+                if self.config.dynamic:
+                    doc = orjson.loads(decision)
+                    for acc in self.accumulators:
+                        assert isinstance(acc, DynamicAccumulator)
+                        queue.extend(acc.on_control(doc))

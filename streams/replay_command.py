@@ -9,6 +9,7 @@ import time
 
 import orjson
 
+from mechanisms.dynamic import DYNAMIC_MECHANISMS
 from streams.job_args import add_broker, add_job, job_config, need_broker
 from streams.sources import SOURCES, Source, make_source
 
@@ -66,7 +67,7 @@ def run_in_process(args: argparse.Namespace, out=None) -> int:
     config.secret_bytes()
     source = build_source(args)
     job = InProcessJob(config)
-    job.register(source.requirement_records())
+    job.register(source.requirement_records(dynamic=config.dynamic))
     for records in source.slot_records(config.origin_ms, config.slot_ms):
         job.feed(records)
     job.finish()
@@ -90,7 +91,8 @@ async def produce(args: argparse.Namespace, source: Source, broker: str,
         req = RawProducer(broker, topics.requirements, args.partitions)
         await req.start()
         try:
-            sent["requirements"] = await req.send_many(source.requirement_records())
+            dynamic = getattr(args, "mechanism", "") in DYNAMIC_MECHANISMS
+            sent["requirements"] = await req.send_many(source.requirement_records(dynamic))
         finally:
             await req.stop()
         if args.register_timeout > 0:

@@ -10,7 +10,7 @@ import numpy as np
 import orjson
 
 from mechanisms.datasets import log_probabilities, sin_probabilities, tlns_probabilities
-from mechanisms.experiments import paper_requirements
+from mechanisms.experiments import dynamic_rows, paper_requirements
 from mechanisms.requirements import FixedRequirements
 
 SYNTHETIC = {"sin": sin_probabilities, "log": log_probabilities, "tlns": tlns_probabilities}
@@ -31,12 +31,20 @@ class Source:
     slots: int
     cells: np.ndarray | None
     recorded: Path | None = None
+    seed: int = 0
 
-    def requirement_records(self) -> list[tuple[bytes, bytes]]:
-        """One ``{user, w, E}`` record per user."""
+    def requirement_records(self, dynamic: bool = False) -> list[tuple[bytes, bytes]]:
+        """One record per user: ``{user, w, E}``, or with ``dynamic`` the requirement
+        ``{user, wB, EB, wF, EF}`` that ``pwevent evaluate`` gives DPBD and DPBA (a forward
+        requirement no stricter than the user's (w, E), the backward one inactive)."""
         if self.requirements is None:
             return []
         r = self.requirements
+        if dynamic:
+            rows = dynamic_rows(r, np.random.default_rng([self.seed, 8]))
+            return [(u.encode(), orjson.dumps({"user": u, "wB": wB, "EB": EB, "wF": wF,
+                                               "EF": EF}))
+                    for _, u, wB, EB, wF, EF in rows]
         return [(u.encode(), orjson.dumps({"user": u, "w": int(w), "E": float(E)}))
                 for u, w, E in zip(r.users, r.w.tolist(), r.E.tolist(), strict=True)]
 
@@ -124,4 +132,4 @@ def make_source(
     else:
         raise ValueError(f"unknown dataset {dataset!r}; choose from {', '.join(SOURCES)}")
     reqs = paper_requirements(users, epsilon, window, rng)
-    return Source(list(reqs.users), reqs, d, cells.shape[0], cells)
+    return Source(list(reqs.users), reqs, d, cells.shape[0], cells, seed=seed)

@@ -13,10 +13,11 @@ topic              key         what it carries
                                a tombstone unregisters the user
 ``releases``       stream/slot one private histogram per released slot
 ``slot-partials``  stream/slot per partition and slot: counts per (budget level, cell) and
-                               the public per-level user counts; one partition, read by the
-                               coordinator
+                               the public per-level user counts (dpbd, dpba: closures and
+                               per-slot plans); one partition, read by the coordinator
 ``decisions``      stream/slot the coordinator's publish/approximate decision per slot and
-                               what it charged each requirement level; one partition
+                               what it charged each level (dpbd, dpba: also the stream's
+                               start, read by every worker); one partition
 ``dead-letters``   source      rejected input with its original bytes and the reason
 =================  ==========  ===========================================================
 """

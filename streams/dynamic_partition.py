@@ -1,0 +1,359 @@
+"""One partition's side of the job under a dynamic mechanism (DPBD, DPBA).
+
+A dynamic ledger depends on each user's own declarations, so it cannot be kept per requirement
+level at the coordinator as the fixed mechanisms are: every partition keeps the ledger of its
+users (DESIGN.md, data flow) and the slots run as a conversation with the coordinator:
+
+1. a partition closing slots tells the coordinator how far it closed (``closed_through``) and its
+   first slot with a report (``first``);
+2. once every partition has spoken, the coordinator announces the stream's first slot
+   (``{"stream", "start"}`` on the decisions topic): every ledger starts there, so that every
+   registered user is charged from the same slot on (decision 2);
+3. a partition whose ledger is at a closed slot plans it: it applies the declarations accepted
+   since its last plan, and sends the slot's report counts per budget level ``"<c1>:<c2>"``
+   (grid codes of eps1 and eps2), the users per level, whether its users nullify the slot
+   (DPBA) and how many backward budgets were projected;
+4. with every partition's plan in, the coordinator releases the slot and records its decision;
+   each partition commits the decision to its ledger and plans its next closed slot.
+
+A declaration takes effect at the first slot the partition plans after accepting it. State is
+checkpointed *before* the messages it implies are sent, and those messages are kept in the
+checkpoint and sent again after a restart (the coordinator drops repeats), so a plan that
+reached the coordinator is never replaced by a different one.
+"""
+
+from __future__ import annotations
+
+import base64
+
+import numpy as np
+
+from mechanisms.dynamic import dynamic_ledger
+from mechanisms.dynamic_ledgers import DynamicLedger
+from streams.config import JobConfig
+from streams.partition import PartitionAccumulator
+from streams.records import (
+    DynamicRequirement,
+    FixedRequirement,
+    Reason,
+    RecordError,
+    RequirementRemoval,
+    parse_requirement,
+)
+
+GRID_BITS = 3  # budgets rounded down to 4 significant bits, as in DynamicMechanism
+Declaration = tuple[int, float, int, float]  # wB, EB, wF, EF
+
+
+def level_name(code1: int, code2: int) -> str:
+    """The name of the budget level with grid codes ``code1`` (eps1) and ``code2`` (eps2)."""
+    return f"{code1}:{code2}"
+
+
+def parse_level_name(name: str) -> tuple[int, int]:
+    """Inverse of :func:`level_name`; ``ValueError`` when malformed."""
+    a, sep, b = name.partition(":")
+    if not sep:
+        raise ValueError(f"budget level {name!r} is not <code1>:<code2>")
+    return int(a), int(b)
+
+
+class DynamicRegistry:
+    """Registered users of one partition and their latest dynamic declarations.
+
+    A user's index is its order of first acceptance (and its index in the partition's ledger).
+    A new or changed declaration waits in ``pending`` until the partition plans its next slot.
+    A removal (tombstone) unregisters the user: its reports are rejected and it leaves the
+    per-level user counts, while its ledger keeps its history (and keeps being charged), so that
+    a later declaration cannot overspend windows the user already used.
+    """
+
+    def __init__(self, mechanism: str, max_window: int) -> None:
+        self.mechanism, self.max_window = mechanism, int(max_window)
+        self.index_of: dict[str, int] = {}
+        self.users: list[str] = []
+        self.latest: list[Declaration] = []
+        self._active = np.zeros(0, dtype=bool)
+        self.pending: dict[int, Declaration] = {}
+
+    @property
+    def level_of_index(self) -> np.ndarray:
+        """Per user index: 0 while registered, -1 after a removal."""
+        return np.where(self._active[: len(self.users)], 0, -1)
+
+    def active_mask(self, n: int) -> np.ndarray:
+        """Whether each of the first ``n`` users is registered now."""
+        out = np.zeros(n, dtype=bool)
+        m = min(n, len(self.users))
+        out[:m] = self._active[:m]
+        return out
+
+    def _set_active(self, i: int, active: bool) -> None:
+        if i >= self._active.shape[0]:
+            grown = np.zeros(max(16, 2 * self._active.shape[0], i + 1), dtype=bool)
+            grown[: self._active.shape[0]] = self._active
+            self._active = grown
+        self._active[i] = active
+
+    def apply(self, key: bytes | None, value: bytes | None) -> tuple[str | None, str, str]:
+        """One requirements record: (user, "", "") if accepted, else (user, reason, detail)."""
+        try:
+            req = parse_requirement(value, key)
+        except RecordError as exc:
+            return None, exc.reason.value, exc.detail
+        if key is not None and key != req.user.encode():
+            return req.user, Reason.BAD_TYPE.value, "record key differs from user"
+        i = self.index_of.get(req.user)
+        if isinstance(req, RequirementRemoval):
+            if i is not None:
+                self._set_active(i, False)
+            return req.user, "", ""
+        if isinstance(req, FixedRequirement) or not isinstance(req, DynamicRequirement):
+            return (req.user, Reason.INVALID_REQUIREMENT.value,
+                    f"this job runs {self.mechanism}, which takes dynamic requirements; "
+                    "declare {user, wB, EB, wF, EF}")
+        for field, w in (("wB", req.wB), ("wF", req.wF)):
+            if w > self.max_window:
+                return (req.user, Reason.INVALID_REQUIREMENT.value,
+                        f"{field} = {w} exceeds the job's max window {self.max_window}")
+        decl = (req.wB, req.EB, req.wF, req.EF)
+        if i is None:
+            i = self.index_of[req.user] = len(self.users)
+            self.users.append(req.user)
+            self.latest.append(decl)
+        self.latest[i] = decl
+        self.pending[i] = decl
+        self._set_active(i, True)
+        return req.user, "", ""
+
+    def export(self, user: str) -> bytes:
+        """What the ``users`` table keeps of a user: index, latest declaration, whether active."""
+        i = self.index_of[user]
+        wB, EB, wF, EF = self.latest[i]
+        return f"{i}|{wB}|{EB!r}|{wF}|{EF!r}|{int(self._active[i])}".encode()
+
+    def load(self, entries: list[tuple[str, bytes]]) -> None:
+        """Rebuild from exported ``(user, entry)`` pairs; every declaration is pending until
+        :meth:`sync_pending` compares them with what the ledger applied."""
+        parsed = []
+        for user, entry in entries:
+            i, wB, EB, wF, EF, active = entry.decode().split("|")
+            parsed.append((int(i), user, (int(wB), float(EB), int(wF), float(EF)), active == "1"))
+        parsed.sort()
+        size = (parsed[-1][0] + 1) if parsed else 0
+        self.users = [""] * size
+        self.latest = [(1, 1.0, 1, 1.0)] * size
+        self._active = np.zeros(max(16, size), dtype=bool)
+        self.index_of = {}
+        for i, user, decl, active in parsed:
+            self.index_of[user] = i
+            self.users[i] = user
+            self.latest[i] = decl
+            self._active[i] = active
+        self.pending = {i: d for i, d in enumerate(self.latest)}
+
+    def sync_pending(self, applied: list[Declaration]) -> None:
+        """Keep pending only the declarations that differ from what the ledger applied."""
+        self.pending = {
+            i: d for i, d in enumerate(self.latest) if i >= len(applied) or applied[i] != d
+        }
+
+
+class DynamicAccumulator(PartitionAccumulator):
+    """Slotting, the users' ledger and the slot conversation of one partition (module doc)."""
+
+    registry: DynamicRegistry
+
+    def __init__(self, partition: int, config: JobConfig, registry: DynamicRegistry) -> None:
+        super().__init__(partition, config, registry)  # type: ignore[arg-type]
+        self.ledger: DynamicLedger = dynamic_ledger(config.mechanism, config.max_window,
+                                                    GRID_BITS)
+        self.base: int | None = None  # the stream's first slot: the ledger's slot 1
+        self.awaiting: int | None = None  # planned slot whose decision is due
+        self.applied: list[Declaration] = []  # per ledger user, the declaration in force
+        self.cells: dict[int, np.ndarray] = {}  # slot -> cell per user index (-1: none)
+        self.outbox: dict[str, dict] = {}  # the last closure and the plan awaiting a decision
+
+    # -- reports ---------------------------------------------------------------------------
+
+    def _count(self, slots: np.ndarray, users: np.ndarray, levels: np.ndarray,
+               cells: np.ndarray) -> None:
+        size = len(self.registry.users)
+        for slot in np.unique(slots).tolist():
+            mask = slots == slot
+            arr = self.cells.get(slot)
+            if arr is None or arr.shape[0] < size:
+                grown = np.full(max(size, 1), -1, dtype=np.int32)
+                if arr is not None:
+                    grown[: arr.shape[0]] = arr
+                arr = self.cells[slot] = grown
+            arr[users[mask]] = cells[mask]
+            self.accepted[slot] += int(mask.sum())
+
+    @property
+    def next_slot(self) -> int | None:
+        """The slot the ledger plans next (``None`` before the stream's start is known)."""
+        return None if self.base is None else self.base + self.ledger.slot - 1
+
+    # -- the conversation ------------------------------------------------------------------
+
+    def _close(self) -> dict | None:
+        """The closure message when the watermark closed more slots."""
+        wm = self.slotter.watermark
+        if wm is None:
+            return None
+        last = self.config.clock.last_closed(wm)
+        if self.closed_through is not None and last <= self.closed_through:
+            return None
+        first = self.slotter.first_slot
+        if first is not None and last < first:
+            return None
+        msg = {"partition": self.partition, "closed_through": last, "first": first,
+               "rejected": self.rejected}
+        self.closed_through = last
+        self.rejected = 0
+        for s in [s for s in self.seen if s <= last]:
+            del self.seen[s]
+        self.outbox["closed"] = msg
+        return msg
+
+    def _closed_messages(self) -> list[dict]:
+        msg = self._close()
+        return ([] if msg is None else [msg]) + self._plans()
+
+    def advance_messages(self, watermark: int) -> list[dict]:
+        if self.slotter.watermark is not None and watermark <= self.slotter.watermark:
+            return []
+        self.slotter.restore(watermark, {}, self.slotter.first_slot)
+        return self._closed_messages()
+
+    def on_start(self, slot: int) -> list[dict]:
+        """The coordinator announced the stream's first slot: start the ledger there."""
+        if self.base is not None:
+            return []
+        self.base = int(slot)
+        for s in [s for s in self.cells if s < self.base]:
+            # cannot happen: the start is the earliest slot any partition has a report in
+            raise RuntimeError(f"partition {self.partition} holds reports of slot {s}, "
+                               f"before the stream's start {self.base}")
+        return self._plans()
+
+    def on_decision(self, slot: int, published: bool) -> list[dict]:
+        """Commit the coordinator's decision for the planned slot; plan the next one."""
+        if self.base is None or self.awaiting != slot:
+            return []  # a decision this partition committed already, or one of another run
+        self.ledger.commit_columns(bool(published))
+        self.awaiting = None
+        self.outbox.pop("plan", None)
+        return self._plans()
+
+    def on_control(self, doc: dict) -> list[dict]:
+        """Act on one record of the decisions topic (a start or a decision)."""
+        if "start" in doc:
+            return self.on_start(int(doc["start"]))
+        return self.on_decision(int(doc["slot"]), bool(doc["published"]))
+
+    def resend(self) -> list[dict]:
+        """The messages to send again after a restart (the coordinator drops repeats)."""
+        return [self.outbox[k] for k in ("closed", "plan") if k in self.outbox]
+
+    def _apply_pending(self) -> None:
+        reg = self.registry
+        pending = {i: d for i, d in reg.pending.items()
+                   if i >= len(self.applied) or self.applied[i] != d}
+        reg.pending = {}
+        if not pending:
+            return
+        idx = np.array(sorted(pending), dtype=np.int64)
+        decl = [pending[i] for i in idx.tolist()]
+        wB, EB, wF, EF = (np.array(col) for col in zip(*decl, strict=True))
+        self.ledger.declare(idx, wB.astype(np.int64), EB.astype(np.float64),
+                            wF.astype(np.int64), EF.astype(np.float64))
+        self.applied.extend([decl[0]] * (int(idx.max()) + 1 - len(self.applied)))
+        for i, d in zip(idx.tolist(), decl, strict=True):
+            self.applied[i] = d
+
+    def _plans(self) -> list[dict]:
+        msg = self._plan()
+        return [] if msg is None else [msg]
+
+    def _plan(self) -> dict | None:
+        """Plan the ledger's next slot when it is closed and no decision is due."""
+        s = self.next_slot
+        if s is None or self.awaiting is not None or self.closed_through is None:
+            return None
+        if s > self.closed_through:
+            return None
+        self._apply_pending()
+        ledger = self.ledger
+        n = ledger.n
+        plan = ledger.plan_columns()
+        group = ledger.group[:n]
+        codes = (plan.stored1[group].astype(np.int64) << 16) | plan.stored2[group]
+        row = np.full(n, -1, dtype=np.int64)
+        cells = self.cells.pop(s, None)
+        if cells is not None:
+            m = min(n, cells.shape[0])
+            row[:m] = cells[:m]
+        # a user counts at the slot when registered now, or when it reported in the slot (it
+        # was registered then; its ledger is charged either way)
+        active = self.registry.active_mask(n) | (row >= 0)
+        pairs, level = np.unique(codes[active], return_inverse=True)
+        sizes = np.bincount(level, minlength=pairs.size)
+        d = self.d
+        mine = row[active]
+        rep = mine >= 0
+        counts = np.bincount(level[rep] * d + mine[rep], minlength=pairs.size * d)
+        counts = counts.reshape(pairs.size, d)
+        names = [level_name(int(p) >> 16, int(p) & 0xFFFF) for p in pairs.tolist()]
+        msg = {
+            "partition": self.partition,
+            "plan": s,
+            "counts": {k: counts[j].tolist() for j, k in enumerate(names) if counts[j].any()},
+            "users": {k: int(sizes[j]) for j, k in enumerate(names)},
+            "accepted": int(self.accepted.pop(s, 0)),
+            "nullified": bool(plan.nullified),
+            "projected": int(np.count_nonzero(plan.projected[group][active])),
+        }
+        self.awaiting = s
+        self.outbox["plan"] = msg
+        return msg
+
+    # -- checkpoints -----------------------------------------------------------------------
+
+    def _state(self) -> dict:
+        doc = super()._state()
+        doc["dynamic"] = {
+            "ledger": base64.b64encode(self.ledger.to_bytes()).decode(),
+            "base": self.base,
+            "awaiting": self.awaiting,
+            "applied": [list(d) for d in self.applied],
+            "cells": {str(s): _pack_cells(c) for s, c in self.cells.items()},
+            "outbox": self.outbox,
+        }
+        return doc
+
+    def _load(self, doc: dict) -> None:
+        super()._load(doc)
+        dyn = doc["dynamic"]
+        self.ledger = DynamicLedger.from_bytes(base64.b64decode(dyn["ledger"]))
+        self.base = dyn["base"]
+        self.awaiting = dyn["awaiting"]
+        self.applied = [(int(a), float(b), int(c), float(e)) for a, b, c, e in dyn["applied"]]
+        self.cells = {int(s): _unpack_cells(c) for s, c in dyn["cells"].items()}
+        self.outbox = dict(dyn["outbox"])
+        self.registry.sync_pending(self.applied)
+
+
+def _pack_cells(cells: np.ndarray) -> list:
+    users = np.flatnonzero(cells >= 0)
+    return [int(cells.shape[0]), base64.b64encode(users.astype(np.int32).tobytes()).decode(),
+            base64.b64encode(cells[users].astype(np.int32).tobytes()).decode()]
+
+
+def _unpack_cells(packed: list) -> np.ndarray:
+    size, users, values = packed
+    out = np.full(int(size), -1, dtype=np.int32)
+    idx = np.frombuffer(base64.b64decode(users), dtype=np.int32)
+    out[idx] = np.frombuffer(base64.b64decode(values), dtype=np.int32)
+    return out

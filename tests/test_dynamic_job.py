@@ -1,0 +1,254 @@
+"""The job's code under DPBD and DPBA without Kafka: partitions, the slot conversation, the
+coordinator, checkpoints, bad requirements."""
+
+from __future__ import annotations
+
+import jsonschema
+import numpy as np
+import orjson
+import pytest
+
+from mechanisms.dynamic import DynamicMechanism, DynamicRequirements
+from mechanisms.randomness import slot_generator
+from streams.config import JobConfig
+from streams.dynamic_coordinator import DynamicCoordinator
+from streams.dynamic_partition import DynamicAccumulator, DynamicRegistry
+from streams.pipeline import InProcessJob
+from streams.records import load_schema
+
+D = 4
+SLOT_MS = 100
+
+
+def cfg(name: str, partitions: int = 3, **kw) -> JobConfig:
+    base = dict(mechanism=name, domain={"kind": "cells", "size": D}, slot_ms=SLOT_MS,
+                partitions=partitions, secret="k", stream="s", noise="laplace")
+    base.update(kw)
+    return JobConfig(**base)
+
+
+def declaration(user: str, wB: int, EB: float, wF: int, EF: float) -> tuple[bytes, bytes]:
+    doc = {"user": user, "wB": int(wB), "EB": float(EB), "wF": int(wF), "EF": float(EF)}
+    return user.encode(), orjson.dumps(doc)
+
+
+def reports(users: list[str], t: int, cells: np.ndarray) -> list[tuple[bytes, bytes]]:
+    return [(u.encode(), orjson.dumps({"user": u, "time": t * SLOT_MS + i % SLOT_MS,
+                                       "value": int(cells[i])}))
+            for i, u in enumerate(users) if cells[i] >= 0]
+
+
+def draw(rng: np.random.Generator, k: int) -> tuple[np.ndarray, ...]:
+    return (rng.integers(1, 9, k), rng.choice([0.4, 1.0, 3.0], k),
+            rng.integers(1, 9, k), rng.choice([0.4, 1.0, 3.0], k))
+
+
+@pytest.mark.parametrize("name", ["dpbd", "dpba"])
+@pytest.mark.parametrize("seed", [1, 2])
+def test_partitioned_job_equals_one_mechanism(name: str, seed: int) -> None:
+    """Three partitions conversing with the coordinator release exactly what one
+    DynamicMechanism releases from the same reports, declarations and per-slot generators,
+    requirement changes between slots included."""
+    rng = np.random.default_rng(seed)
+    n, T = 36, 40
+    users = [f"u{i}" for i in range(n)]
+    first = draw(rng, n)
+    changes: dict[int, tuple[list[int], tuple[np.ndarray, ...]]] = {}
+    for t in range(1, T):
+        who = np.flatnonzero(rng.random(n) < 0.15).tolist()
+        if who:
+            changes[t] = (who, draw(rng, len(who)))
+    cells = rng.integers(-1, D, (T, n))
+    cells[:, :3] = rng.integers(0, D, (T, 3))  # every partition gets reports every slot
+    config = cfg(name)
+    job = InProcessJob(config)
+    job.register(declaration(u, *(f[i] for f in first)) for i, u in enumerate(users))
+    for t in range(T):
+        job.feed(reports(users, t, cells[t]))
+        if t in changes:  # slot t closes with the next feed: these take effect there
+            who, new = changes[t]
+            job.register(declaration(users[i], *(f[k] for f in new)) for k, i in enumerate(who))
+    job.finish()
+    assert not job.dead
+    got = [orjson.loads(r) for r in job.releases]
+    assert [r["slot"] for r in got] == list(range(T))
+    decisions = [orjson.loads(job.coordinator.decisions[t]) for t in range(T)]
+
+    req = DynamicRequirements(np.ones(n, dtype=np.int64), tuple(users), *first)
+    mech = DynamicMechanism(name, req, D, noise="laplace", max_window=config.max_window)
+    published = 0
+    for t in range(T):
+        if t in changes:
+            who, new = changes[t]
+            mech.declare([users[i] for i in who], *new)
+        mech.rng = slot_generator(b"k", "s", t)
+        ref = mech.step(cells[t])
+        assert got[t]["published"] == ref.published, t
+        assert got[t]["nullified"] == ref.nullified, t
+        np.testing.assert_array_equal(got[t]["histogram"], ref.histogram)
+        assert got[t]["accepted"] == int((cells[t] >= 0).sum())
+        assert decisions[t]["projected"] == ref.projected
+        published += ref.published
+    assert 0 < published < T  # both branches of the rule were taken
+
+
+def run_job(config: JobConfig, users: list[str], decl, cells: np.ndarray,
+            stop_at: int | None = None) -> InProcessJob:
+    job = InProcessJob(config)
+    job.register(declaration(u, *(f[i] for f in decl)) for i, u in enumerate(users))
+    for t in range(cells.shape[0] if stop_at is None else stop_at):
+        job.feed(reports(users, t, cells[t]))
+    if stop_at is None:
+        job.finish()
+    return job
+
+
+@pytest.mark.parametrize("name", ["dpbd", "dpba"])
+def test_restart_from_checkpoints_resends_and_changes_nothing(name: str) -> None:
+    """Partitions and coordinator restored from their snapshots mid-stream, with the messages
+    a partition checkpointed but never sent, go on to release the same bytes."""
+    rng = np.random.default_rng(7)
+    n, T, cut = 30, 24, 11
+    users = [f"u{i}" for i in range(n)]
+    decl = draw(rng, n)
+    cells = rng.integers(0, D, (T, n))
+    config = cfg(name, partitions=2)
+    whole = run_job(config, users, decl, cells)
+
+    job = run_job(config, users, decl, cells, stop_at=cut)
+    # partition 0 takes slot `cut`, checkpoints, and crashes before sending what it said
+    batch = [(k, v, 0, job.offsets[0] + j) for j, (k, v) in enumerate(
+        r for r in reports(users, cut, cells[cut]) if job._partition(r[0]) == 0)]
+    lost, _dead = job.accumulators[0].process(batch)
+    assert any("plan" in m for m in lost)
+    saved = [acc.snapshot() for acc in job.accumulators]
+    entries = [[(u, reg.export(u)) for u in reg.users] for reg in job.registries]
+    coordinator = job.coordinator.snapshot()
+
+    again = InProcessJob(config)
+    for p in range(config.partitions):
+        again.registries[p].load(entries[p])
+        again.accumulators[p] = DynamicAccumulator(p, config, again.registries[p])
+        again.accumulators[p].restore(saved[p])
+        again.offsets[p] = job.offsets[p] + (len(batch) if p == 0 else 0)
+    again.coordinator = DynamicCoordinator(config)
+    again.coordinator.restore(coordinator)
+    again.releases = list(job.releases)
+    resent = [m for acc in again.accumulators for m in acc.resend()]
+    assert [m for m in resent if "plan" in m and m["partition"] == 0] == \
+        [m for m in lost if "plan" in m]
+    again._deliver(resent)
+    for t in range(cut, T):
+        records = reports(users, t, cells[t])
+        if t == cut:  # partition 0 has these already
+            records = [r for r in records if again._partition(r[0]) != 0]
+        again.feed(records)
+    again.finish()
+    assert again.releases == whole.releases
+    assert again.coordinator.duplicates > 0  # the re-sent closures were dropped
+
+
+def test_bad_requirements_and_reports_go_to_dead_letters() -> None:
+    config = cfg("dpbd", partitions=1, max_window=10)
+    job = InProcessJob(config)
+    job.register([
+        declaration("a", 3, 1.0, 4, 1.0),
+        declaration("b", 3, 1.0, 4, 1.0),
+        (b"c", orjson.dumps({"user": "c", "w": 3, "E": 1.0})),
+        declaration("d", 11, 1.0, 4, 1.0),
+        declaration("e", 3, 1.0, 12, 1.0),
+        (b"f", orjson.dumps({"user": "f", "wB": 3, "EB": -1.0, "wF": 4, "EF": 1.0})),
+        (b"g", orjson.dumps({"user": "g", "wB": 3, "EB": 1.0})),
+    ])
+    reasons = {d.key: (d.reason, d.detail) for d in job.dead}
+    assert set(reasons) == {b"c", b"d", b"e", b"f", b"g"}
+    assert reasons[b"c"][0] == "invalid_requirement" and "dynamic" in reasons[b"c"][1]
+    assert reasons[b"d"] == ("invalid_requirement", "wB = 11 exceeds the job's max window 10")
+    assert reasons[b"e"] == ("invalid_requirement", "wF = 12 exceeds the job's max window 10")
+    assert reasons[b"f"][0] == "invalid_requirement" and "EB" in reasons[b"f"][1]
+    assert reasons[b"g"][0] == "missing_field"
+    job.dead.clear()
+    both = np.array([1, 2])
+    job.feed(reports(["a", "b"], 0, both))
+    job.register([(b"b", None)])  # b leaves: its later reports are refused, it is counted no
+    # more, but its report of slot 0, accepted before, counts there
+    job.feed(reports(["a", "b"], 1, both) + [(b"zz", orjson.dumps(
+        {"user": "zz", "time": SLOT_MS + 5, "value": 1}))])
+    job.feed(reports(["a"], 2, np.array([0])) + [(b"a", orjson.dumps(
+        {"user": "a", "time": 2 * SLOT_MS + 9, "value": D}))])
+    job.finish()
+    reasons = sorted((d.key, d.reason) for d in job.dead)
+    assert reasons == [(b"a", "out_of_domain"), (b"b", "unregistered_user"),
+                       (b"zz", "unregistered_user")]
+    got = [orjson.loads(r) for r in job.releases]
+    assert [(r["slot"], r["users"], r["accepted"]) for r in got] == [(0, 2, 2), (1, 1, 1),
+                                                                     (2, 1, 1)]
+    assert sum(r["rejected"] for r in got) == 3
+
+
+def test_a_user_back_after_removal_keeps_its_history() -> None:
+    """A removed user's ledger goes on; declaring again continues it (the windows it already
+    spent stay spent)."""
+    reg = DynamicRegistry("dpbd", 10)
+    assert reg.apply(*declaration("a", 2, 1.0, 2, 1.0)) == ("a", "", "")
+    assert reg.apply(b"a", None) == ("a", "", "")
+    assert reg.level_of_index.tolist() == [-1]
+    assert reg.apply(*declaration("a", 3, 2.0, 3, 2.0)) == ("a", "", "")
+    assert reg.level_of_index.tolist() == [0] and reg.index_of == {"a": 0}
+    assert reg.pending == {0: (3, 2.0, 3, 2.0)}
+    clone = DynamicRegistry("dpbd", 10)
+    clone.load([("a", reg.export("a"))])
+    clone.sync_pending([(3, 2.0, 3, 2.0)])
+    assert clone.pending == {} and clone.latest == reg.latest
+
+
+def test_messages_and_records_match_the_schemas() -> None:
+    config = cfg("dpba", partitions=2)
+    job = InProcessJob(config)
+    users = [f"u{i}" for i in range(10)]
+    job.register(declaration(u, 2 + i % 3, 1.0, 3, 2.0) for i, u in enumerate(users))
+    said: list[dict] = []
+    deliver = job._deliver
+
+    def spy(messages: list[dict]) -> None:
+        said.extend(messages)
+        deliver(messages)
+
+    job._deliver = spy  # type: ignore[method-assign]
+    rng = np.random.default_rng(3)
+    for t in range(6):
+        job.feed(reports(users, t, rng.integers(0, D, len(users))))
+    job.finish()
+    partials = jsonschema.Draft202012Validator(load_schema("slot-partials"))
+    decisions = jsonschema.Draft202012Validator(load_schema("decisions"))
+    releases = jsonschema.Draft202012Validator(load_schema("releases"))
+    assert {"closed_through" in m for m in said} == {True, False}  # closures and plans
+    for m in said:
+        partials.validate(orjson.loads(orjson.dumps(m)))
+    for acc in job.accumulators:
+        for m in acc.resend():
+            partials.validate(orjson.loads(orjson.dumps(m)))
+    start = orjson.loads(job.coordinator._start_record())
+    decisions.validate(start)
+    assert start == {"stream": "s", "start": 0}
+    for rec in job.coordinator.decisions.values():
+        decisions.validate(orjson.loads(rec))
+    for rec in job.releases:
+        releases.validate(orjson.loads(rec))
+    assert len(job.releases) == 6
+
+
+def test_coordinator_starts_only_when_no_partition_can_report_earlier() -> None:
+    config = cfg("dpbd", partitions=2)
+    coord = DynamicCoordinator(config)
+    assert coord.receive({"partition": 0, "closed_through": 4, "first": 3, "rejected": 0}) == []
+    # partition 1 has no report yet and closed only through slot 1: it could still take slot 2
+    assert coord.receive({"partition": 1, "closed_through": 1, "first": None,
+                          "rejected": 0}) == []
+    out = coord.receive({"partition": 1, "closed_through": 3, "first": None, "rejected": 0})
+    assert out == [(2, None, b'{"stream":"s","start":3}')]
+    assert coord.receive({"partition": 1, "closed_through": 3, "first": None,
+                          "rejected": 0}) == []
+    assert coord.duplicates == 1
+    with pytest.raises(ValueError, match="partition 5"):
+        coord.receive({"partition": 5, "closed_through": 3, "first": None, "rejected": 0})

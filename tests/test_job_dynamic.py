@@ -1,0 +1,111 @@
+"""The Kafka job under DPBD and DPBA against the embedded broker: the slot conversation between
+partitions and coordinator end to end, and a worker killed mid-run."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+import orjson
+import pytest
+from jobkit import (
+    close_through,
+    config,
+    in_process,
+    produce,
+    register,
+    releases,
+    setup_topics,
+    slot_reports,
+    start_worker,
+    stop_worker,
+    wait_for_slots,
+)
+
+from streams.broker import EmbeddedBroker
+from streams.kafka_util import read_topic
+from streams.topics import Topics
+
+USERS = [f"u{i}" for i in range(60)]
+
+
+def declarations() -> list[tuple[bytes, bytes]]:
+    """Dynamic requirements with both windows active, varied per user."""
+    return [(u.encode(), orjson.dumps({"user": u, "wB": 3 + i % 5, "EB": 1.0 + (i % 3),
+                                       "wF": 2 + i % 4, "EF": 0.5 + (i % 4) * 0.5}))
+            for i, u in enumerate(USERS)]
+
+
+@pytest.fixture(scope="module")
+def broker():
+    with EmbeddedBroker() as b:
+        yield b
+
+
+def decision_records(bootstrap: str, topics: Topics) -> list[tuple[bytes, bytes]]:
+    return asyncio.run(read_topic(bootstrap, topics.decisions, idle=0.5))
+
+
+def test_dpba_job_releases_every_slot_once_equal_to_in_process(broker, tmp_path: Path):
+    cfg = config("dyn-e2e", mechanism="dpba")
+    topics = setup_topics(broker.bootstrap, cfg)
+    worker = start_worker(broker.bootstrap, cfg, tmp_path / "data", tmp_path / "worker.log")
+    reqs = declarations()
+    batches = [slot_reports(USERS, t, cfg.d) for t in range(15)]
+    try:
+        register(broker.bootstrap, topics, cfg, reqs, worker)
+        for batch in batches:
+            produce(broker.bootstrap, topics.reports, cfg.partitions, batch)
+        close_through(broker.bootstrap, topics, cfg, 15 * cfg.slot_ms)
+        docs = wait_for_slots(broker.bootstrap, topics, set(range(15)), 90, worker)
+    finally:
+        stop_worker(worker)
+    log = (tmp_path / "worker.log").read_text()
+    assert sorted(d["slot"] for d in docs) == list(range(15)), log[-3000:]
+    assert all(d["mechanism"] == "dpba" and d["users"] == len(USERS) for d in docs)
+    raw = sorted((v for _k, v in releases(broker.bootstrap, topics)),
+                 key=lambda v: orjson.loads(v)["slot"])
+    assert raw == in_process(cfg, reqs, batches, 15 * cfg.slot_ms)
+    records = decision_records(broker.bootstrap, topics)
+    keys = [k for k, _v in records]
+    assert keys[0] == b"s/start" and orjson.loads(records[0][1]) == {"stream": "s", "start": 0}
+    assert sorted(orjson.loads(v)["slot"] for k, v in records[1:]) == list(range(15))
+
+
+def test_dpbd_worker_killed_mid_run_loses_nothing_and_changes_nothing(broker, tmp_path: Path):
+    cfg = config("dyn-restart", mechanism="dpbd")
+    topics = setup_topics(broker.bootstrap, cfg)
+    data, log = tmp_path / "data", tmp_path / "worker.log"
+    reqs = declarations()
+    batches = [slot_reports(USERS, t, cfg.d) for t in range(24)]
+    worker = start_worker(broker.bootstrap, cfg, data, log)
+    try:
+        register(broker.bootstrap, topics, cfg, reqs, worker)
+        for batch in batches[:12]:
+            produce(broker.bootstrap, topics.reports, cfg.partitions, batch)
+        wait_for_slots(broker.bootstrap, topics, set(range(8)), 60, worker)
+    finally:
+        stop_worker(worker, kill=True)
+    for batch in batches[12:]:
+        produce(broker.bootstrap, topics.reports, cfg.partitions, batch)
+    close_through(broker.bootstrap, topics, cfg, 24 * cfg.slot_ms)
+    time.sleep(0.5)
+    worker = start_worker(broker.bootstrap, cfg, data, log)
+    try:
+        wait_for_slots(broker.bootstrap, topics, set(range(24)), 120, worker)
+    finally:
+        stop_worker(worker)
+    text = log.read_text()
+    by_slot: dict[int, set[bytes]] = {}
+    for _k, v in releases(broker.bootstrap, topics):
+        by_slot.setdefault(orjson.loads(v)["slot"], set()).add(v)
+    assert sorted(by_slot) == list(range(24)), text[-12000:]
+    assert all(len(vs) == 1 for vs in by_slot.values()), "a slot was released with two values"
+    decided: dict[int, set[bytes]] = {}
+    for k, v in decision_records(broker.bootstrap, topics):
+        if k != b"s/start":
+            decided.setdefault(orjson.loads(v)["slot"], set()).add(v)
+    assert all(len(vs) == 1 for vs in decided.values()), "a slot was decided twice"
+    expected = in_process(cfg, reqs, batches, 24 * cfg.slot_ms)
+    assert [next(iter(by_slot[s])) for s in range(24)] == expected
