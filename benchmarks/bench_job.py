@@ -10,7 +10,11 @@ time from its last partial to its release, measured in a second run where report
 steady ``--live-rate`` (on a backlog it includes the wait behind the reports already fetched).
 Run::
 
-    .venv/bin/python benchmarks/bench_job.py [--users 100000] [--slots 12] [--partitions 1 4]
+    .venv/bin/python benchmarks/bench_job.py [--users 100000] [--slots 12] [--partitions 1 4] \
+        [--mechanism pbd]
+
+With ``--mechanism dpbd`` or ``dpba`` the users declare dynamic requirements and a slot's
+latency includes the partitions' plans and the decisions' round trip.
 """
 
 from __future__ import annotations
@@ -92,19 +96,29 @@ async def timestamps(bootstrap: str, topic: str, want: int, timeout: float) -> l
     return out
 
 
+def requirements(users: int, mechanism: str) -> list[tuple[bytes, bytes]]:
+    """Ten fixed requirement levels, or dynamic requirements over ten levels per field."""
+    if mechanism in ("dpbd", "dpba"):
+        return [(f"u{i}".encode(), orjson.dumps({
+            "user": f"u{i}", "wB": 20 + 20 * (i % 10), "EB": 0.5 + 0.5 * (i // 10 % 10),
+            "wF": 20 + 20 * (i // 100 % 10), "EF": 0.5 + 0.5 * (i // 1000 % 10)}))
+            for i in range(users)]
+    return [(f"u{i}".encode(), orjson.dumps({"user": f"u{i}", "w": 10 + 10 * (i % 10),
+                                             "E": 0.2 + 0.2 * (i % 5)})) for i in range(users)]
+
+
 def measure(bootstrap: str, parts: int, users: int, slots: int, data: list,
-            live_rate: float = 0.0) -> dict:
+            live_rate: float = 0.0, mechanism: str = "pbd") -> dict:
     """One configuration: a backlog (``live_rate`` 0) or reports sent at ``live_rate``/s."""
-    prefix = f"bench{parts}{'live' if live_rate else ''}"
+    prefix = f"bench{mechanism}{parts}{'live' if live_rate else ''}"
     topics = Topics(prefix=prefix, partitions=parts)
     asyncio.run(create_topics(bootstrap, topics.specs()))
-    reqs = [(f"u{i}".encode(), orjson.dumps({"user": f"u{i}", "w": 10 + 10 * (i % 10),
-                                             "E": 0.2 + 0.2 * (i % 5)})) for i in range(users)]
+    reqs = requirements(users, mechanism)
     asyncio.run(produce_raw(bootstrap, topics.requirements, reqs, partitions=parts))
     workdir = Path(tempfile.mkdtemp(prefix="pwevent-bench-"))
     env = dict(os.environ, PWEVENT_SECRET="bench")
     cmd = [sys.executable, "-m", "streams.cli", "worker", "--broker", bootstrap, "--prefix",
-           prefix, "--partitions", str(parts), "--stream", "b", "--mechanism", "pbd",
+           prefix, "--partitions", str(parts), "--stream", "b", "--mechanism", mechanism,
            "--cells", "100", "--slot-ms", str(SLOT_MS), "--data-dir", str(workdir / "data"),
            "--idle-close-ms", "600000", "--loglevel", "warning"]
     worker = subprocess.Popen(cmd, stdout=(workdir / "log").open("wb"), stderr=subprocess.STDOUT,
@@ -137,6 +151,8 @@ def measure(bootstrap: str, parts: int, users: int, slots: int, data: list,
             worker.kill()
     close_at: dict[int, int] = {}  # slot -> when its last partition closed it
     for ts, msg in partials:
+        if "closed_through" not in msg:
+            continue  # a dynamic mechanism's plan
         slot = msg["closed_through"]
         close_at[slot] = max(close_at.get(slot, 0), ts)
     release_at = {doc["slot"]: ts for ts, doc in rel}
@@ -145,7 +161,8 @@ def measure(bootstrap: str, parts: int, users: int, slots: int, data: list,
     first, last = min(slots_done), max(slots_done)
     span = (close_at[last] - close_at[first]) / 1000.0
     rate = users * (last - first) / span if span > 0 else float("nan")
-    return {"partitions": parts, "mode": "live" if live_rate else "backlog",
+    return {"mechanism": mechanism, "partitions": parts,
+            "mode": "live" if live_rate else "backlog",
             "reports": len(flat), "produce_rate": produce_rate,
             "raw_rate": raw["rate"], "worker_rate": rate, "of_raw": rate / raw["rate"],
             "latency_median_ms": float(np.median(latency)),
@@ -158,6 +175,8 @@ def main() -> int:
     parser.add_argument("--users", type=int, default=100_000)
     parser.add_argument("--slots", type=int, default=12)
     parser.add_argument("--partitions", type=int, nargs="+", default=[1, 4])
+    parser.add_argument("--mechanism", default="pbd",
+                        choices=("pbd", "pba", "bd", "ba", "uniform", "sample", "dpbd", "dpba"))
     parser.add_argument("--live-rate", type=float, default=50_000,
                         help="reports/s of the live run that measures latency (default 50000)")
     args = parser.parse_args()
@@ -165,10 +184,11 @@ def main() -> int:
     rows = []
     with EmbeddedBroker() as broker:
         for parts in args.partitions:
-            rows.append(measure(broker.bootstrap, parts, args.users, args.slots, data))
+            rows.append(measure(broker.bootstrap, parts, args.users, args.slots, data,
+                                mechanism=args.mechanism))
             print(orjson.dumps(rows[-1]).decode(), flush=True)
             rows.append(measure(broker.bootstrap, parts, args.users, args.slots, data,
-                                args.live_rate))
+                                args.live_rate, args.mechanism))
             print(orjson.dumps(rows[-1]).decode(), flush=True)
     print("| partitions | input | reports | raw aiokafka /s | worker /s | of raw | "
           "close-to-release median ms | max ms |")

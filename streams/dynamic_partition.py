@@ -20,13 +20,20 @@ A declaration takes effect at the first slot the partition plans after accepting
 checkpointed *before* the messages it implies are sent, and those messages are kept in the
 checkpoint and sent again after a restart (the coordinator drops repeats), so a plan that
 reached the coordinator is never replaced by a different one.
+
+A snapshot holds the ledger as it was at its last compaction (:meth:`DynamicLedger.to_bytes`,
+redone every ``JOURNAL_SLOTS`` slots) and a journal of what happened to it since (declarations
+and decisions): restoring replays the journal, which is deterministic, so a checkpoint after
+every slot costs a small document, not the whole ledger.
 """
 
 from __future__ import annotations
 
 import base64
+import zlib
 
 import numpy as np
+import orjson
 
 from mechanisms.dynamic import dynamic_ledger
 from mechanisms.dynamic_ledgers import DynamicLedger
@@ -42,6 +49,8 @@ from streams.records import (
 )
 
 GRID_BITS = 3  # budgets rounded down to 4 significant bits, as in DynamicMechanism
+JOURNAL_SLOTS = 64  # slots between two full snapshots of a partition's ledger
+SNAPSHOT_MAGIC = b"PWDL"
 Declaration = tuple[int, float, int, float]  # wB, EB, wF, EF
 
 
@@ -173,6 +182,8 @@ class DynamicAccumulator(PartitionAccumulator):
         self.applied: list[Declaration] = []  # per ledger user, the declaration in force
         self.cells: dict[int, np.ndarray] = {}  # slot -> cell per user index (-1: none)
         self.outbox: dict[str, dict] = {}  # the last closure and the plan awaiting a decision
+        self.ledger_base = self.ledger.to_bytes()  # the ledger at the last compaction
+        self.journal: list[list] = []  # since then: ["declare", idx, wB, EB, wF, EF], [bool]
 
     # -- reports ---------------------------------------------------------------------------
 
@@ -243,6 +254,7 @@ class DynamicAccumulator(PartitionAccumulator):
         if self.base is None or self.awaiting != slot:
             return []  # a decision this partition committed already, or one of another run
         self.ledger.commit_columns(bool(published))
+        self.journal.append([bool(published)])
         self.awaiting = None
         self.outbox.pop("plan", None)
         return self._plans()
@@ -269,6 +281,8 @@ class DynamicAccumulator(PartitionAccumulator):
         wB, EB, wF, EF = (np.array(col) for col in zip(*decl, strict=True))
         self.ledger.declare(idx, wB.astype(np.int64), EB.astype(np.float64),
                             wF.astype(np.int64), EF.astype(np.float64))
+        self.journal.append(["declare", idx.tolist(), wB.tolist(), EB.tolist(), wF.tolist(),
+                             EF.tolist()])
         self.applied.extend([decl[0]] * (int(idx.max()) + 1 - len(self.applied)))
         for i, d in zip(idx.tolist(), decl, strict=True):
             self.applied[i] = d
@@ -321,10 +335,27 @@ class DynamicAccumulator(PartitionAccumulator):
 
     # -- checkpoints -----------------------------------------------------------------------
 
+    def snapshot(self) -> bytes:
+        """The whole state: a compressed document, then the ledger's base snapshot."""
+        commits = sum(1 for entry in self.journal if len(entry) == 1)
+        if commits >= JOURNAL_SLOTS:  # compact: the ledger as it is now becomes the base
+            self.ledger_base = self.ledger.to_bytes()
+            self.journal = []
+        doc = zlib.compress(orjson.dumps(self._state()), 3)
+        return SNAPSHOT_MAGIC + len(doc).to_bytes(8, "big") + doc + self.ledger_base
+
+    def restore(self, data: bytes) -> None:
+        """Reinstate a :meth:`snapshot`."""
+        if data[:4] != SNAPSHOT_MAGIC:
+            raise ValueError("not a checkpoint of a dynamic mechanism's partition")
+        size = int.from_bytes(data[4:12], "big")
+        self.ledger_base = data[12 + size:]
+        self._load(orjson.loads(zlib.decompress(data[12:12 + size])))
+
     def _state(self) -> dict:
         doc = super()._state()
         doc["dynamic"] = {
-            "ledger": base64.b64encode(self.ledger.to_bytes()).decode(),
+            "journal": self.journal,
             "base": self.base,
             "awaiting": self.awaiting,
             "applied": [list(d) for d in self.applied],
@@ -336,7 +367,16 @@ class DynamicAccumulator(PartitionAccumulator):
     def _load(self, doc: dict) -> None:
         super()._load(doc)
         dyn = doc["dynamic"]
-        self.ledger = DynamicLedger.from_bytes(base64.b64decode(dyn["ledger"]))
+        self.ledger = DynamicLedger.from_bytes(self.ledger_base)
+        self.journal = dyn["journal"]
+        for entry in self.journal:  # replay: the ledger is a function of these
+            if len(entry) == 1:
+                self.ledger.commit_columns(bool(entry[0]))
+            else:
+                _, idx, wB, EB, wF, EF = entry
+                self.ledger.declare(np.array(idx, dtype=np.int64), np.array(wB, dtype=np.int64),
+                                    np.array(EB, dtype=np.float64),
+                                    np.array(wF, dtype=np.int64), np.array(EF, dtype=np.float64))
         self.base = dyn["base"]
         self.awaiting = dyn["awaiting"]
         self.applied = [(int(a), float(b), int(c), float(e)) for a, b, c, e in dyn["applied"]]

@@ -53,6 +53,16 @@ from streams.topics import Topics
 log = logging.getLogger("pwevent.job")
 
 COORDINATOR_KEY = "state"
+CHECKPOINT_CHUNK = 512 * 1024  # bytes per checkpoint record: well below Kafka's 1 MiB default
+MANIFEST = "chunks|"
+
+
+def _manifest(value: bytes | None) -> tuple[int, int] | None:
+    """(generation, chunks) of a checkpoint manifest; ``None`` for anything else."""
+    if not value or not value.startswith(MANIFEST.encode()):
+        return None
+    gen, count = value[len(MANIFEST):].decode().split("|")
+    return int(gen), int(count)
 
 
 def default_instance_id(data_dir: Path) -> str:
@@ -143,12 +153,40 @@ class Job:
                 self.registries.pop(tp.partition, None)
                 self.resumed.discard(tp.partition)
 
+    def write_checkpoint(self, p: int, data: bytes) -> None:
+        """Store partition ``p``'s snapshot in the ``checkpoints`` table (inside a handler of
+        the partition, or a :func:`partition_context`). A snapshot is cut into chunks that fit
+        a Kafka record, written under a new generation before the manifest that names it; the
+        previous generation's chunks are deleted after."""
+        key = str(p).encode()
+        old = _manifest(self.checkpoints.get(key))
+        gen = old[0] + 1 if old else 1
+        chunks = [data[i:i + CHECKPOINT_CHUNK] for i in range(0, len(data), CHECKPOINT_CHUNK)]
+        for i, chunk in enumerate(chunks):
+            self.checkpoints[f"{p}/{gen}/{i}".encode()] = chunk
+        self.checkpoints[key] = f"{MANIFEST}{gen}|{len(chunks)}".encode()
+        if old:
+            for i in range(old[1]):
+                self.checkpoints.pop(f"{p}/{old[0]}/{i}".encode(), None)
+
+    def read_checkpoint(self, p: int) -> bytes | None:
+        """Partition ``p``'s last snapshot, or ``None``."""
+        value = self.checkpoints.get(str(p).encode())
+        manifest = _manifest(value)
+        if manifest is None:
+            return value or None
+        gen, count = manifest
+        parts = [self.checkpoints.get(f"{p}/{gen}/{i}".encode()) for i in range(count)]
+        if any(part is None for part in parts):
+            raise RuntimeError(f"checkpoint of partition {p} lacks chunks of generation {gen}")
+        return b"".join(parts)
+
     def accumulator(self, p: int) -> PartitionAccumulator:
         """Partition ``p``'s accumulator, restored from its checkpoint when there is one."""
         acc = self.accumulators.get(p)
         if acc is None:
             acc = self.accumulators[p] = make_accumulator(p, self.config, self.registry(p))
-            saved = self.checkpoints.get(str(p).encode())
+            saved = self.read_checkpoint(p)
             if saved:
                 acc.restore(saved)
                 log.info("partition %d resumes at offset %d (closed through slot %s)",
@@ -192,7 +230,7 @@ class Job:
         if futures:
             await asyncio.gather(*futures)
         if partials:
-            self.checkpoints[str(p).encode()] = acc.snapshot()
+            self.write_checkpoint(p, acc.snapshot())
             await self.app.producer.flush()
             self.acked[p] = acc.next_offset
         return self.acked.get(p, 0)
@@ -227,7 +265,7 @@ class Job:
         emitting: a plan that was sent is never replaced by a different one)."""
         if checkpoint or messages:
             with partition_context(self.app, self.topics.reports, p):
-                self.checkpoints[str(p).encode()] = acc.snapshot()
+                self.write_checkpoint(p, acc.snapshot())
             await self.app.producer.flush()
             self.acked[p] = acc.next_offset
         futures = []
