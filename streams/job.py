@@ -28,6 +28,7 @@ import logging
 import socket
 import time
 from collections import Counter
+from collections.abc import Mapping, MutableMapping
 from pathlib import Path
 from typing import Any
 
@@ -63,6 +64,37 @@ def _manifest(value: bytes | None) -> tuple[int, int] | None:
         return None
     gen, count = value[len(MANIFEST):].decode().split("|")
     return int(gen), int(count)
+
+
+def write_chunked(table: MutableMapping[bytes, bytes], p: int, data: bytes,
+                  chunk: int = CHECKPOINT_CHUNK) -> None:
+    """Store ``data`` under partition ``p`` of ``table``, cut into records of at most ``chunk``
+    bytes: the chunks of a new generation first, then the manifest that names them, then the
+    previous generation's chunks are deleted (a crash in between leaves a readable state)."""
+    key = str(p).encode()
+    old = _manifest(table.get(key))
+    gen = old[0] + 1 if old else 1
+    parts = [data[i:i + chunk] for i in range(0, len(data), chunk)] or [b""]
+    for i, part in enumerate(parts):
+        table[f"{p}/{gen}/{i}".encode()] = part
+    table[key] = f"{MANIFEST}{gen}|{len(parts)}".encode()
+    if old:
+        for i in range(old[1]):
+            table.pop(f"{p}/{old[0]}/{i}".encode(), None)
+
+
+def read_chunked(table: Mapping[bytes, bytes], p: int) -> bytes | None:
+    """What :func:`write_chunked` stored under partition ``p`` (a value stored whole is read as
+    it is); ``None`` when nothing was."""
+    value = table.get(str(p).encode())
+    manifest = _manifest(value)
+    if manifest is None:
+        return value or None
+    gen, count = manifest
+    parts = [table.get(f"{p}/{gen}/{i}".encode()) for i in range(count)]
+    if any(part is None for part in parts):
+        raise RuntimeError(f"checkpoint of partition {p} lacks chunks of generation {gen}")
+    return b"".join(parts)  # type: ignore[arg-type]
 
 
 def default_instance_id(data_dir: Path) -> str:
@@ -155,31 +187,12 @@ class Job:
 
     def write_checkpoint(self, p: int, data: bytes) -> None:
         """Store partition ``p``'s snapshot in the ``checkpoints`` table (inside a handler of
-        the partition, or a :func:`partition_context`). A snapshot is cut into chunks that fit
-        a Kafka record, written under a new generation before the manifest that names it; the
-        previous generation's chunks are deleted after."""
-        key = str(p).encode()
-        old = _manifest(self.checkpoints.get(key))
-        gen = old[0] + 1 if old else 1
-        chunks = [data[i:i + CHECKPOINT_CHUNK] for i in range(0, len(data), CHECKPOINT_CHUNK)]
-        for i, chunk in enumerate(chunks):
-            self.checkpoints[f"{p}/{gen}/{i}".encode()] = chunk
-        self.checkpoints[key] = f"{MANIFEST}{gen}|{len(chunks)}".encode()
-        if old:
-            for i in range(old[1]):
-                self.checkpoints.pop(f"{p}/{old[0]}/{i}".encode(), None)
+        the partition, or a :func:`partition_context`)."""
+        write_chunked(self.checkpoints, p, data)
 
     def read_checkpoint(self, p: int) -> bytes | None:
         """Partition ``p``'s last snapshot, or ``None``."""
-        value = self.checkpoints.get(str(p).encode())
-        manifest = _manifest(value)
-        if manifest is None:
-            return value or None
-        gen, count = manifest
-        parts = [self.checkpoints.get(f"{p}/{gen}/{i}".encode()) for i in range(count)]
-        if any(part is None for part in parts):
-            raise RuntimeError(f"checkpoint of partition {p} lacks chunks of generation {gen}")
-        return b"".join(parts)
+        return read_chunked(self.checkpoints, p)
 
     def accumulator(self, p: int) -> PartitionAccumulator:
         """Partition ``p``'s accumulator, restored from its checkpoint when there is one."""

@@ -259,3 +259,24 @@ def test_coordinator_starts_only_when_no_partition_can_report_earlier() -> None:
     assert coord.duplicates == 1
     with pytest.raises(ValueError, match="partition 5"):
         coord.receive({"partition": 5, "closed_through": 3, "first": None, "rejected": 0})
+
+
+def test_checkpoints_are_cut_into_records_and_replaced_whole() -> None:
+    from streams.job import read_chunked, write_chunked
+
+    table: dict[bytes, bytes] = {}
+    assert read_chunked(table, 3) is None
+    big = bytes(range(256)) * 40
+    write_chunked(table, 3, big, chunk=1000)
+    assert read_chunked(table, 3) == big
+    assert len(table) == 1 + 11 and all(len(v) <= 1000 for v in table.values())
+    write_chunked(table, 3, b"small", chunk=1000)
+    assert read_chunked(table, 3) == b"small"
+    assert sorted(table) == [b"3", b"3/2/0"]  # the first generation is gone
+    write_chunked(table, 4, b"", chunk=1000)
+    assert read_chunked(table, 4) == b"" and read_chunked(table, 3) == b"small"
+    table[b"5"] = b"x\x9c whole"  # a checkpoint written before chunks existed
+    assert read_chunked(table, 5) == b"x\x9c whole"
+    del table[b"3/2/0"]
+    with pytest.raises(RuntimeError, match="lacks chunks"):
+        read_chunked(table, 3)
