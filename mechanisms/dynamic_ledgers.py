@@ -496,14 +496,19 @@ class DynamicLedger:
             s, d = src[having], dst[having]
             order = np.argsort(s, kind="stable")
             s, d = s[order], d[order]
-            left = np.searchsorted(s, self.pool.col, "left")
-            reps = np.searchsorted(s, self.pool.col, "right") - left
-            runs = np.flatnonzero(reps)
-            counts = reps[runs]
+            # the pool runs of the source columns (a mask over columns: one pass over the pool)
+            mark = np.zeros(self.k, dtype=bool)
+            mark[s] = True
+            mine = np.flatnonzero(np.take(mark, self.pool.col))
+            cols = self.pool.col[mine]
+            left = np.searchsorted(s, cols, "left")
+            reps = np.searchsorted(s, cols, "right") - left
+            keep = reps > 0
+            runs, left, counts = mine[keep], left[keep], reps[keep]
             idx = np.repeat(runs, counts)
             rank = np.arange(idx.size) - np.repeat(np.cumsum(counts) - counts, counts)
             copies = self.pool.take(idx)
-            copies.col = d[left[idx] + rank]
+            copies.col = d[np.repeat(left, counts) + rank]
             self.pool.extend(copies)
 
     def _clear_columns(self, cols: np.ndarray) -> None:
