@@ -23,24 +23,23 @@ from streams.config import JobConfig
 KEEP_RELEASED = 64
 
 
-class Coordinator:
-    """Runs the release rule once per slot on the partitions' partial aggregates."""
+class ReleaseLog:
+    """Releases and decisions recorded before they are emitted, and how far emission went: a
+    restarted coordinator re-emits what it recorded and never computes a released slot again."""
 
-    def __init__(self, config: JobConfig) -> None:
-        self.config = config
-        self.secret = config.secret_bytes()
-        self.engine = LevelEngine(config.mechanism, config.d, config.noise)
-        self.closed: dict[int, int] = {}
-        self.pending: dict[int, dict] = {}
-        self.users: dict[int, dict[int, dict[str, int]]] = {}
-        self.rejected: Counter[int] = Counter()
-        self.next_slot: int | None = None
+    def __init__(self) -> None:
         self.released: dict[int, bytes] = {}
         self.decisions: dict[int, bytes] = {}
         self.emitted_through: int | None = None
         self.duplicates = 0
 
-    def unemitted(self) -> list[tuple[int, bytes, bytes]]:
+    def record(self, slot: int, release: dict, decision: dict) -> tuple[int, bytes, bytes]:
+        """Keep a slot's release and decision; returns them encoded, to be emitted."""
+        self.released[slot] = orjson.dumps(release)
+        self.decisions[slot] = orjson.dumps(decision)
+        return slot, self.released[slot], self.decisions[slot]
+
+    def unemitted(self) -> list[tuple[int, bytes | None, bytes]]:
         """Releases recorded but not yet confirmed as emitted (after a restart), in order."""
         after = -(2**62) if self.emitted_through is None else self.emitted_through
         return [(s, self.released[s], self.decisions[s]) for s in sorted(self.released)
@@ -50,6 +49,65 @@ class Coordinator:
         """Record that every release up to ``slot`` reached the releases topic."""
         if self.emitted_through is None or slot > self.emitted_through:
             self.emitted_through = slot
+
+    def forget(self, frontier: int) -> None:
+        """Drop emitted releases well behind ``frontier``."""
+        done = self.emitted_through if self.emitted_through is not None else frontier
+        for slot in [s for s in self.released if s < min(frontier, done) - KEEP_RELEASED]:
+            del self.released[slot]
+            del self.decisions[slot]
+
+    def log_state(self) -> dict:
+        """The recorded releases as a JSON-able document."""
+        return {
+            "released": {str(s): r.decode() for s, r in self.released.items()},
+            "decisions": {str(s): r.decode() for s, r in self.decisions.items()},
+            "emitted_through": self.emitted_through,
+            "duplicates": self.duplicates,
+        }
+
+    def load_log(self, doc: dict) -> None:
+        """Reinstate :meth:`log_state`."""
+        self.released = {int(s): r.encode() for s, r in doc["released"].items()}
+        self.decisions = {int(s): r.encode() for s, r in doc["decisions"].items()}
+        self.emitted_through = doc["emitted_through"]
+        self.duplicates = int(doc["duplicates"])
+
+
+def release_record(config: JobConfig, slot: int, published: bool, nullified: bool,
+                   histogram: list, threshold: float, accepted: int, rejected: int,
+                   users: int) -> dict:
+    """The record of one slot on the releases topic."""
+    clock = config.clock
+    return {
+        "stream": config.stream,
+        "slot": slot,
+        "start": clock.start(slot),
+        "end": clock.end(slot),
+        "mechanism": config.mechanism,
+        "published": published,
+        "nullified": nullified,
+        "histogram": histogram,
+        "threshold": threshold,
+        "accepted": accepted,
+        "rejected": rejected,
+        "users": users,
+    }
+
+
+class Coordinator(ReleaseLog):
+    """Runs the release rule once per slot on the partitions' partial aggregates."""
+
+    def __init__(self, config: JobConfig) -> None:
+        super().__init__()
+        self.config = config
+        self.secret = config.secret_bytes()
+        self.engine = LevelEngine(config.mechanism, config.d, config.noise)
+        self.closed: dict[int, int] = {}
+        self.pending: dict[int, dict] = {}
+        self.users: dict[int, dict[int, dict[str, int]]] = {}
+        self.rejected: Counter[int] = Counter()
+        self.next_slot: int | None = None
 
     def receive(self, message: dict) -> list[tuple[int, bytes, bytes]]:
         """Take one partial message; returns the new (slot, release, decision) records."""
@@ -108,23 +166,10 @@ class Coordinator:
         sizes = self._users_at(slot)
         rng = slot_generator(self.secret, self.config.stream, slot)
         rel = self.engine.step(sizes, part["counts"], rng)
-        clock = self.config.clock
-        histogram = rel.histogram.tolist()
         rejected = sum(n for close, n in self.rejected.items() if close == slot)
-        release = {
-            "stream": self.config.stream,
-            "slot": slot,
-            "start": clock.start(slot),
-            "end": clock.end(slot),
-            "mechanism": self.config.mechanism,
-            "published": rel.published,
-            "nullified": rel.nullified,
-            "histogram": histogram,
-            "threshold": rel.threshold,
-            "accepted": part["accepted"],
-            "rejected": rejected,
-            "users": int(sum(sizes.values())),
-        }
+        release = release_record(self.config, slot, rel.published, rel.nullified,
+                                 rel.histogram.tolist(), rel.threshold, part["accepted"],
+                                 rejected, int(sum(sizes.values())))
         decision = {
             "stream": self.config.stream,
             "slot": slot,
@@ -134,16 +179,10 @@ class Coordinator:
             "eps2": rel.eps2,
             "users": sizes,
         }
-        encoded = orjson.dumps(release)
-        self.released[slot] = encoded
-        self.decisions[slot] = orjson.dumps(decision)
-        return slot, encoded, self.decisions[slot]
+        return self.record(slot, release, decision)
 
     def _forget(self, frontier: int) -> None:
-        done = self.emitted_through if self.emitted_through is not None else frontier
-        for slot in [s for s in self.released if s < min(frontier, done) - KEEP_RELEASED]:
-            del self.released[slot]
-            del self.decisions[slot]
+        self.forget(frontier)
         for slot in [s for s in self.rejected if s < frontier]:
             del self.rejected[slot]
         for by_close in self.users.values():
@@ -163,10 +202,7 @@ class Coordinator:
             "users": {str(p): {str(c): u for c, u in by.items()} for p, by in self.users.items()},
             "rejected": {str(s): n for s, n in self.rejected.items()},
             "next_slot": self.next_slot,
-            "released": {str(s): r.decode() for s, r in self.released.items()},
-            "decisions": {str(s): r.decode() for s, r in self.decisions.items()},
-            "emitted_through": self.emitted_through,
-            "duplicates": self.duplicates,
+            **self.log_state(),
         }
         return zlib.compress(orjson.dumps(doc), 3)
 
@@ -183,7 +219,4 @@ class Coordinator:
                       for p, by in doc["users"].items()}
         self.rejected = Counter({int(s): int(n) for s, n in doc["rejected"].items()})
         self.next_slot = doc["next_slot"]
-        self.released = {int(s): r.encode() for s, r in doc["released"].items()}
-        self.decisions = {int(s): r.encode() for s, r in doc["decisions"].items()}
-        self.emitted_through = doc["emitted_through"]
-        self.duplicates = int(doc["duplicates"])
+        self.load_log(doc)

@@ -22,16 +22,17 @@ from mechanisms.ledgers import SlotPlan
 from mechanisms.randomness import slot_generator
 from mechanisms.release import ReleaseRule
 from streams.config import JobConfig
+from streams.coordinator import ReleaseLog, release_record
 from streams.dynamic_partition import GRID_BITS, parse_level_name
 
-KEEP_RELEASED = 64
 Emitted = tuple[int, bytes | None, bytes]  # slot, release (None: the start record), decision
 
 
-class DynamicCoordinator:
+class DynamicCoordinator(ReleaseLog):
     """Runs the release rule once per slot on the partitions' plans (module doc)."""
 
     def __init__(self, config: JobConfig) -> None:
+        super().__init__()
         self.config = config
         self.secret = config.secret_bytes()
         self.d = config.d
@@ -45,10 +46,6 @@ class DynamicCoordinator:
         self.start: int | None = None
         self.start_emitted = False
         self.next_slot: int | None = None
-        self.released: dict[int, bytes] = {}
-        self.decisions: dict[int, bytes] = {}
-        self.emitted_through: int | None = None
-        self.duplicates = 0
 
     # -- emitting --------------------------------------------------------------------------
 
@@ -60,19 +57,14 @@ class DynamicCoordinator:
         out: list[Emitted] = []
         if self.start is not None and not self.start_emitted:
             out.append((self.start - 1, None, self._start_record()))
-        after = -(2**62) if self.emitted_through is None else self.emitted_through
-        out += [(s, self.released[s], self.decisions[s]) for s in sorted(self.released)
-                if s > after]
-        return out
+        return out + super().unemitted()
 
     def mark_emitted(self, slot: int) -> None:
         """Record that the start record and every release up to ``slot`` were emitted."""
         if self.start is not None:
             self.start_emitted = True
-        if self.start is not None and slot >= self.start and (
-            self.emitted_through is None or slot > self.emitted_through
-        ):
-            self.emitted_through = slot
+            if slot >= self.start:
+                super().mark_emitted(slot)
 
     # -- receiving -------------------------------------------------------------------------
 
@@ -161,21 +153,10 @@ class DynamicCoordinator:
         published = bool(decision.published) and not nullified
         if published:
             self.last = decision.histogram
-        clock = self.config.clock
-        release = {
-            "stream": self.config.stream,
-            "slot": slot,
-            "start": clock.start(slot),
-            "end": clock.end(slot),
-            "mechanism": self.config.mechanism,
-            "published": published,
-            "nullified": nullified,
-            "histogram": decision.histogram.tolist(),
-            "threshold": decision.threshold,
-            "accepted": accepted,
-            "rejected": sum(n for close, n in self.rejected.items() if close == slot),
-            "users": int(size_vec.sum()),
-        }
+        release = release_record(
+            self.config, slot, published, nullified, decision.histogram.tolist(),
+            decision.threshold, accepted,
+            sum(n for close, n in self.rejected.items() if close == slot), int(size_vec.sum()))
         record = {
             "stream": self.config.stream,
             "slot": slot,
@@ -187,17 +168,11 @@ class DynamicCoordinator:
             "users": {k: int(sizes[k]) for k in keys},
             "projected": projected,
         }
-        encoded = orjson.dumps(release)
-        self.released[slot] = encoded
-        self.decisions[slot] = orjson.dumps(record)
-        return slot, encoded, self.decisions[slot]
+        return self.record(slot, release, record)
 
     def _forget(self) -> None:
         frontier = self.next_slot if self.next_slot is not None else 0
-        done = self.emitted_through if self.emitted_through is not None else frontier
-        for slot in [s for s in self.released if s < min(frontier, done) - KEEP_RELEASED]:
-            del self.released[slot]
-            del self.decisions[slot]
+        self.forget(frontier)
         for slot in [s for s in self.rejected if s < frontier]:
             del self.rejected[slot]
 
@@ -215,10 +190,7 @@ class DynamicCoordinator:
             "start": self.start,
             "start_emitted": self.start_emitted,
             "next_slot": self.next_slot,
-            "released": {str(s): r.decode() for s, r in self.released.items()},
-            "decisions": {str(s): r.decode() for s, r in self.decisions.items()},
-            "emitted_through": self.emitted_through,
-            "duplicates": self.duplicates,
+            **self.log_state(),
         }
         return zlib.compress(orjson.dumps(doc), 3)
 
@@ -236,7 +208,4 @@ class DynamicCoordinator:
         self.start = doc["start"]
         self.start_emitted = bool(doc["start_emitted"])
         self.next_slot = doc["next_slot"]
-        self.released = {int(s): r.encode() for s, r in doc["released"].items()}
-        self.decisions = {int(s): r.encode() for s, r in doc["decisions"].items()}
-        self.emitted_through = doc["emitted_through"]
-        self.duplicates = int(doc["duplicates"])
+        self.load_log(doc)

@@ -210,17 +210,11 @@ class DynamicAccumulator(PartitionAccumulator):
 
     def _close(self) -> dict | None:
         """The closure message when the watermark closed more slots."""
-        wm = self.slotter.watermark
-        if wm is None:
+        last = self._newly_closed()
+        if last is None:
             return None
-        last = self.config.clock.last_closed(wm)
-        if self.closed_through is not None and last <= self.closed_through:
-            return None
-        first = self.slotter.first_slot
-        if first is not None and last < first:
-            return None
-        msg = {"partition": self.partition, "closed_through": last, "first": first,
-               "rejected": self.rejected}
+        msg = {"partition": self.partition, "closed_through": last,
+               "first": self.slotter.first_slot, "rejected": self.rejected}
         self.closed_through = last
         self.rejected = 0
         for s in [s for s in self.seen if s <= last]:

@@ -230,16 +230,8 @@ class Job:
             return await self.on_reports_dynamic(p, records)
         acc = self.accumulator(p)
         partials, dead = acc.process(records, self.topics.reports)
-        if any(r[0] is not None for r in records):
-            self.last_report = time.monotonic()
-            self.last_activity[p] = self.last_report
-        self.counters["reports"] += len(records)
-        self.counters["rejected"] += len(dead)
-        futures = await self._send_dead(dead, wait=False)
-        for msg in partials:
-            futures.append(await self.app.producer.send(
-                self.topics.slot_partials, f"{self.config.stream}/{p}".encode(),
-                orjson.dumps(msg), 0, None, None))
+        futures = await self._took_reports(p, records, dead)
+        futures += await self._send_partials(p, partials)
         if futures:
             await asyncio.gather(*futures)
         if partials:
@@ -281,11 +273,7 @@ class Job:
                 self.write_checkpoint(p, acc.snapshot())
             await self.app.producer.flush()
             self.acked[p] = acc.next_offset
-        futures = []
-        for msg in messages:
-            futures.append(await self.app.producer.send(
-                self.topics.slot_partials, f"{self.config.stream}/{p}".encode(),
-                orjson.dumps(msg), 0, None, None))
+        futures = await self._send_partials(p, messages)
         if futures:
             await asyncio.gather(*futures)
 
@@ -295,12 +283,7 @@ class Job:
             acc, messages = self._dynamic(p)
             more, dead = acc.process(records, self.topics.reports)
             messages += more
-            if any(r[0] is not None for r in records):
-                self.last_report = time.monotonic()
-                self.last_activity[p] = self.last_report
-            self.counters["reports"] += len(records)
-            self.counters["rejected"] += len(dead)
-            futures = await self._send_dead(dead, wait=False)
+            futures = await self._took_reports(p, records, dead)
             if futures:
                 await asyncio.gather(*futures)
             await self._say(p, acc, messages, checkpoint=False)
@@ -346,6 +329,22 @@ class Job:
                         await self.on_control(doc)
         finally:
             await consumer.stop()
+
+    async def _took_reports(self, p: int, records: list[RawRecord],
+                            dead: list[DeadLetter]) -> list[Any]:
+        """Note a processed batch (activity, counters); send its dead letters, unawaited."""
+        if any(r[0] is not None for r in records):
+            self.last_report = time.monotonic()
+            self.last_activity[p] = self.last_report
+        self.counters["reports"] += len(records)
+        self.counters["rejected"] += len(dead)
+        return await self._send_dead(dead, wait=False)
+
+    async def _send_partials(self, p: int, messages: list[dict]) -> list[Any]:
+        """Send partition ``p``'s messages to the coordinator; returns their futures."""
+        key = f"{self.config.stream}/{p}".encode()
+        return [await self.app.producer.send(self.topics.slot_partials, key, orjson.dumps(msg),
+                                             0, None, None) for msg in messages]
 
     async def _send_dead(self, dead: list[DeadLetter], wait: bool = True) -> list[Any]:
         futures = []

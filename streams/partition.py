@@ -324,7 +324,9 @@ class PartitionAccumulator:
         clock = self.config.clock
         return clock.end(int(clock.slot_of(self.max_event)))
 
-    def _close(self) -> dict | None:
+    def _newly_closed(self) -> int | None:
+        """The last slot the watermark closes, when that is beyond what was closed before and
+        the partition's stream has begun; ``None`` otherwise."""
         wm = self.slotter.watermark
         if wm is None:
             return None
@@ -334,6 +336,12 @@ class PartitionAccumulator:
         first = self.slotter.first_slot
         if first is not None and last < first:
             return None  # nothing of this partition's stream has closed yet
+        return last
+
+    def _close(self) -> dict | None:
+        last = self._newly_closed()
+        if last is None:
+            return None
         slots = sorted(s for s in self.counts if s <= last)
         message = {
             "partition": self.partition,
