@@ -110,8 +110,6 @@ class DynamicRegistry:
             req = parse_requirement(value, key)
         except RecordError as exc:
             return None, exc.reason.value, exc.detail
-        if key is not None and key != req.user.encode():
-            return req.user, Reason.BAD_TYPE.value, "record key differs from user"
         i = self.index_of.get(req.user)
         if isinstance(req, RequirementRemoval):
             if i is not None:

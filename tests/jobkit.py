@@ -137,3 +137,39 @@ def in_process(cfg: JobConfig, requirements, slot_batches, end_ms: int) -> list[
         job.feed(batch)
     job.finish(end_ms)
     return job.releases
+
+
+def kill_and_resume(bootstrap: str, topics: Topics, cfg: JobConfig, tmp_path: Path,
+                    requirements, batches: list, sent_before: int, released_before: int) -> str:
+    """Register, send the first ``sent_before`` slot batches, wait for ``released_before``
+    slots, SIGKILL the worker, send the rest and close the last slot, start the worker again on
+    the same data directory and wait for every slot; returns the worker log."""
+    data, log = tmp_path / "data", tmp_path / "worker.log"
+    worker = start_worker(bootstrap, cfg, data, log)
+    try:
+        register(bootstrap, topics, cfg, requirements, worker)
+        for batch in batches[:sent_before]:
+            produce(bootstrap, topics.reports, cfg.partitions, batch)
+        wait_for_slots(bootstrap, topics, set(range(released_before)), 60, worker)
+    finally:
+        stop_worker(worker, kill=True)
+    for batch in batches[sent_before:]:
+        produce(bootstrap, topics.reports, cfg.partitions, batch)
+    close_through(bootstrap, topics, cfg, len(batches) * cfg.slot_ms)
+    time.sleep(0.5)
+    worker = start_worker(bootstrap, cfg, data, log)
+    try:
+        wait_for_slots(bootstrap, topics, set(range(len(batches))), 120, worker)
+    finally:
+        stop_worker(worker)
+    return log.read_text()
+
+
+def values_by_slot(records: list[tuple[bytes, bytes]]) -> dict[int, set[bytes]]:
+    """The distinct values of records that carry a ``slot``, by slot."""
+    out: dict[int, set[bytes]] = {}
+    for _key, value in records:
+        doc = orjson.loads(value)
+        if "slot" in doc:
+            out.setdefault(doc["slot"], set()).add(value)
+    return out

@@ -13,6 +13,7 @@ from jobkit import (
     close_through,
     config,
     in_process,
+    kill_and_resume,
     produce,
     register,
     releases,
@@ -22,6 +23,7 @@ from jobkit import (
     slot_reports,
     start_worker,
     stop_worker,
+    values_by_slot,
     wait_for_slots,
 )
 
@@ -134,42 +136,17 @@ def test_bad_input_goes_to_dead_letters_and_the_job_keeps_running(broker, tmp_pa
 def test_restart_after_sigkill_loses_nothing_and_changes_nothing(broker, tmp_path: Path):
     cfg = config("restart", mechanism="pbd")
     topics = setup_topics(broker.bootstrap, cfg)
-    data = tmp_path / "data"
-    log = tmp_path / "worker.log"
     reqs = requirement_records(USERS, W, E)
     batches = [slot_reports(USERS, t, cfg.d) for t in range(30)]
-    worker = start_worker(broker.bootstrap, cfg, data, log)
-    try:
-        register(broker.bootstrap, topics, cfg, reqs, worker)
-        for batch in batches[:15]:
-            produce(broker.bootstrap, topics.reports, cfg.partitions, batch)
-        wait_for_slots(broker.bootstrap, topics, set(range(10)), 60, worker)
-    finally:
-        stop_worker(worker, kill=True)
-    for batch in batches[15:]:
-        produce(broker.bootstrap, topics.reports, cfg.partitions, batch)
-    close_through(broker.bootstrap, topics, cfg, 30 * cfg.slot_ms)
-    time.sleep(0.5)
-    worker = start_worker(broker.bootstrap, cfg, data, log)
-    try:
-        docs = wait_for_slots(broker.bootstrap, topics, set(range(30)), 120, worker)
-    finally:
-        stop_worker(worker)
-    text = log.read_text()
-    raw = [v for _k, v in releases(broker.bootstrap, topics)]
-    by_slot: dict[int, set[bytes]] = {}
-    for v in raw:
-        by_slot.setdefault(orjson.loads(v)["slot"], set()).add(v)
+    text = kill_and_resume(broker.bootstrap, topics, cfg, tmp_path, reqs, batches, 15, 10)
+    by_slot = values_by_slot(releases(broker.bootstrap, topics))
     assert sorted(by_slot) == list(range(30)), text[-12000:]
     assert all(len(vs) == 1 for vs in by_slot.values()), "a slot was released with two values"
-    decisions: dict[int, set[bytes]] = {}
-    for v in asyncio_read(broker, topics.decisions):
-        decisions.setdefault(orjson.loads(v)["slot"], set()).add(v)
+    decisions = values_by_slot([(b"", v) for v in asyncio_read(broker, topics.decisions)])
     assert all(len(vs) == 1 for vs in decisions.values()), "a slot was charged twice"
     assert all(orjson.loads(next(iter(by_slot[s])))["accepted"] == len(USERS) for s in by_slot)
     expected = in_process(cfg, reqs, batches, 30 * cfg.slot_ms)
     assert [next(iter(by_slot[s])) for s in range(30)] == expected
-    assert docs
 
 
 def test_replay_command_into_the_job_equals_replay_in_process(broker, tmp_path: Path):

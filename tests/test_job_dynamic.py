@@ -4,7 +4,6 @@ partitions and coordinator end to end, and a worker killed mid-run."""
 from __future__ import annotations
 
 import asyncio
-import time
 from pathlib import Path
 
 import orjson
@@ -13,6 +12,7 @@ from jobkit import (
     close_through,
     config,
     in_process,
+    kill_and_resume,
     produce,
     register,
     releases,
@@ -20,6 +20,7 @@ from jobkit import (
     slot_reports,
     start_worker,
     stop_worker,
+    values_by_slot,
     wait_for_slots,
 )
 
@@ -76,36 +77,13 @@ def test_dpba_job_releases_every_slot_once_equal_to_in_process(broker, tmp_path:
 def test_dpbd_worker_killed_mid_run_loses_nothing_and_changes_nothing(broker, tmp_path: Path):
     cfg = config("dyn-restart", mechanism="dpbd")
     topics = setup_topics(broker.bootstrap, cfg)
-    data, log = tmp_path / "data", tmp_path / "worker.log"
     reqs = declarations()
     batches = [slot_reports(USERS, t, cfg.d) for t in range(24)]
-    worker = start_worker(broker.bootstrap, cfg, data, log)
-    try:
-        register(broker.bootstrap, topics, cfg, reqs, worker)
-        for batch in batches[:12]:
-            produce(broker.bootstrap, topics.reports, cfg.partitions, batch)
-        wait_for_slots(broker.bootstrap, topics, set(range(8)), 60, worker)
-    finally:
-        stop_worker(worker, kill=True)
-    for batch in batches[12:]:
-        produce(broker.bootstrap, topics.reports, cfg.partitions, batch)
-    close_through(broker.bootstrap, topics, cfg, 24 * cfg.slot_ms)
-    time.sleep(0.5)
-    worker = start_worker(broker.bootstrap, cfg, data, log)
-    try:
-        wait_for_slots(broker.bootstrap, topics, set(range(24)), 120, worker)
-    finally:
-        stop_worker(worker)
-    text = log.read_text()
-    by_slot: dict[int, set[bytes]] = {}
-    for _k, v in releases(broker.bootstrap, topics):
-        by_slot.setdefault(orjson.loads(v)["slot"], set()).add(v)
+    text = kill_and_resume(broker.bootstrap, topics, cfg, tmp_path, reqs, batches, 12, 8)
+    by_slot = values_by_slot(releases(broker.bootstrap, topics))
     assert sorted(by_slot) == list(range(24)), text[-12000:]
     assert all(len(vs) == 1 for vs in by_slot.values()), "a slot was released with two values"
-    decided: dict[int, set[bytes]] = {}
-    for k, v in decision_records(broker.bootstrap, topics):
-        if k != b"s/start":
-            decided.setdefault(orjson.loads(v)["slot"], set()).add(v)
+    decided = values_by_slot(decision_records(broker.bootstrap, topics))
     assert all(len(vs) == 1 for vs in decided.values()), "a slot was decided twice"
     expected = in_process(cfg, reqs, batches, 24 * cfg.slot_ms)
     assert [next(iter(by_slot[s])) for s in range(24)] == expected
