@@ -280,3 +280,20 @@ def test_checkpoints_are_cut_into_records_and_replaced_whole() -> None:
     del table[b"3/2/0"]
     with pytest.raises(RuntimeError, match="lacks chunks"):
         read_chunked(table, 3)
+
+
+def test_replayed_sources_declare_the_dynamic_requirements_of_evaluate() -> None:
+    """`pwevent demo/replay --mechanism dpbd|dpba` register what `pwevent evaluate` gives
+    DPBD and DPBA; the fixed mechanisms keep {user, w, E}."""
+    from mechanisms.experiments import dynamic_rows
+    from streams.records import DynamicRequirement, FixedRequirement, parse_requirement
+    from streams.sources import make_source
+
+    src = make_source("sin", 30, 3, seed=4, epsilon=0.6, window=120)
+    assert src.requirements is not None
+    rows = dynamic_rows(src.requirements, np.random.default_rng([4, 8]))
+    parsed = [parse_requirement(v, k) for k, v in src.requirement_records(dynamic=True)]
+    assert [(r.user, r.wB, r.EB, r.wF, r.EF) for r in parsed if
+            isinstance(r, DynamicRequirement)] == [row[1:] for row in rows]
+    fixed = [parse_requirement(v, k) for k, v in src.requirement_records()]
+    assert all(isinstance(r, FixedRequirement) for r in fixed) and len(fixed) == 30
