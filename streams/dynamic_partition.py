@@ -41,7 +41,6 @@ from streams.config import JobConfig
 from streams.partition import PartitionAccumulator
 from streams.records import (
     DynamicRequirement,
-    FixedRequirement,
     Reason,
     RecordError,
     RequirementRemoval,
@@ -115,7 +114,7 @@ class DynamicRegistry:
             if i is not None:
                 self._set_active(i, False)
             return req.user, "", ""
-        if isinstance(req, FixedRequirement) or not isinstance(req, DynamicRequirement):
+        if not isinstance(req, DynamicRequirement):  # a fixed requirement
             return (req.user, Reason.INVALID_REQUIREMENT.value,
                     f"this job runs {self.mechanism}, which takes dynamic requirements; "
                     "declare {user, wB, EB, wF, EF}")
@@ -235,9 +234,10 @@ class DynamicAccumulator(PartitionAccumulator):
         if self.base is not None:
             return []
         self.base = int(slot)
-        for s in [s for s in self.cells if s < self.base]:
+        early = min(self.cells, default=self.base)
+        if early < self.base:
             # cannot happen: the start is the earliest slot any partition has a report in
-            raise RuntimeError(f"partition {self.partition} holds reports of slot {s}, "
+            raise RuntimeError(f"partition {self.partition} holds reports of slot {early}, "
                                f"before the stream's start {self.base}")
         return self._plans()
 
