@@ -17,11 +17,12 @@ from mechanisms.ldp import Plbu
 from mechanisms.ldp_ids import LDP_IDS, LdpIds
 from mechanisms.mechanism import FIXED_MECHANISMS, create_mechanism
 from mechanisms.metrics import ajsd, amre, mae
+from mechanisms.mtsp_ldp import MtspLdp
 from mechanisms.requirements import FixedRequirements
 from mechanisms.spas import Spas
 
 EVALUATED = ("bd", "ba", "spas", "plbu", "pbd", "pba", "dpbd", "dpba")
-KNOWN = (*FIXED_MECHANISMS, "spas", "plbu", "dpbd", "dpba", *LDP_IDS)
+KNOWN = (*FIXED_MECHANISMS, "spas", "plbu", "dpbd", "dpba", *LDP_IDS, "mtsp")
 
 Step = Callable[[np.ndarray], tuple[np.ndarray, bool]]
 
@@ -68,6 +69,15 @@ def make_step(
             return rel.histogram, rel.published
 
         return local_ids
+    if name == "mtsp":
+        w, E = requirements.strictest()
+        mtsp = MtspLdp(w, E, requirements.n, d, rng)
+
+        def local_tree(cells: np.ndarray) -> tuple[np.ndarray, bool]:
+            rel = mtsp.step(cells)
+            return rel.histogram, rel.published
+
+        return local_tree
     if name in ("dpbd", "dpba"):
         from mechanisms.dynamic import DynamicMechanism, DynamicRequirements
 
