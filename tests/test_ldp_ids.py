@@ -10,19 +10,8 @@ from mechanisms.experiments import paper_requirements
 from mechanisms.ldp import oue_variance
 from mechanisms.ldp_ids import BUDGET_DIVISION, LDP_IDS, POPULATION_DIVISION, LdpIds
 
+from support import local_stream as stream
 from support import window_sums
-
-
-def stream(rng: np.random.Generator, n: int, d: int, T: int, jumpy: bool) -> list[np.ndarray]:
-    """T slots of cells: a stable distribution, or one whose mode moves every few slots."""
-    out = []
-    for t in range(T):
-        p = np.ones(d)
-        p[(t // 3) % d if jumpy else 0] += 4 * d
-        cells = rng.choice(d, n, p=p / p.sum())
-        cells[rng.random(n) < 0.1] = -1  # some users hold no value
-        out.append(cells)
-    return out
 
 
 @pytest.mark.parametrize("name", BUDGET_DIVISION)

@@ -33,21 +33,8 @@ from mechanisms.stream_queries import (
     range_query,
 )
 
+from support import local_stream as stream
 from support import window_sums
-
-
-def stream(
-    rng: np.random.Generator, n: int, d: int, T: int, jumpy: bool, every: int = 3
-) -> list[np.ndarray]:
-    """T slots of cells: a stable distribution, or one whose mode moves every few slots."""
-    out = []
-    for t in range(T):
-        p = np.ones(d)
-        p[(t // every) % d if jumpy else 0] += 4 * d
-        cells = rng.choice(d, n, p=p / p.sum())
-        cells[rng.random(n) < 0.1] = -1  # some users hold no value
-        out.append(cells)
-    return out
 
 
 def covered_cells(partition: Partition, h: int, d: int) -> np.ndarray:
