@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -27,6 +28,17 @@ KNOWN = (*FIXED_MECHANISMS, "spas", "plbu", "dpbd", "dpba", *LDP_IDS, "mtsp")
 Step = Callable[[np.ndarray], tuple[np.ndarray, bool]]
 
 
+def _releases(mech: Any) -> Step:
+    """The :data:`Step` of a mechanism whose ``step(cells)`` returns a release with
+    ``histogram`` and ``published``."""
+
+    def step(cells: np.ndarray) -> tuple[np.ndarray, bool]:
+        rel = mech.step(cells)
+        return rel.histogram, rel.published
+
+    return step
+
+
 def make_step(
     name: str,
     requirements: FixedRequirements,
@@ -36,13 +48,7 @@ def make_step(
 ) -> Step:
     """A function from one slot's cells to (released histogram, fresh?) for ``name``."""
     if name in FIXED_MECHANISMS:
-        mech = create_mechanism(name, requirements, d, rng, noise)
-
-        def fixed(cells: np.ndarray) -> tuple[np.ndarray, bool]:
-            rel = mech.step(cells)
-            return rel.histogram, rel.published
-
-        return fixed
+        return _releases(create_mechanism(name, requirements, d, rng, noise))
     if name == "spas":
         w, E = requirements.strictest()
         spas = Spas(w, E, d, rng, noise)
@@ -62,33 +68,15 @@ def make_step(
         return local
     if name in LDP_IDS:
         w, E = requirements.strictest()
-        ids = LdpIds(name, w, E, requirements.n, d, rng)
-
-        def local_ids(cells: np.ndarray) -> tuple[np.ndarray, bool]:
-            rel = ids.step(cells)
-            return rel.histogram, rel.published
-
-        return local_ids
+        return _releases(LdpIds(name, w, E, requirements.n, d, rng))
     if name == "mtsp":
         w, E = requirements.strictest()
-        mtsp = MtspLdp(w, E, requirements.n, d, rng)
-
-        def local_tree(cells: np.ndarray) -> tuple[np.ndarray, bool]:
-            rel = mtsp.step(cells)
-            return rel.histogram, rel.published
-
-        return local_tree
+        return _releases(MtspLdp(w, E, requirements.n, d, rng))
     if name in ("dpbd", "dpba"):
         from mechanisms.dynamic import DynamicMechanism, DynamicRequirements
 
         reqs = DynamicRequirements.from_rows(dynamic_rows(requirements, rng))
-        dyn = DynamicMechanism(name, reqs, d, rng, noise)
-
-        def dynamic(cells: np.ndarray) -> tuple[np.ndarray, bool]:
-            rel = dyn.step(cells)
-            return rel.histogram, rel.published
-
-        return dynamic
+        return _releases(DynamicMechanism(name, reqs, d, rng, noise))
     raise ValueError(f"unknown mechanism {name!r}; choose from {KNOWN}")
 
 
