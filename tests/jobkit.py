@@ -173,3 +173,17 @@ def values_by_slot(records: list[tuple[bytes, bytes]]) -> dict[int, set[bytes]]:
         if "slot" in doc:
             out.setdefault(doc["slot"], set()).add(value)
     return out
+
+
+def spy_deliveries(job: InProcessJob) -> list[dict]:
+    """The messages ``job`` delivers between its partitions and coordinator from now on,
+    recorded in order while the job goes on delivering them."""
+    said: list[dict] = []
+    deliver = job._deliver
+
+    def spy(messages: list[dict]) -> None:
+        said.extend(messages)
+        deliver(messages)
+
+    job._deliver = spy  # type: ignore[method-assign]
+    return said

@@ -7,6 +7,7 @@ import jsonschema
 import numpy as np
 import orjson
 import pytest
+from jobkit import spy_deliveries
 
 from mechanisms.dynamic import DynamicMechanism, DynamicRequirements
 from mechanisms.randomness import slot_generator
@@ -214,14 +215,7 @@ def test_messages_and_records_match_the_schemas() -> None:
     job = InProcessJob(config)
     users = [f"u{i}" for i in range(10)]
     job.register(declaration(u, 2 + i % 3, 1.0, 3, 2.0) for i, u in enumerate(users))
-    said: list[dict] = []
-    deliver = job._deliver
-
-    def spy(messages: list[dict]) -> None:
-        said.extend(messages)
-        deliver(messages)
-
-    job._deliver = spy  # type: ignore[method-assign]
+    said = spy_deliveries(job)
     rng = np.random.default_rng(3)
     for t in range(6):
         job.feed(reports(users, t, rng.integers(0, D, len(users))))

@@ -9,6 +9,7 @@ import orjson
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from jobkit import spy_deliveries
 from jsonschema import Draft202012Validator
 
 from streams.records import (
@@ -308,14 +309,7 @@ def test_what_the_job_writes_matches_the_schemas() -> None:
     users = [f"u{i}" for i in range(12)]
     job.register((u.encode(), orjson.dumps({"user": u, "w": 2 + i % 3, "E": 1.0}))
                  for i, u in enumerate(users))
-    partials: list[dict] = []
-    deliver = job._deliver
-
-    def spy(messages: list[dict]) -> None:
-        partials.extend(messages)
-        deliver(messages)
-
-    job._deliver = spy  # type: ignore[method-assign]
+    partials = spy_deliveries(job)
     for t in range(6):
         job.feed((u.encode(), orjson.dumps({"user": u, "time": t * 100 + i, "value": i % 3}))
                  for i, u in enumerate(users))
