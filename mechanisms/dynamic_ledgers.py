@@ -627,6 +627,21 @@ class DynamicLedger:
         self.version += 1
         self._declare_columns(target, pristine, wB_k, EB_k, wF_k, EF_k)
 
+    def suspend(self, users: np.ndarray) -> None:
+        """Stop charging registered ``users`` from slot ``self.slot`` on (they were removed).
+
+        A suspended user holds the null requirement (wB = wF = 1, EB = ``MAX_BUDGET``, EF = 0):
+        it is charged nothing and nullifies no slot. The charges it already made stay in its
+        windows and the forward windows it opened before keep binding, so a later declaration,
+        which resumes it, still cannot overspend them. Once all of those have passed, suspended
+        users' states are equal and the periodic merge gives them one column.
+        """
+        users = np.asarray(users, dtype=np.int64)
+        if users.size and (users.min() < 0 or users.max() >= self.n):
+            raise ValueError(f"only registered users (indices 0..{self.n - 1}) can be suspended")
+        one = np.ones(users.size, dtype=np.int64)
+        self.declare(users, one, np.full(users.size, MAX_BUDGET), one, np.zeros(users.size))
+
     def _declare_columns(
         self,
         cols: np.ndarray,
@@ -710,7 +725,9 @@ class DynamicLedger:
         pool = self.pool
         if not nullified and len(pool):
             v_hi = pool.s_hi - (t - pool.m_hi + 1) * pool.share
-            nullified = bool((v_hi >= (pool.share == 0)).any())
+            hit = v_hi >= (pool.share == 0)
+            # a suspended column is charged nothing: publishing cannot overspend its windows
+            nullified = bool(hit.any()) and bool((hit & self._active()[pool.col]).any())
         if nullified:  # no publication budget is spent: eps_AF is not needed
             return True, np.zeros(self.k, dtype=np.int64)
         absorb = self._absorb(cur, t)
@@ -759,7 +776,12 @@ class DynamicLedger:
                 )
             border = np.where(~live & (runs.s_hi == 0), t - 1, border)
             np.maximum.at(out, runs.col, border)
+        out[~self._active()] = -np.inf  # suspended users nullify nothing
         return out[self.group]
+
+    def _active(self) -> np.ndarray:
+        """Per column ``0..k-1``: False for a suspended one (its declaration is the null one)."""
+        return self.EF[: self.k] != 0.0
 
     def plan_columns(self) -> ColumnPlan:
         """Plan the next slot per column, without changing the ledger; repeated calls agree."""

@@ -342,7 +342,8 @@ class DynamicLedger:
             if not len(runs):
                 continue
             v_hi = runs.s_hi - (t - runs.m_hi + 1) * runs.share
-            nullified = nullified or bool((v_hi >= (runs.share == 0)).any())
+            active = self.EF[runs.user] != 0.0  # a suspended user nullifies nothing
+            nullified = nullified or bool(((v_hi >= (runs.share == 0)) & active).any())
             af = (t - runs.m_lo + 1) * runs.share - runs.s_lo
             if own:
                 absorb = af
@@ -364,7 +365,14 @@ class DynamicLedger:
                 )
             border = np.where(~live & (runs.s_hi == 0), t - 1, border)
             np.maximum.at(out, runs.user, border)
+        out[self.EF == 0.0] = -np.inf
         return out
+
+    def suspend(self, users: np.ndarray) -> None:
+        """From slot ``self.slot`` on, ``users`` hold the null requirement: charged nothing,
+        nullifying nothing, until their next declaration."""
+        one = np.ones(len(users), dtype=np.int64)
+        self.declare(users, one, np.full(len(users), MAX_BUDGET), one, np.zeros(len(users)))
 
     def _plan_units(self) -> tuple[np.ndarray, ...]:
         """(eps1, stored1, eps2, stored2, EB after projection, projected, nullified)."""

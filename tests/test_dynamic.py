@@ -15,7 +15,9 @@ from mechanisms.dynamic import (
     dynamic_ledger,
     plan_dynamic,
 )
-from mechanisms.dynamic_ledgers import DYNAMIC_LEDGERS, grid_table
+from mechanisms.dynamic_ledgers import DYNAMIC_LEDGERS, MAX_BUDGET, grid_table
+
+NULL = (1, MAX_BUDGET, 1, 0.0)  # the requirement a suspended user holds
 
 # Table 3 of papers/000: per slot, (wB, EB, wF, EF) of u1, u2, u3
 TABLE3 = {
@@ -116,7 +118,8 @@ def reference(name: str, decl: np.ndarray, bits: list[bool]) -> list[tuple]:
     """Algorithms 6 and 7 written out per user and per tau (with the projection rule).
 
     ``decl`` is (T, n, 4): each user's (wB, EB, wF, EF) in force at each slot (NaN before the
-    user appears). Returns per slot (eps1, eps2, nullified, published).
+    user appears, ``NULL`` while it is suspended: charged nothing, nullifying nothing). Returns
+    per slot (eps1, eps2, nullified, published).
     """
     T, n, _ = decl.shape
     e1, e2, out = np.zeros((T + 1, n)), np.zeros((T + 1, n)), []
@@ -124,8 +127,8 @@ def reference(name: str, decl: np.ndarray, bits: list[bool]) -> list[tuple]:
         eps1, eps2 = np.zeros(n), np.zeros(n)
         absorb, remain, bound2, border = np.zeros(n), np.zeros(n), np.zeros(n), -np.inf
         for i in range(n):
-            if np.isnan(decl[t - 1, i, 0]):
-                continue
+            if np.isnan(decl[t - 1, i, 0]) or decl[t - 1, i, 3] == 0:
+                continue  # not yet declared, or suspended
             wB, EB = int(decl[t - 1, i, 0]), decl[t - 1, i, 1]
             taus = [
                 tau
@@ -159,6 +162,9 @@ def reference(name: str, decl: np.ndarray, bits: list[bool]) -> list[tuple]:
 # --------------------------------------------------------------------------- random cases
 @st.composite
 def dynamic_cases(draw, max_slots: int = 200, max_users: int = 5):
+    """(requirements, requirement in force per slot and user, schedule, suspensions by slot):
+    each user changes with probability 0.2 per slot and is suspended with probability 0.03
+    (until its next change)."""
     n = draw(st.integers(1, max_users))
     T = draw(st.integers(1, max_slots))
     seed = draw(st.integers(0, 2**32 - 1))
@@ -167,7 +173,7 @@ def dynamic_cases(draw, max_slots: int = 200, max_users: int = 5):
     if n > 1:
         first[1:] = rng.integers(1, T + 1, n - 1)
     decl = np.full((T, n, 4), np.nan)
-    rows = []
+    rows, suspended = [], {}
     for i in range(n):
         for t in range(first[i], T + 1):
             if t == first[i] or rng.random() < 0.2:
@@ -178,12 +184,21 @@ def dynamic_cases(draw, max_slots: int = 200, max_users: int = 5):
                     float(rng.uniform(0.0, 5.0)) or 5.0,
                 )
                 rows.append((t, f"u{i}", *req))
+            elif req != NULL and rng.random() < 0.03:
+                req = NULL
+                suspended.setdefault(t, []).append(f"u{i}")
             decl[t - 1, i] = req
     bits = (rng.random(T) < rng.uniform(0.2, 1.0)).tolist()
-    return DynamicRequirements.from_rows(rows), decl, bits
+    return DynamicRequirements.from_rows(rows), decl, bits, suspended
 
 
-def run_ledger(name: str, req: DynamicRequirements, bits: list[bool], grid_bits: int | None):
+def run_ledger(
+    name: str,
+    req: DynamicRequirements,
+    bits: list[bool],
+    grid_bits: int | None,
+    suspended: dict[int, list[str]] | None = None,
+):
     """Drive a ledger over users u0, u1, ...: (eps1, eps2) as (T, n), plans, charges, indices."""
     ledger = dynamic_ledger(name, req.max_window, grid_bits)
     index: dict[str, int] = {}
@@ -195,6 +210,8 @@ def run_ledger(name: str, req: DynamicRequirements, bits: list[bool], grid_bits:
         for u in users:
             index.setdefault(u, len(index))
         ledger.declare(np.array([index[u] for u in users], dtype=np.int64), wB, EB, wF, EF)
+        gone = (suspended or {}).get(t, [])
+        ledger.suspend(np.array([index[u] for u in gone], dtype=np.int64))
         plans.append(ledger.plan())
         charge = ledger.commit(bit)
         e1[t - 1, : len(index)], e2[t - 1, : len(index)] = charge.eps1, charge.eps2
@@ -236,8 +253,8 @@ def check_feasible(decl: np.ndarray, e1, e2, plans, charges, bits, where) -> Non
 @given(case=dynamic_cases())
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 def test_every_window_within_its_budget(name, grid_bits, case) -> None:
-    req, decl, bits = case
-    e1, e2, plans, charges, where = run_ledger(name, req, bits, grid_bits)
+    req, decl, bits, suspended = case
+    e1, e2, plans, charges, where = run_ledger(name, req, bits, grid_bits, suspended)
     check_feasible(decl, e1, e2, plans, charges, bits, where)
     if grid_bits is not None:
         grid = grid_table(grid_bits) * 2.0**-40
@@ -249,8 +266,8 @@ def test_every_window_within_its_budget(name, grid_bits, case) -> None:
 @given(case=dynamic_cases(max_slots=100, max_users=4))
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 def test_ledger_matches_reference(name, case) -> None:
-    req, decl, bits = case
-    e1, e2, _, charges, _ = run_ledger(name, req, bits, None)
+    req, decl, bits, suspended = case
+    e1, e2, _, charges, _ = run_ledger(name, req, bits, None, suspended)
     expected = reference(name, decl, bits)
     for t, (x1, x2, nullified, published) in enumerate(expected, start=1):
         assert charges[t - 1].nullified == nullified, f"slot {t}"
@@ -378,15 +395,17 @@ def shared_histories(draw):
     change = draw(st.sampled_from([0.0, 0.05, 0.3]))
     first = rng.integers(1, max(T // 3, 1) + 1, n)
     first[0] = 1
-    rows = []
+    rows, suspended = [], {}
     for i in range(n):
         for t in range(int(first[i]), T + 1):
             if t == first[i] or rng.random() < change:
                 rows.append((t, f"u{i}", *options[int(rng.integers(len(options)))]))
+            elif rng.random() < change / 2:
+                suspended.setdefault(t, []).append(f"u{i}")
     bits = (rng.random(T) < rng.uniform(0.1, 1.0)).tolist()
     max_window = wide + int(rng.integers(0, 3))
     merge_every = draw(st.sampled_from([1, 3, None]))
-    return DynamicRequirements.from_rows(rows), bits, max_window, merge_every
+    return DynamicRequirements.from_rows(rows), bits, max_window, merge_every, suspended
 
 
 @pytest.mark.parametrize("name", ["dpbd", "dpba"])
@@ -394,7 +413,7 @@ def shared_histories(draw):
 @given(case=shared_histories())
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 def test_grouped_ledger_matches_per_user_oracle(name, grid_bits, case) -> None:
-    req, bits, max_window, merge_every = case
+    req, bits, max_window, merge_every, suspended = case
     ledger = DYNAMIC_LEDGERS[name](max_window, grid_bits, merge_every)
     oracle = REFERENCE_LEDGERS[name](max_window, grid_bits)
     index: dict[str, int] = {}
@@ -405,6 +424,9 @@ def test_grouped_ledger_matches_per_user_oracle(name, grid_bits, case) -> None:
         idx = np.array([index[u] for u in users], dtype=np.int64)
         ledger.declare(idx, wB, EB, wF, EF)
         oracle.declare(idx, wB, EB, wF, EF)
+        gone = np.array([index[u] for u in suspended.get(t, [])], dtype=np.int64)
+        ledger.suspend(gone)
+        oracle.suspend(gone)
         got, want = ledger.plan(), oracle.plan()
         assert got.nullified == want.nullified, f"slot {t}"
         assert got.projected == want.projected
@@ -442,6 +464,58 @@ def test_groups_share_and_merge() -> None:
         assert seen[0] == 4 and max(seen) == 8
         assert seen[-1] == 4  # the detour left every window: merged back into 4 groups
         assert ledger.k <= 8
+
+
+def test_suspended_users_are_charged_nothing_and_end_in_one_column() -> None:
+    # 30 users on three requirements; u0..u19 are removed (suspended) at slot 4
+    rows = [(1, f"u{i}", 3, 2.0, 4, 1.0 + (i % 3)) for i in range(30)]
+    req = DynamicRequirements.from_rows(rows)
+    for name in ("dpbd", "dpba"):
+        ledger = DYNAMIC_LEDGERS[name](6, 3, merge_every=1)
+        oracle = REFERENCE_LEDGERS[name](6, 3)
+        users, wB, EB, wF, EF = req.at(1)
+        for led in (ledger, oracle):
+            led.declare(np.arange(30), wB, EB, wF, EF)
+        seen = []
+        for t in range(1, 21):
+            if t == 4:
+                ledger.suspend(np.arange(20))
+                oracle.suspend(np.arange(20))
+            got, want = ledger.commit(t % 2 == 0), oracle.commit(t % 2 == 0)
+            np.testing.assert_array_equal(got.eps1, want.eps1)
+            np.testing.assert_array_equal(got.eps2, want.eps2)
+            if t >= 4:
+                assert not got.eps1[:20].any() and not got.eps2[:20].any()
+                assert (got.eps1[20:] > 0).all()
+            seen.append(ledger.groups)
+        assert seen[2] == 3 and seen[3] == 6
+        # once the windows they used have passed, the suspended users share one column
+        assert seen[-1] == 4 and ledger.group[:20].tolist() == [ledger.group[0]] * 20
+
+
+def test_a_suspended_user_nullifies_nothing() -> None:
+    # u0 publishes with two absorbed shares at slot 2, which nullifies slot 3 on its account;
+    # suspended at slot 3, it no longer does, and u1 (arrived at slot 3) publishes
+    outcome = {}
+    for suspend in (False, True):
+        ledger = DYNAMIC_LEDGERS["dpba"](6, 3)
+        ledger.declare(np.array([0]), [1], [10.0], [4], [2.0])
+        ledger.commit(False)
+        assert ledger.commit(True).eps2.tolist() == [0.5]
+        ledger.declare(np.array([1]), [1], [10.0], [4], [2.0])
+        if suspend:
+            ledger.suspend(np.array([0]))
+        assert (ledger.borders()[0] == -np.inf) == suspend
+        charge = ledger.commit(True)
+        outcome[suspend] = (charge.nullified, charge.eps2.tolist())
+    assert outcome == {False: (True, [0.0, 0.0]), True: (False, [0.0, 0.25])}
+
+
+def test_only_registered_users_can_be_suspended() -> None:
+    ledger = DYNAMIC_LEDGERS["dpbd"](4, 3)
+    ledger.declare(np.array([0]), [1], [1.0], [2], [1.0])
+    with pytest.raises(ValueError, match="only registered users"):
+        ledger.suspend(np.array([1]))
 
 
 def test_mechanism_matches_per_user_oracle() -> None:

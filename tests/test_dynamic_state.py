@@ -10,9 +10,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from mechanisms.dynamic import DynamicRequirements
-from mechanisms.dynamic_ledgers import DYNAMIC_LEDGERS, DynamicLedger
+from mechanisms.dynamic_ledgers import DYNAMIC_LEDGERS, MAX_BUDGET, DynamicLedger
 
 MERGE_EVERY = 4
+NULL = (1, MAX_BUDGET, 1, 0.0)  # what ``DynamicLedger.suspend`` declares
 
 # one slot's declarations: (users, wB, EB, wF, EF)
 Declaration = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]
@@ -21,9 +22,9 @@ Declaration = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]
 @st.composite
 def histories(draw):
     """A few users declaring from a few requirements within ``max_window`` (so that groups split
-    and, once their differences have left every window, merge), publish bits, and where to
-    snapshot: after ``cut`` committed slots, before the next slot's declarations, after them,
-    or after planning it."""
+    and, once their differences have left every window, merge) or suspended, publish bits, and
+    where to snapshot: after ``cut`` committed slots, before the next slot's declarations,
+    after them, or after planning it."""
     rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
     n, T = int(rng.integers(1, 6)), int(rng.integers(1, 41))
     max_window = draw(st.sampled_from([3, 6, 12]))
@@ -41,7 +42,9 @@ def histories(draw):
     decls: list[Declaration] = []
     for t in range(1, T + 1):
         users = [i for i in range(n) if first[i] == t or (first[i] < t and rng.random() < 0.2)]
-        reqs = [options[int(rng.integers(len(options)))] for _ in users]
+        # a registered user is sometimes suspended: it then holds the null requirement
+        reqs = [NULL if first[i] < t and rng.random() < 0.15
+                else options[int(rng.integers(len(options)))] for i in users]
         cols = list(zip(*reqs, strict=True)) if reqs else [(), (), (), ()]
         decls.append(
             (
