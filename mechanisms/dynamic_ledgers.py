@@ -27,6 +27,9 @@ whole state has become identical (their differing history has left every window)
 (:mod:`mechanisms.dynamic_groups`). A slot's work is thus proportional to the number of groups,
 and only mapping groups to users is per user.
 
+A removed user is *suspended* (:meth:`DynamicLedger.suspend`): it holds a null requirement that
+charges nothing and nullifies nothing, until its next declaration resumes it.
+
 Budgets are kept in integer units of 2**-40 (charges are rounded down to a unit), so window sums
 are exact integers and never drift; budgets above ``MAX_BUDGET`` are treated as ``MAX_BUDGET``.
 With ``grid_bits`` set, every charge is also rounded down to a fixed quasi-geometric grid (the

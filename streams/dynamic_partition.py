@@ -16,7 +16,11 @@ users (DESIGN.md, data flow) and the slots run as a conversation with the coordi
 4. with every partition's plan in, the coordinator releases the slot and records its decision;
    each partition commits the decision to its ledger and plans its next closed slot.
 
-A declaration takes effect at the first slot the partition plans after accepting it. State is
+A declaration takes effect at the first slot the partition plans after accepting it. A removal
+(a tombstone) suspends the user's ledger (:meth:`DynamicLedger.suspend`: charged nothing,
+nullifying nothing, its used windows kept) from the first slot after every slot that can hold
+one of its accepted reports: the slot of the largest event time accepted so far, which is the
+watermark plus the allowed lateness when the partition first plans after the removal. State is
 checkpointed *before* the messages it implies are sent, and those messages are kept in the
 checkpoint and sent again after a restart (the coordinator drops repeats), so a plan that
 reached the coordinator is never replaced by a different one.
@@ -51,6 +55,7 @@ GRID_BITS = 3  # budgets rounded down to 4 significant bits, as in DynamicMechan
 JOURNAL_SLOTS = 64  # slots between two full snapshots of a partition's ledger
 SNAPSHOT_MAGIC = b"PWDL"
 Declaration = tuple[int, float, int, float]  # wB, EB, wF, EF
+SUSPENDED: Declaration = (0, 0.0, 0, 0.0)  # in ``applied``: the ledger suspended the user
 
 
 def level_name(code1: int, code2: int) -> str:
@@ -71,9 +76,10 @@ class DynamicRegistry:
 
     A user's index is its order of first acceptance (and its index in the partition's ledger).
     A new or changed declaration waits in ``pending`` until the partition plans its next slot.
-    A removal (tombstone) unregisters the user: its reports are rejected and it leaves the
-    per-level user counts, while its ledger keeps its history (and keeps being charged), so that
-    a later declaration cannot overspend windows the user already used.
+    A removal (tombstone) unregisters the user: its reports are rejected, it leaves the
+    per-level user counts, and it waits in ``removed`` until the partition schedules the
+    suspension of its ledger, which keeps its history, so that a later declaration cannot
+    overspend windows the user already used.
     """
 
     def __init__(self, mechanism: str, max_window: int) -> None:
@@ -83,6 +89,7 @@ class DynamicRegistry:
         self.latest: list[Declaration] = []
         self._active = np.zeros(0, dtype=bool)
         self.pending: dict[int, Declaration] = {}
+        self.removed: set[int] = set()
 
     @property
     def level_of_index(self) -> np.ndarray:
@@ -113,6 +120,7 @@ class DynamicRegistry:
         if isinstance(req, RequirementRemoval):
             if i is not None:
                 self._set_active(i, False)
+                self.removed.add(i)
             return req.user, "", ""
         if not isinstance(req, DynamicRequirement):  # a fixed requirement
             return (req.user, Reason.INVALID_REQUIREMENT.value,
@@ -159,9 +167,12 @@ class DynamicRegistry:
         self.pending = {i: d for i, d in enumerate(self.latest)}
 
     def sync_pending(self, applied: list[Declaration]) -> None:
-        """Keep pending only the declarations that differ from what the ledger applied."""
+        """Keep pending only the declarations that differ from what the ledger applied (a
+        removed user whose ledger is suspended stays so)."""
         self.pending = {
-            i: d for i, d in enumerate(self.latest) if i >= len(applied) or applied[i] != d
+            i: d for i, d in enumerate(self.latest)
+            if i >= len(applied) or (applied[i] != d and (
+                applied[i] != SUSPENDED or bool(self._active[i])))
         }
 
 
@@ -180,7 +191,9 @@ class DynamicAccumulator(PartitionAccumulator):
         self.cells: dict[int, np.ndarray] = {}  # slot -> cell per user index (-1: none)
         self.outbox: dict[str, dict] = {}  # the last closure and the plan awaiting a decision
         self.ledger_base = self.ledger.to_bytes()  # the ledger at the last compaction
-        self.journal: list[list] = []  # since then: ["declare", idx, wB, EB, wF, EF], [bool]
+        # since then: ["declare", idx, wB, EB, wF, EF], ["suspend", idx], [published]
+        self.journal: list[list] = []
+        self.suspend_at: dict[int, int] = {}  # removed user -> slot its suspension waits for
 
     # -- reports ---------------------------------------------------------------------------
 
@@ -279,6 +292,37 @@ class DynamicAccumulator(PartitionAccumulator):
         for i, d in zip(idx.tolist(), decl, strict=True):
             self.applied[i] = d
 
+    def _suspend_removed(self, slot: int) -> None:
+        """Schedule the suspension of users removed since the last plan, and suspend those whose
+        slot has come (``slot`` is the slot being planned); a user declaring again is not
+        suspended (its declaration resumes a suspended ledger)."""
+        reg = self.registry
+        if reg.removed:
+            wm = self.slotter.watermark
+            # every accepted report lies at or before the largest event time accepted, which is
+            # the watermark plus the allowed lateness (None: no report accepted yet)
+            after = slot if wm is None else int(
+                self.config.clock.slot_of(wm + self.config.lateness_ms)) + 1
+            for i in reg.removed:
+                self.suspend_at[i] = max(after, self.suspend_at.get(i, after))
+            reg.removed = set()
+        if not self.suspend_at:
+            return
+        active = reg.active_mask(self.ledger.n)
+        due = []
+        for i, at in list(self.suspend_at.items()):
+            if i < active.shape[0] and active[i]:
+                del self.suspend_at[i]
+            elif at <= slot and i < self.ledger.n:
+                due.append(i)
+                del self.suspend_at[i]
+        if due:
+            idx = np.array(sorted(due), dtype=np.int64)
+            self.ledger.suspend(idx)
+            self.journal.append(["suspend", idx.tolist()])
+            for i in idx.tolist():
+                self.applied[i] = SUSPENDED
+
     def _plans(self) -> list[dict]:
         msg = self._plan()
         return [] if msg is None else [msg]
@@ -291,6 +335,7 @@ class DynamicAccumulator(PartitionAccumulator):
         if s > self.closed_through:
             return None
         self._apply_pending()
+        self._suspend_removed(s)
         ledger = self.ledger
         n = ledger.n
         plan = ledger.plan_columns()
@@ -353,6 +398,7 @@ class DynamicAccumulator(PartitionAccumulator):
             "applied": [list(d) for d in self.applied],
             "cells": {str(s): _pack_cells(c) for s, c in self.cells.items()},
             "outbox": self.outbox,
+            "suspend_at": {str(i): at for i, at in self.suspend_at.items()},
         }
         return doc
 
@@ -364,6 +410,8 @@ class DynamicAccumulator(PartitionAccumulator):
         for entry in self.journal:  # replay: the ledger is a function of these
             if len(entry) == 1:
                 self.ledger.commit_columns(bool(entry[0]))
+            elif entry[0] == "suspend":
+                self.ledger.suspend(np.array(entry[1], dtype=np.int64))
             else:
                 _, idx, wB, EB, wF, EF = entry
                 self.ledger.declare(np.array(idx, dtype=np.int64), np.array(wB, dtype=np.int64),
@@ -374,7 +422,15 @@ class DynamicAccumulator(PartitionAccumulator):
         self.applied = [(int(a), float(b), int(c), float(e)) for a, b, c, e in dyn["applied"]]
         self.cells = {int(s): _unpack_cells(c) for s, c in dyn["cells"].items()}
         self.outbox = dict(dyn["outbox"])
+        self.suspend_at = {int(i): int(at) for i, at in dyn.get("suspend_at", {}).items()}
         self.registry.sync_pending(self.applied)
+        # users removed after this checkpoint was taken: scheduled at the next plan
+        inactive = np.flatnonzero(~self.registry.active_mask(len(self.registry.users)))
+        self.registry.removed = {
+            i for i in inactive.tolist()
+            if (i >= len(self.applied) or self.applied[i] != SUSPENDED)
+            and i not in self.suspend_at
+        }
 
 
 def _pack_cells(cells: np.ndarray) -> list:

@@ -13,7 +13,7 @@ from mechanisms.dynamic import DynamicMechanism, DynamicRequirements
 from mechanisms.randomness import slot_generator
 from streams.config import JobConfig
 from streams.dynamic_coordinator import DynamicCoordinator
-from streams.dynamic_partition import DynamicAccumulator, DynamicRegistry
+from streams.dynamic_partition import SUSPENDED, DynamicAccumulator, DynamicRegistry
 from streams.pipeline import InProcessJob
 from streams.records import load_schema
 
@@ -195,12 +195,12 @@ def test_bad_requirements_and_reports_go_to_dead_letters() -> None:
 
 
 def test_a_user_back_after_removal_keeps_its_history() -> None:
-    """A removed user's ledger goes on; declaring again continues it (the windows it already
-    spent stay spent)."""
+    """A removed user keeps its index and waits to be suspended; declaring again makes its
+    declaration pending (the windows its ledger already spent stay spent)."""
     reg = DynamicRegistry("dpbd", 10)
     assert reg.apply(*declaration("a", 2, 1.0, 2, 1.0)) == ("a", "", "")
     assert reg.apply(b"a", None) == ("a", "", "")
-    assert reg.level_of_index.tolist() == [-1]
+    assert reg.level_of_index.tolist() == [-1] and reg.removed == {0}
     assert reg.apply(*declaration("a", 3, 2.0, 3, 2.0)) == ("a", "", "")
     assert reg.level_of_index.tolist() == [0] and reg.index_of == {"a": 0}
     assert reg.pending == {0: (3, 2.0, 3, 2.0)}
@@ -291,3 +291,101 @@ def test_replayed_sources_declare_the_dynamic_requirements_of_evaluate() -> None
             isinstance(r, DynamicRequirement)] == [row[1:] for row in rows]
     fixed = [parse_requirement(v, k) for k, v in src.requirement_records()]
     assert all(isinstance(r, FixedRequirement) for r in fixed) and len(fixed) == 30
+
+
+def record_charges(job: InProcessJob, seen: dict | None = None) -> dict[int, dict]:
+    """Per planned slot, each user's planned eps1 and whether its ledger is suspended, for a
+    one-partition job (a spy on plans that fills ``seen``, or a new dict)."""
+    acc = job.accumulators[0]
+    seen = {} if seen is None else seen
+    plan_slot = acc._plan
+
+    def plan() -> dict | None:
+        msg = plan_slot()
+        if msg is not None:
+            eps1 = acc.ledger.plan().eps1
+            seen[msg["plan"]] = {u: (float(eps1[i]), acc.applied[i] == SUSPENDED)
+                                 for u, i in acc.registry.index_of.items() if i < acc.ledger.n}
+        return msg
+
+    acc._plan = plan
+    return seen
+
+
+@pytest.mark.parametrize("name", ["dpbd", "dpba"])
+def test_a_removed_user_is_suspended_after_its_last_possible_report(name: str) -> None:
+    """b leaves after its report of slot 2 was accepted, before slot 2 closed: it is charged
+    at every slot up to the one of the largest event time accepted when the partition next
+    plans, nothing after, and again once it declares anew."""
+    config = cfg(name, partitions=1, max_window=6)
+    job = InProcessJob(config)
+    seen = record_charges(job)
+    job.register([declaration("a", 3, 1.0, 4, 1.0), declaration("b", 3, 1.0, 4, 1.0)])
+    ab = np.array([1, 2])
+    for t in range(3):
+        job.feed(reports(["a", "b"], t, ab))
+    job.register([(b"b", None)])
+    acc = job.accumulators[0]
+    for t in range(3, 12):
+        job.feed(reports(["a"], t, np.array([0])))
+        if t == 3:  # slot 2 planned, with the watermark in slot 3: suspended from slot 4
+            assert acc.suspend_at == {1: 4} and acc.applied[1] != SUSPENDED
+        if t == 5:  # slot 4 planned
+            assert acc.suspend_at == {} and acc.applied[1] == SUSPENDED
+    assert [t for t in sorted(seen) if not seen[t]["b"][1]] == [0, 1, 2, 3]
+    assert all(seen[t]["b"][0] > 0 for t in range(4))
+    assert all(seen[t]["b"][0] == 0 for t in range(4, 11))
+    assert all(seen[t]["a"][0] > 0 and not seen[t]["a"][1] for t in seen)
+    release = {orjson.loads(r)["slot"]: orjson.loads(r) for r in job.releases}
+    assert [release[t]["accepted"] for t in range(5)] == [2, 2, 2, 1, 1]
+    job.register([declaration("b", 2, 1.0, 2, 1.0)])
+    for t in (12, 13):
+        job.feed(reports(["a", "b"], t, ab))
+    job.finish()
+    assert seen[12]["b"] == (0.25, False) and acc.applied[1] == (2, 1.0, 2, 1.0)
+
+
+@pytest.mark.parametrize("cut", ["scheduled", "removed"])
+def test_suspensions_survive_a_restart(cut: str) -> None:
+    """A partition restored from a checkpoint taken after b's suspension was scheduled, or
+    before the partition heard of b's removal at all, suspends b and releases what the
+    uninterrupted partition releases."""
+    config = cfg("dpba", partitions=1, max_window=6)
+    users = ["a", "b", "c"]
+    cells = np.random.default_rng(5).integers(0, D, (16, 3))
+
+    def run(restart_at: int | None) -> tuple[InProcessJob, list[int]]:
+        job = InProcessJob(config)
+        seen = record_charges(job)
+        job.register(declaration(u, 3, 1.0, 4, 2.0) for u in users)
+        for t in range(16):
+            live = users if t < 3 else ["a", "c"]
+            if t == 3 and cut == "scheduled":
+                job.register([(b"b", None)])
+            feed = reports(live, t, cells[t, [users.index(u) for u in live]])
+            if t == restart_at:
+                saved = job.accumulators[0].snapshot()
+                entries = [(u, job.registries[0].export(u)) for u in job.registries[0].users]
+                if cut == "removed":
+                    job.registries[0].apply(b"b", None)
+                    entries = [(u, job.registries[0].export(u)) for u in users]
+                again = InProcessJob(config)
+                again.registries[0].load(entries)
+                again.accumulators[0] = DynamicAccumulator(0, config, again.registries[0])
+                again.accumulators[0].restore(saved)
+                again.offsets, again.coordinator = job.offsets, job.coordinator
+                again.releases = job.releases
+                job = again
+                record_charges(job, seen)  # the spy goes on in the restored job
+            elif t == 3 and cut == "removed":
+                job.register([(b"b", None)])
+            job.feed(feed)
+        job.finish()
+        return job, [t for t in sorted(seen) if not seen[t]["b"][1]]
+
+    (whole, charged), (restored, charged_again) = run(None), run(5 if cut == "scheduled" else 3)
+    assert restored.releases == whole.releases
+    assert charged_again == charged == [0, 1, 2, 3]
+    for job in (whole, restored):
+        assert job.accumulators[0].applied[1] == SUSPENDED
+        assert job.accumulators[0].ledger.plan().eps1[1] == 0
