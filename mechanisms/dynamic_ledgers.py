@@ -728,9 +728,9 @@ class DynamicLedger:
         pool = self.pool
         if not nullified and len(pool):
             v_hi = pool.s_hi - (t - pool.m_hi + 1) * pool.share
-            hit = v_hi >= (pool.share == 0)
+            hit = np.flatnonzero(v_hi >= (pool.share == 0))
             # a suspended column is charged nothing: publishing cannot overspend its windows
-            nullified = bool(hit.any()) and bool((hit & self._active()[pool.col]).any())
+            nullified = bool((self.EF[pool.col[hit]] != 0.0).any())
         if nullified:  # no publication budget is spent: eps_AF is not needed
             return True, np.zeros(self.k, dtype=np.int64)
         absorb = self._absorb(cur, t)
