@@ -26,6 +26,7 @@ from jobkit import (
 
 from streams.broker import EmbeddedBroker
 from streams.kafka_util import read_topic
+from streams.pipeline import InProcessJob
 from streams.topics import Topics
 
 USERS = [f"u{i}" for i in range(60)]
@@ -87,3 +88,45 @@ def test_dpbd_worker_killed_mid_run_loses_nothing_and_changes_nothing(broker, tm
     assert all(len(vs) == 1 for vs in decided.values()), "a slot was decided twice"
     expected = in_process(cfg, reqs, batches, 24 * cfg.slot_ms)
     assert [next(iter(by_slot[s])) for s in range(24)] == expected
+
+
+def test_removed_users_leave_the_dpbd_job_as_in_process(broker, tmp_path: Path):
+    """Tombstones on the requirements topic mid-run: the removed users' reports already
+    accepted still count, later ones go to dead letters, and the releases equal the in-process
+    job's with the same removal between the same slots (DPBD's releases do not depend on when
+    a suspension starts, only on who is counted)."""
+    cfg = config("dyn-removal", mechanism="dpbd")
+    topics = setup_topics(broker.bootstrap, cfg)
+    worker = start_worker(broker.bootstrap, cfg, tmp_path / "data", tmp_path / "worker.log")
+    reqs, gone = declarations(), [(u.encode(), None) for u in USERS[:20]]
+    batches = [slot_reports(USERS, t, cfg.d) for t in range(12)]
+    try:
+        register(broker.bootstrap, topics, cfg, reqs, worker)
+        for batch in batches[:5]:
+            produce(broker.bootstrap, topics.reports, cfg.partitions, batch)
+        wait_for_slots(broker.bootstrap, topics, set(range(4)), 90, worker)
+        register(broker.bootstrap, topics, cfg, gone, worker)
+        for batch in batches[5:]:
+            produce(broker.bootstrap, topics.reports, cfg.partitions, batch)
+        close_through(broker.bootstrap, topics, cfg, 12 * cfg.slot_ms)
+        docs = wait_for_slots(broker.bootstrap, topics, set(range(12)), 90, worker)
+    finally:
+        stop_worker(worker)
+    log = (tmp_path / "worker.log").read_text()
+    docs = sorted(docs, key=lambda d: d["slot"])
+    assert [d["users"] for d in docs] == [60] * 5 + [40] * 7, log[-3000:]
+    assert [d["accepted"] for d in docs] == [60] * 5 + [40] * 7
+    dead = asyncio.run(read_topic(broker.bootstrap, topics.dead_letters, idle=0.5))
+    assert len(dead) == 20 * 7 and all(b"unregistered_user" in v for _k, v in dead)
+    job = InProcessJob(cfg)
+    job.register(reqs)
+    for t, batch in enumerate(batches):
+        if t == 5:
+            job.register(gone)
+        job.feed(batch)
+    job.finish(12 * cfg.slot_ms)
+    # the rejected reports are told with the closure that follows them, which depends on when
+    # the broker delivered them: only their sum is compared
+    got = [orjson.loads(v) for v in job.releases]
+    assert sum(d.pop("rejected") for d in docs) == sum(d.pop("rejected") for d in got) == 140
+    assert docs == got
