@@ -287,8 +287,6 @@ class DynamicMechanism:
             present = np.bincount(pair, weights=size, minlength=1) > 0
             pairs = np.flatnonzero(present)
             level_of_col = np.take(np.cumsum(present) - 1, pair)
-        sizes = np.bincount(level_of_col, weights=size, minlength=pairs.size)
-        sizes = sizes[: pairs.size].astype(np.int64)
         width = self.d + 1
         cached = self._levels
         if (
@@ -298,12 +296,16 @@ class DynamicMechanism:
         ):
             level_of_user, keys = cached[2], cached[3]
         else:
-            level_of_user = np.take(level_of_col, ledger.group)
-            keys = level_of_user * width + 1
+            # a narrow table stays in the cache: the gather by each user's column is 3-4x faster
+            narrow = np.uint16 if pairs.size <= np.iinfo(np.uint16).max else np.int32
+            level_of_user = np.take(level_of_col.astype(narrow), ledger.group)
+            keys = np.multiply(level_of_user, width, dtype=np.int64)
+            keys += 1
             self._levels = (ledger.version, level_of_col, level_of_user, keys)
-        flat = np.bincount(keys + cells, minlength=pairs.size * width)
-        counts = flat.reshape(pairs.size, width)[:, 1:]
-        return counts, np.stack([pairs // width2, pairs % width2]), level_of_user, sizes
+        # one entry per user (column 0: no report), so a level's row sums to its users
+        table = np.bincount(keys + cells, minlength=pairs.size * width).reshape(-1, width)
+        sizes = table.sum(axis=1)
+        return table[:, 1:], np.stack([pairs // width2, pairs % width2]), level_of_user, sizes
 
     def step(self, cells: np.ndarray) -> Release:
         """Release the next slot from one cell per declared user (-1: no report)."""
