@@ -129,11 +129,14 @@ def wait_for_slots(bootstrap: str, topics: Topics, slots: set[int], timeout: flo
     return docs
 
 
-def in_process(cfg: JobConfig, requirements, slot_batches, end_ms: int) -> list[bytes]:
-    """The same input through the job's code without Kafka."""
+def in_process(cfg: JobConfig, requirements, slot_batches, end_ms: int,
+               later: dict[int, list[tuple[bytes, bytes | None]]] | None = None) -> list[bytes]:
+    """The same input through the job's code without Kafka; ``later[k]`` holds requirements
+    records registered before the k-th batch."""
     job = InProcessJob(cfg)
     job.register(requirements)
-    for batch in slot_batches:
+    for k, batch in enumerate(slot_batches):
+        job.register((later or {}).get(k, []))
         job.feed(batch)
     job.finish(end_ms)
     return job.releases

@@ -26,7 +26,6 @@ from jobkit import (
 
 from streams.broker import EmbeddedBroker
 from streams.kafka_util import read_topic
-from streams.pipeline import InProcessJob
 from streams.topics import Topics
 
 USERS = [f"u{i}" for i in range(60)]
@@ -118,15 +117,8 @@ def test_removed_users_leave_the_dpbd_job_as_in_process(broker, tmp_path: Path):
     assert [d["accepted"] for d in docs] == [60] * 5 + [40] * 7
     dead = asyncio.run(read_topic(broker.bootstrap, topics.dead_letters, idle=0.5))
     assert len(dead) == 20 * 7 and all(b"unregistered_user" in v for _k, v in dead)
-    job = InProcessJob(cfg)
-    job.register(reqs)
-    for t, batch in enumerate(batches):
-        if t == 5:
-            job.register(gone)
-        job.feed(batch)
-    job.finish(12 * cfg.slot_ms)
     # the rejected reports are told with the closure that follows them, which depends on when
     # the broker delivered them: only their sum is compared
-    got = [orjson.loads(v) for v in job.releases]
+    got = [orjson.loads(v) for v in in_process(cfg, reqs, batches, 12 * cfg.slot_ms, {5: gone})]
     assert sum(d.pop("rejected") for d in docs) == sum(d.pop("rejected") for d in got) == 140
     assert docs == got
