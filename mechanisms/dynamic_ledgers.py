@@ -730,7 +730,7 @@ class DynamicLedger:
             v_hi = pool.s_hi - (t - pool.m_hi + 1) * pool.share
             hit = np.flatnonzero(v_hi >= (pool.share == 0))
             # a suspended column is charged nothing: publishing cannot overspend its windows
-            nullified = bool((self.EF[pool.col[hit]] != 0.0).any())
+            nullified = not self._suspended(pool.col[hit]).all()
         if nullified:  # no publication budget is spent: eps_AF is not needed
             return True, np.zeros(self.k, dtype=np.int64)
         absorb = self._absorb(cur, t)
@@ -779,12 +779,12 @@ class DynamicLedger:
                 )
             border = np.where(~live & (runs.s_hi == 0), t - 1, border)
             np.maximum.at(out, runs.col, border)
-        out[~self._active()] = -np.inf  # suspended users nullify nothing
+        out[self._suspended(slice(0, self.k))] = -np.inf  # suspended users nullify nothing
         return out[self.group]
 
-    def _active(self) -> np.ndarray:
-        """Per column ``0..k-1``: False for a suspended one (its declaration is the null one)."""
-        return self.EF[: self.k] != 0.0
+    def _suspended(self, cols: np.ndarray | slice) -> np.ndarray:
+        """Whether each of ``cols`` is suspended (its declaration is the null one, EF = 0)."""
+        return self.EF[cols] == 0.0
 
     def plan_columns(self) -> ColumnPlan:
         """Plan the next slot per column, without changing the ledger; repeated calls agree."""
