@@ -23,8 +23,10 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from itertools import pairwise
 
 import numpy as np
+from bench_dynamic_bound import E_GRID, W_GRID
 
 from mechanisms.dynamic_ledgers import grid_table, to_units
 
@@ -33,8 +35,6 @@ try:
 except ImportError:  # pragma: no cover - depends on the environment
     sys.exit("this benchmark needs numba: .venv/bin/pip install numba")
 
-W_GRID = np.arange(20, 201, 20)
-E_GRID = np.linspace(0.5, 5.0, 10)
 BITS = 3
 LEVELS = (53 << BITS) + 1  # grid codes 0 .. 53 << BITS
 BLOCK, BLOCKS = 16, 13
@@ -196,7 +196,7 @@ def measure(n: int, d: int, warmup: int, slots: int, seed: int, by_block: bool) 
         _codes(units, code2)
         marks.append(time.perf_counter())
         levels = _count(code1, code2, cells, d, level_of, pairs, counts)
-        counts[: levels * d].reshape(levels, d).copy()
+        counts[: levels * d].reshape(levels, d).copy()  # the slot's (levels, d) counts
         counts[: levels * d] = 0
         marks.append(time.perf_counter())
         _commit(t, code1, age, ring1, ring2, sum1, blocks1, blocks2, table)
@@ -205,8 +205,7 @@ def measure(n: int, d: int, warmup: int, slots: int, seed: int, by_block: bool) 
         marks.append(time.perf_counter())
         if t > warmup:
             reads.append(read)
-            steps = zip(marks, marks[1:], strict=False)
-            for key, (a, b) in zip(("moves", *PARTS, "floor"), steps, strict=True):
+            for key, (a, b) in zip(("moves", *PARTS, "floor"), pairwise(marks), strict=True):
                 times[key].append(b - a)
     med = {k: float(np.median(v)) for k, v in times.items()}
     floor = med.pop("floor")
