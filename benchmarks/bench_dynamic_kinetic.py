@@ -41,7 +41,7 @@ import sys
 import time
 
 import numpy as np
-from bench_dynamic_bound import E_GRID, W_GRID
+from bench_step import draw_dynamic as draw
 
 from mechanisms.dynamic_ledgers import grid_codes, grid_table, to_units
 
@@ -52,11 +52,6 @@ NEVER = np.iinfo(np.int32).max  # "no change ahead" (a slot number)
 BIG = np.int64(1) << 61  # an unbounded side of the interval a plan stays in
 BLOCK = 24  # jumps per user record (compiled)
 FIELDS = 8  # scalars per user record: wB, EB/2, share, grid(share), code, eps2 code, jumps
-
-
-def draw(rng: np.random.Generator, k: int) -> tuple[np.ndarray, ...]:
-    """k random requirements (wB, EB, wF, EF) from 10 levels per field."""
-    return tuple(rng.choice(g, k) for g in (W_GRID, E_GRID, W_GRID, E_GRID))
 
 
 class Kinetic:
