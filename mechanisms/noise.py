@@ -1,13 +1,20 @@
-"""Noise for the release rule: continuous Laplace (the paper's) and the two-sided geometric.
+"""Noise for the release rule: continuous Laplace (the paper's) and the discrete Laplace.
 
 Both are calibrated to L1 sensitivity 1 (one user's report moves one count by one). The
-geometric ("discrete Laplace") returns integers, so released counts carry no floating-point
-low-order bits (DESIGN.md, decision 6).
+discrete Laplace (two-sided geometric) returns integers drawn by an exact sampler with no
+floating point in the distribution (:mod:`mechanisms.exact_noise`), so released counts carry no
+floating-point artefacts (docs/design.md, privacy decision 6). Its bits come from the
+generator's secure stream when it has one (the live job's :class:`~mechanisms.randomness.
+SlotGenerator`), else from the numpy generator itself (seeded evaluation and tests). The
+continuous Laplace is numpy's floating-point sampler: it is kept for fidelity to the paper's
+experiments and is not for live use.
 """
 
 from __future__ import annotations
 
 import numpy as np
+
+from mechanisms.exact_noise import GeneratorBits, exact_discrete_laplace
 
 NOISE_KINDS = ("laplace", "discrete")
 
@@ -37,5 +44,7 @@ def draw_noise(
         raise ValueError(f"noise budget must be finite and > 0, got {eps!r}")
     if kind == "laplace":
         return rng.laplace(0.0, 1.0 / eps, size)
-    p = -np.expm1(-eps)  # success probability 1 - e^{-eps}
-    return rng.geometric(p, size).astype(np.int64) - rng.geometric(p, size).astype(np.int64)
+    bits = getattr(rng, "bits", None) or GeneratorBits(rng)
+    shape = (size,) if isinstance(size, int) else tuple(size)
+    count = int(np.prod(shape, dtype=np.int64))
+    return exact_discrete_laplace(float(eps), count, bits).reshape(shape)
