@@ -6,6 +6,7 @@ import argparse
 import sys
 
 from streams import (
+    audit_command,
     demo_command,
     evaluate_command,
     plan_command,
@@ -28,6 +29,7 @@ def build_parser() -> argparse.ArgumentParser:
     replay_command.add_parser(sub)
     topics_command.add_parser(sub)
     worker_command.add_parser(sub)
+    audit_command.add_parser(sub)
     return parser
 
 
