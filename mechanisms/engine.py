@@ -48,12 +48,12 @@ class LevelRelease:
 class LevelEngine:
     """Ledger plus release rule over named levels; ``step`` releases the next slot."""
 
-    def __init__(self, name: str, d: int, noise: str = "discrete") -> None:
+    def __init__(self, name: str, d: int, noise: str = "discrete", sensitivity: int = 1) -> None:
         if name not in _LEDGERS:
             raise ValueError(f"unknown mechanism {name!r}; choose from {sorted(_LEDGERS)}")
         self.name, self.d, self.noise = name, int(d), noise
         self.homogeneous = name in HOMOGENEOUS
-        self.rule = ReleaseRule(d, noise, "scale" if name in ("bd", "ba") else "obs")
+        self.rule = ReleaseRule(d, noise, "scale" if name in ("bd", "ba") else "obs", sensitivity)
         self.ledger = _LEDGERS[name](np.zeros(0, dtype=np.int64), np.zeros(0))
         self.row_of: dict[str, int] = {}
         self.last = np.zeros(self.d, dtype=np.float64 if noise == "laplace" else np.int64)

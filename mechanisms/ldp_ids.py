@@ -2,8 +2,8 @@
 population-division versions LPU, LPD, LPA.
 
 They are homogeneous: one window ``w`` and budget ``E`` for every user (the evaluation gives them
-the strictest requirement, as it does BD, BA and SPAS). Each is the split of DESIGN.md: a budget
-ledger of :mod:`mechanisms.ledgers` with a single level, and a local release rule.
+the strictest requirement, as it does BD, BA and SPAS). Each is the split of docs/design.md: a
+budget ledger of :mod:`mechanisms.ledgers` with a single level, and a local release rule.
 
 - Budget division (LBU, LSP, LBD, LBA): a collection *round* asks every user holding a value to
   report with the round's budget through OUE (papers/002 2.3). The ledger is that of Uniform,

@@ -2,7 +2,7 @@
 
 A ledger *plans* a slot (each level's dissimilarity budget eps1 and publication budget eps2, and
 whether the slot is nullified) and then *commits* the release rule's decision. Its state depends
-only on requirements and past publish/approximate decisions, which are public (DESIGN.md,
+only on requirements and past publish/approximate decisions, which are public (docs/design.md,
 decision 2), so users with the same requirement share one row: memory is O(levels x max w).
 
 Slots are numbered from 1 as in the paper.

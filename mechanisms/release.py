@@ -1,7 +1,7 @@
 """The global release rule: OBS, the Sampling Mechanism, the publish/approximate test, noise.
 
 It works on aggregates only: a (levels, d) matrix of report counts and each level's budgets,
-which is what the partitions of the job send (DESIGN.md, scale-out).
+which is what the partitions of the job send (docs/design.md, ledger and release rule).
 """
 
 from __future__ import annotations
@@ -76,15 +76,23 @@ class ReleaseRule:
 
     ``test="obs"`` publishes when dis > sqrt(err_opt) (PBD, PBA); ``test="scale"`` publishes
     when dis > 1/eps2, Kellaris et al.'s test for the homogeneous BD and BA.
+
+    ``sensitivity`` is the L1 sensitivity of a count under the neighbouring relation: 1 when
+    neighbouring streams differ by one report added or removed, 2 when by one report's value
+    changed. The rule then runs on budgets divided by it (OBS, sampling, noise and the tests),
+    which is the same as scaling every noise by it; the ledgers charge the full budgets.
     """
 
-    def __init__(self, d: int, noise: str = "laplace", test: str = "obs") -> None:
+    def __init__(self, d: int, noise: str = "laplace", test: str = "obs",
+                 sensitivity: int = 1) -> None:
         if d < 1:
             raise ValueError(f"domain size d must be >= 1, got {d}")
         if test not in TESTS:
             raise ValueError(f"test must be one of {TESTS}, got {test!r}")
+        if sensitivity not in (1, 2):
+            raise ValueError(f"sensitivity must be 1 or 2, got {sensitivity!r}")
         draw_noise(1.0, 0, np.random.default_rng(0), noise)  # validates the noise kind
-        self.d, self.noise, self.test = d, noise, test
+        self.d, self.noise, self.test, self.sensitivity = d, noise, test, sensitivity
         self.obs = ObsCache(noise)
 
     def decide(
@@ -98,17 +106,20 @@ class ReleaseRule:
         """Run the rule on a (levels, d) count matrix; ``last`` is the last publication."""
         if plan.nullified:
             return Decision(False, last, 0.0, None)
-        theta2, err2 = self.obs(plan.eps2, sizes)
+        eps1, eps2 = plan.eps1, plan.eps2
+        if self.sensitivity != 1:
+            eps1, eps2 = eps1 / self.sensitivity, eps2 / self.sensitivity
+        theta2, err2 = self.obs(eps2, sizes)
         dis: float | None = None
         if plan.adaptive:
-            dis, _ = dissimilarity(counts, plan.eps1, sizes, last, rng, self.noise, self.obs)
+            dis, _ = dissimilarity(counts, eps1, sizes, last, rng, self.noise, self.obs)
         if theta2 <= 0:
             return Decision(False, last, 0.0, dis)
         if dis is not None:
             bar = np.sqrt(err2) if self.test == "obs" else 1.0 / theta2
             if not dis > bar:
                 return Decision(False, last, theta2, dis)
-        sampled = sample_counts(counts, plan.eps2, theta2, rng)
+        sampled = sample_counts(counts, eps2, theta2, rng)
         histogram = sampled + draw_noise(theta2, self.d, rng, self.noise)
         return Decision(True, histogram, theta2, dis)
 

@@ -1,7 +1,8 @@
 """Fixed personalised privacy requirements (w_i, E_i) and their grouping into levels.
 
-Users that share a requirement share a budget ledger (DESIGN.md, decision 2): the ledger of a
-level is a function of public inputs only, so it is kept once per level, not once per user.
+Users that share a requirement share a budget ledger (docs/design.md, privacy decision 2): the
+ledger of a level is a function of public inputs only, so it is kept once per level, not once
+per user.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 Users whose budget reaches the threshold theta are always kept; a user with budget eps < theta
 is kept with probability (e^eps - 1)/(e^theta - 1). On aggregates, the count of one
 (budget level, cell) pair is thinned binomially with its level's probability, which has the
-same distribution as one coin per user (DESIGN.md, scale-out).
+same distribution as one coin per user (docs/design.md, ledger and release rule).
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
 from mechanisms.dynamic import DYNAMIC_MECHANISMS
 from mechanisms.mechanism import FIXED_MECHANISMS
@@ -11,17 +11,33 @@ from streams.records import CellDomain, Domain, domain_from_config
 from streams.slotting import SlotClock
 
 JOB_MECHANISMS = (*FIXED_MECHANISMS, *DYNAMIC_MECHANISMS)
+NEIGHBOURING = ("add-remove", "replace")
+EVENT_TIME = ("live", "history")
+
+
+def _is_hex(text: str) -> bool:
+    try:
+        bytes.fromhex(text)
+    except ValueError:
+        return False
+    return True
 
 
 @dataclass(frozen=True)
 class JobConfig:
     """One job: which stream, which mechanism, how slots are cut and where randomness comes from.
 
-    ``secret`` keys the per-slot generators (DESIGN.md, decision 5); it must be the same for
-    every worker and must stay private. ``idle_close_ms``: when no report arrived for that long
-    (wall clock), open slots up to the largest event time seen are closed. ``max_window``: the
-    longest window a dynamic requirement may declare (DPBD, DPBA keep that many slots of
-    charges per user).
+    ``secret`` keys the per-slot randomness together with the stream's nonce (docs/design.md,
+    randomness); it must be the same for every worker and must stay private. It also signs the
+    job's control records. ``nonce`` pins the stream's nonce, only to reproduce a recorded run
+    (``pwevent replay --in-process --nonce``); a live stream draws a fresh one at its start.
+    ``idle_close_ms``: when no report arrived for that long (wall clock), open slots up to the
+    largest event time seen are closed. Requirements are accepted only with windows in
+    ``[1, max_window]`` and budgets in ``[min_epsilon, max_epsilon]``. ``neighbouring``:
+    ``add-remove`` calibrates noise to one report added or removed (sensitivity 1), ``replace``
+    to one report changed (sensitivity 2). ``event_time``: ``live`` rejects reports and control
+    records more than ``max_skew_ms`` ahead of the worker's clock; ``history`` (replaying
+    recorded data) does not look at the clock.
     """
 
     stream: str = "default"
@@ -37,6 +53,12 @@ class JobConfig:
     partitions: int = 1
     idle_close_ms: int = 2_000
     max_window: int = 200
+    min_epsilon: float = 0.01
+    max_epsilon: float = 10.0
+    neighbouring: str = "add-remove"
+    event_time: str = "live"
+    max_skew_ms: int = 300_000
+    nonce: str = ""
 
     def __post_init__(self) -> None:
         if self.mechanism not in JOB_MECHANISMS:
@@ -47,6 +69,18 @@ class JobConfig:
             raise ValueError("slot length must be >= 1 ms, lateness and horizon >= 0")
         if self.partitions < 1:
             raise ValueError("partitions must be >= 1")
+        if not 0 < self.min_epsilon <= self.max_epsilon < float("inf"):
+            raise ValueError("budget bounds must satisfy 0 < min epsilon <= max epsilon < inf, "
+                             f"got [{self.min_epsilon}, {self.max_epsilon}]")
+        if self.neighbouring not in NEIGHBOURING:
+            raise ValueError(f"neighbouring must be one of {NEIGHBOURING}, "
+                             f"got {self.neighbouring!r}")
+        if self.event_time not in EVENT_TIME:
+            raise ValueError(f"event time must be one of {EVENT_TIME}, got {self.event_time!r}")
+        if self.max_skew_ms < 0:
+            raise ValueError("max clock skew must be >= 0 ms")
+        if self.nonce and not _is_hex(self.nonce):
+            raise ValueError("a pinned nonce must be hexadecimal")
         if self.noise not in ("laplace", "discrete"):
             raise ValueError(f"noise must be laplace or discrete, got {self.noise!r}")
         self.make_domain()
@@ -66,6 +100,18 @@ class JobConfig:
         return int(self.make_domain().size)
 
     @property
+    def sensitivity(self) -> int:
+        """L1 sensitivity of a count under the neighbouring relation."""
+        return 2 if self.neighbouring == "replace" else 1
+
+    def public(self) -> dict:
+        """The public parameters an auditor needs, as recorded in the stream's start record."""
+        return {"mechanism": self.mechanism, "d": self.d, "partitions": self.partitions,
+                "min_epsilon": self.min_epsilon, "max_epsilon": self.max_epsilon,
+                "max_window": self.max_window, "neighbouring": self.neighbouring,
+                "noise": self.noise, "slot_ms": self.slot_ms, "origin_ms": self.origin_ms}
+
+    @property
     def clock(self) -> SlotClock:
         """Slot arithmetic."""
         return SlotClock(self.slot_ms, self.origin_ms)
@@ -77,11 +123,6 @@ class JobConfig:
             raise ValueError("no randomness secret: pass --secret or set PWEVENT_SECRET")
         return secret.encode()
 
-    def to_dict(self) -> dict:
-        """JSON-able form (the secret left out)."""
-        out = asdict(self)
-        out.pop("secret")
-        return out
 
 
 def cells_domain(d: int) -> dict:

@@ -3,13 +3,15 @@
 A slot is released when every partition of the reports topic has closed it. The first slot is
 the earliest slot any partition counted a report in; from there every slot is released in
 order, including slots nobody reported in (every registered user is charged at every slot,
-DESIGN.md decision 2). Randomness for slot t comes from the generator keyed by the secret and
-(stream, t) (decision 5). A release is recorded in the state before it is emitted, and a slot
-already released is never computed again.
+docs/design.md, privacy decision 2). Randomness for slot t comes from generators keyed by the
+secret and (stream, nonce, t) (privacy decision 5). A release is recorded in the state before
+it is emitted, and a slot already released is never computed again.
 """
 
 from __future__ import annotations
 
+import logging
+import secrets
 import zlib
 from collections import Counter
 
@@ -21,33 +23,69 @@ from mechanisms.randomness import slot_generator
 from streams.config import JobConfig
 
 KEEP_RELEASED = 64
+log = logging.getLogger("pwevent.coordinator")
+
+
+Emitted = tuple[int, bytes | None, bytes]  # slot, release (None: the start record), decision
 
 
 class ReleaseLog:
-    """Releases and decisions recorded before they are emitted, and how far emission went: a
-    restarted coordinator re-emits what it recorded and never computes a released slot again."""
+    """What a coordinator keeps of its releases: the stream's start and nonce, and releases and
+    decisions recorded before they are emitted, and how far emission went. A restarted
+    coordinator re-emits what it recorded and never computes a released slot again.
 
-    def __init__(self) -> None:
+    The nonce is drawn when the stream starts (a fresh coordinator state) and kept in the
+    state, so a restarted coordinator draws the same noise for a slot it already computed,
+    while a re-run, a backfill or a second deployment under the same stream name draws fresh
+    noise. It is published in the start record; without the secret it reveals nothing.
+    """
+
+    def __init__(self, config: JobConfig) -> None:
+        self.config = config
+        self.secret = config.secret_bytes()
+        self.nonce = config.nonce or secrets.token_hex(16)
+        self.start: int | None = None
+        self.start_emitted = False
         self.released: dict[int, bytes] = {}
         self.decisions: dict[int, bytes] = {}
         self.emitted_through: int | None = None
         self.duplicates = 0
 
-    def record(self, slot: int, release: dict, decision: dict) -> tuple[int, bytes, bytes]:
+    def slot_rng(self, slot: int) -> np.random.Generator:
+        """The randomness of ``slot``: keyed by the secret, the stream, its nonce and the slot."""
+        return slot_generator(self.secret, self.config.stream, slot, self.nonce)
+
+    def start_record(self) -> bytes:
+        """The stream's start record (decisions topic, key ``<stream>/start``)."""
+        return orjson.dumps({"stream": self.config.stream, "start": self.start,
+                             "nonce": self.nonce, "config": self.config.public()})
+
+    def begin(self, start: int) -> Emitted:
+        """Fix the stream's first slot; returns the start record to emit."""
+        self.start = int(start)
+        return self.start - 1, None, self.start_record()
+
+    def record(self, slot: int, release: dict, decision: dict) -> Emitted:
         """Keep a slot's release and decision; returns them encoded, to be emitted."""
         self.released[slot] = orjson.dumps(release)
         self.decisions[slot] = orjson.dumps(decision)
         return slot, self.released[slot], self.decisions[slot]
 
-    def unemitted(self) -> list[tuple[int, bytes | None, bytes]]:
-        """Releases recorded but not yet confirmed as emitted (after a restart), in order."""
+    def unemitted(self) -> list[Emitted]:
+        """Records kept but not yet confirmed as emitted (after a restart), in order."""
+        out: list[Emitted] = []
+        if self.start is not None and not self.start_emitted:
+            out.append((self.start - 1, None, self.start_record()))
         after = -(2**62) if self.emitted_through is None else self.emitted_through
-        return [(s, self.released[s], self.decisions[s]) for s in sorted(self.released)
-                if s > after]
+        return out + [(s, self.released[s], self.decisions[s]) for s in sorted(self.released)
+                      if s > after]
 
     def mark_emitted(self, slot: int) -> None:
-        """Record that every release up to ``slot`` reached the releases topic."""
-        if self.emitted_through is None or slot > self.emitted_through:
+        """Record that the start record and every release up to ``slot`` were emitted."""
+        if self.start is None:
+            return
+        self.start_emitted = True
+        if slot >= self.start and (self.emitted_through is None or slot > self.emitted_through):
             self.emitted_through = slot
 
     def forget(self, frontier: int) -> None:
@@ -58,8 +96,11 @@ class ReleaseLog:
             del self.decisions[slot]
 
     def log_state(self) -> dict:
-        """The recorded releases as a JSON-able document."""
+        """The start, nonce and recorded releases as a JSON-able document."""
         return {
+            "nonce": self.nonce,
+            "start": self.start,
+            "start_emitted": self.start_emitted,
             "released": {str(s): r.decode() for s, r in self.released.items()},
             "decisions": {str(s): r.decode() for s, r in self.decisions.items()},
             "emitted_through": self.emitted_through,
@@ -68,6 +109,9 @@ class ReleaseLog:
 
     def load_log(self, doc: dict) -> None:
         """Reinstate :meth:`log_state`."""
+        self.nonce = str(doc["nonce"])
+        self.start = doc["start"]
+        self.start_emitted = bool(doc["start_emitted"])
         self.released = {int(s): r.encode() for s, r in doc["released"].items()}
         self.decisions = {int(s): r.encode() for s, r in doc["decisions"].items()}
         self.emitted_through = doc["emitted_through"]
@@ -75,9 +119,13 @@ class ReleaseLog:
 
 
 def release_record(config: JobConfig, slot: int, published: bool, nullified: bool,
-                   histogram: list, threshold: float, accepted: int, rejected: int,
-                   users: int) -> dict:
-    """The record of one slot on the releases topic."""
+                   histogram: list, threshold: float, users: int) -> dict:
+    """The record of one slot on the releases topic.
+
+    Every field is the noisy histogram or a function of public inputs (the requirements, the
+    slot, the publish/approximate decision): exact counts of reports accepted or rejected never
+    leave the job in a release (they go to the log and to internal topics).
+    """
     clock = config.clock
     return {
         "stream": config.stream,
@@ -89,8 +137,6 @@ def release_record(config: JobConfig, slot: int, published: bool, nullified: boo
         "nullified": nullified,
         "histogram": histogram,
         "threshold": threshold,
-        "accepted": accepted,
-        "rejected": rejected,
         "users": users,
     }
 
@@ -99,17 +145,15 @@ class Coordinator(ReleaseLog):
     """Runs the release rule once per slot on the partitions' partial aggregates."""
 
     def __init__(self, config: JobConfig) -> None:
-        super().__init__()
-        self.config = config
-        self.secret = config.secret_bytes()
-        self.engine = LevelEngine(config.mechanism, config.d, config.noise)
+        super().__init__(config)
+        self.engine = LevelEngine(config.mechanism, config.d, config.noise, config.sensitivity)
         self.closed: dict[int, int] = {}
         self.pending: dict[int, dict] = {}
         self.users: dict[int, dict[int, dict[str, int]]] = {}
         self.rejected: Counter[int] = Counter()
         self.next_slot: int | None = None
 
-    def receive(self, message: dict) -> list[tuple[int, bytes, bytes]]:
+    def receive(self, message: dict) -> list[Emitted]:
         """Take one partial message; returns the new (slot, release, decision) records."""
         p = int(message["partition"])
         through = int(message["closed_through"])
@@ -146,30 +190,33 @@ class Coordinator(ReleaseLog):
                 total.update(by_close[min(closes)])
         return dict(total)
 
-    def _release_ready(self) -> list[tuple[int, bytes, bytes]]:
+    def _release_ready(self) -> list[Emitted]:
         if len(self.closed) < self.config.partitions:
             return []
         frontier = min(self.closed.values())
+        out: list[Emitted] = []
         if self.next_slot is None:
             if not self.pending:
                 return []
             self.next_slot = min(self.pending)
-        out = []
+            out.append(self.begin(self.next_slot))
         while self.next_slot <= frontier:
             out.append(self._release(self.next_slot))
             self.next_slot += 1
         self._forget(frontier)
         return out
 
-    def _release(self, slot: int) -> tuple[int, bytes, bytes]:
+    def _release(self, slot: int) -> Emitted:
         part = self.pending.pop(slot, {"counts": {}, "accepted": 0})
         sizes = self._users_at(slot)
-        rng = slot_generator(self.secret, self.config.stream, slot)
-        rel = self.engine.step(sizes, part["counts"], rng)
+        rel = self.engine.step(sizes, part["counts"], self.slot_rng(slot))
         rejected = sum(n for close, n in self.rejected.items() if close == slot)
+        log.info("slot %d released (published %s, nullified %s): %d reports accepted, %d "
+                 "records rejected", slot, rel.published, rel.nullified, part["accepted"],
+                 rejected)
         release = release_record(self.config, slot, rel.published, rel.nullified,
-                                 rel.histogram.tolist(), rel.threshold, part["accepted"],
-                                 rejected, int(sum(sizes.values())))
+                                 rel.histogram.tolist(), rel.threshold,
+                                 int(sum(sizes.values())))
         decision = {
             "stream": self.config.stream,
             "slot": slot,

@@ -19,52 +19,26 @@ import orjson
 
 from mechanisms.dynamic_ledgers import UNIT, grid_table
 from mechanisms.ledgers import SlotPlan
-from mechanisms.randomness import slot_generator
 from mechanisms.release import ReleaseRule
 from streams.config import JobConfig
-from streams.coordinator import ReleaseLog, release_record
+from streams.coordinator import Emitted, ReleaseLog, log, release_record
 from streams.dynamic_partition import GRID_BITS, parse_level_name
-
-Emitted = tuple[int, bytes | None, bytes]  # slot, release (None: the start record), decision
 
 
 class DynamicCoordinator(ReleaseLog):
     """Runs the release rule once per slot on the partitions' plans (module doc)."""
 
     def __init__(self, config: JobConfig) -> None:
-        super().__init__()
-        self.config = config
-        self.secret = config.secret_bytes()
+        super().__init__(config)
         self.d = config.d
-        self.rule = ReleaseRule(self.d, config.noise, "obs")
+        self.rule = ReleaseRule(self.d, config.noise, "obs", config.sensitivity)
         self.table = grid_table(GRID_BITS)
         self.last = np.zeros(self.d, dtype=np.float64 if config.noise == "laplace" else np.int64)
         self.closed: dict[int, int] = {}
         self.first: dict[int, int | None] = {}
         self.plans: dict[int, dict[int, dict]] = {}
         self.rejected: Counter[int] = Counter()
-        self.start: int | None = None
-        self.start_emitted = False
         self.next_slot: int | None = None
-
-    # -- emitting --------------------------------------------------------------------------
-
-    def _start_record(self) -> bytes:
-        return orjson.dumps({"stream": self.config.stream, "start": self.start})
-
-    def unemitted(self) -> list[Emitted]:
-        """Records kept but not yet confirmed as emitted (after a restart), in order."""
-        out: list[Emitted] = []
-        if self.start is not None and not self.start_emitted:
-            out.append((self.start - 1, None, self._start_record()))
-        return out + super().unemitted()
-
-    def mark_emitted(self, slot: int) -> None:
-        """Record that the start record and every release up to ``slot`` were emitted."""
-        if self.start is not None:
-            self.start_emitted = True
-            if slot >= self.start:
-                super().mark_emitted(slot)
 
     # -- receiving -------------------------------------------------------------------------
 
@@ -108,7 +82,7 @@ class DynamicCoordinator(ReleaseLog):
             "users": {k: int(v) for k, v in message["users"].items()},
             "accepted": int(message["accepted"]),
             "nullified": bool(message["nullified"]),
-            "projected": int(message["projected"]),
+            "projected": {k: int(v) for k, v in dict(message["projected"]).items()},
         }
 
     def _maybe_start(self, out: list[Emitted]) -> None:
@@ -122,14 +96,15 @@ class DynamicCoordinator(ReleaseLog):
         start = min(firsts)
         if min(self.closed.values()) < start:
             return
-        self.start = self.next_slot = start
-        out.append((start - 1, None, self._start_record()))
+        self.next_slot = start
+        out.append(self.begin(start))
 
     def _release(self, slot: int) -> Emitted:
         parts = self.plans.pop(slot)
         sizes: Counter[str] = Counter()
         counts: dict[str, np.ndarray] = {}
-        accepted = projected = 0
+        accepted = 0
+        projected: Counter[str] = Counter()
         nullified = False
         for part in parts.values():
             sizes.update(part["users"])
@@ -137,7 +112,7 @@ class DynamicCoordinator(ReleaseLog):
                 arr = np.asarray(row, dtype=np.int64)
                 counts[key] = arr if key not in counts else counts[key] + arr
             accepted += part["accepted"]
-            projected += part["projected"]
+            projected.update(part["projected"])
             nullified |= part["nullified"]
         keys = sorted((k for k, n in sizes.items() if n > 0), key=parse_level_name)
         codes = np.array([parse_level_name(k) for k in keys], dtype=np.int64).reshape(-1, 2)
@@ -147,16 +122,18 @@ class DynamicCoordinator(ReleaseLog):
         matrix = np.array([counts.get(k, zero) for k in keys], dtype=np.int64)
         matrix = matrix.reshape(len(keys), self.d)
         size_vec = np.array([sizes[k] for k in keys], dtype=np.int64)
-        plan = SlotPlan(slot, eps1, eps2, nullified=nullified, projected=projected)
-        rng = slot_generator(self.secret, self.config.stream, slot)
-        decision = self.rule.decide(plan, matrix, size_vec, self.last, rng)
+        plan = SlotPlan(slot, eps1, eps2, nullified=nullified,
+                        projected=int(sum(projected.values())))
+        decision = self.rule.decide(plan, matrix, size_vec, self.last, self.slot_rng(slot))
         published = bool(decision.published) and not nullified
         if published:
             self.last = decision.histogram
-        release = release_record(
-            self.config, slot, published, nullified, decision.histogram.tolist(),
-            decision.threshold, accepted,
-            sum(n for close, n in self.rejected.items() if close == slot), int(size_vec.sum()))
+        log.info("slot %d released (published %s, nullified %s): %d reports accepted, %d "
+                 "records rejected", slot, published, nullified, accepted,
+                 sum(n for close, n in self.rejected.items() if close == slot))
+        release = release_record(self.config, slot, published, nullified,
+                                 decision.histogram.tolist(), decision.threshold,
+                                 int(size_vec.sum()))
         record = {
             "stream": self.config.stream,
             "slot": slot,
@@ -166,7 +143,7 @@ class DynamicCoordinator(ReleaseLog):
             "eps2": {k: float(e) if published else 0.0
                      for k, e in zip(keys, eps2.tolist(), strict=True)},
             "users": {k: int(sizes[k]) for k in keys},
-            "projected": projected,
+            "projected": {k: int(projected[k]) for k in keys if projected[k]},
         }
         return self.record(slot, release, record)
 
@@ -187,8 +164,6 @@ class DynamicCoordinator(ReleaseLog):
             "first": {str(p): f for p, f in self.first.items()},
             "plans": {str(s): {str(p): m for p, m in by.items()} for s, by in self.plans.items()},
             "rejected": {str(s): n for s, n in self.rejected.items()},
-            "start": self.start,
-            "start_emitted": self.start_emitted,
             "next_slot": self.next_slot,
             **self.log_state(),
         }
@@ -205,7 +180,5 @@ class DynamicCoordinator(ReleaseLog):
         self.plans = {int(s): {int(p): m for p, m in by.items()}
                       for s, by in doc["plans"].items()}
         self.rejected = Counter({int(s): int(n) for s, n in doc["rejected"].items()})
-        self.start = doc["start"]
-        self.start_emitted = bool(doc["start_emitted"])
         self.next_slot = doc["next_slot"]
         self.load_log(doc)

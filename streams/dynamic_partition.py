@@ -2,7 +2,7 @@
 
 A dynamic ledger depends on each user's own declarations, so it cannot be kept per requirement
 level at the coordinator as the fixed mechanisms are: every partition keeps the ledger of its
-users (DESIGN.md, data flow) and the slots run as a conversation with the coordinator:
+users (docs/design.md, data flow) and the slots run as a conversation with the coordinator:
 
 1. a partition closing slots tells the coordinator how far it closed (``closed_through``) and its
    first slot with a report (``first``);
@@ -16,11 +16,13 @@ users (DESIGN.md, data flow) and the slots run as a conversation with the coordi
 4. with every partition's plan in, the coordinator releases the slot and records its decision;
    each partition commits the decision to its ledger and plans its next closed slot.
 
-A declaration takes effect at the first slot the partition plans after accepting it. A removal
-(a tombstone) suspends the user's ledger (:meth:`DynamicLedger.suspend`: charged nothing,
-nullifying nothing, its used windows kept) from the first slot after every slot that can hold
-one of its accepted reports: the slot of the largest event time accepted so far, which is the
-watermark plus the allowed lateness when the partition first plans after the removal. State is
+A declaration takes effect at the first slot the partition plans after accepting it. The users
+counted at a slot (and so its levels and counts) are those registered when it is planned: a
+removal withdraws the user's reports of slots not yet planned. A removal (a tombstone) suspends
+the user's ledger (:meth:`DynamicLedger.suspend`: charged nothing, nullifying nothing, its used
+windows kept) from the first slot after every slot that can hold one of its accepted reports:
+the slot of the largest event time accepted so far, which is the watermark plus the allowed
+lateness when the partition first plans after the removal. State is
 checkpointed *before* the messages it implies are sent, and those messages are kept in the
 checkpoint and sent again after a restart (the coordinator drops repeats), so a plan that
 reached the coordinator is never replaced by a different one.
@@ -34,6 +36,7 @@ every slot costs a small document, not the whole ledger.
 from __future__ import annotations
 
 import base64
+import logging
 import zlib
 
 import numpy as np
@@ -41,6 +44,7 @@ import orjson
 
 from mechanisms.dynamic import dynamic_ledger
 from mechanisms.dynamic_ledgers import DynamicLedger
+from streams.admission import admit_requirement
 from streams.config import JobConfig
 from streams.partition import PartitionAccumulator
 from streams.records import (
@@ -48,9 +52,9 @@ from streams.records import (
     Reason,
     RecordError,
     RequirementRemoval,
-    parse_requirement,
 )
 
+log = logging.getLogger("pwevent.partition")
 GRID_BITS = 3  # budgets rounded down to 4 significant bits, as in DynamicMechanism
 JOURNAL_SLOTS = 64  # slots between two full snapshots of a partition's ledger
 SNAPSHOT_MAGIC = b"PWDL"
@@ -82,8 +86,11 @@ class DynamicRegistry:
     overspend windows the user already used.
     """
 
-    def __init__(self, mechanism: str, max_window: int) -> None:
+    def __init__(self, mechanism: str, max_window: int, partition: int = 0,
+                 config: JobConfig | None = None) -> None:
         self.mechanism, self.max_window = mechanism, int(max_window)
+        self.partition = partition
+        self.config = config or JobConfig(mechanism=mechanism, max_window=max_window)
         self.index_of: dict[str, int] = {}
         self.users: list[str] = []
         self.latest: list[Declaration] = []
@@ -113,7 +120,7 @@ class DynamicRegistry:
     def apply(self, key: bytes | None, value: bytes | None) -> tuple[str | None, str, str]:
         """One requirements record: (user, "", "") if accepted, else (user, reason, detail)."""
         try:
-            req = parse_requirement(value, key)
+            req = admit_requirement(key, value, self.partition, self.config)
         except RecordError as exc:
             return None, exc.reason.value, exc.detail
         i = self.index_of.get(req.user)
@@ -126,10 +133,6 @@ class DynamicRegistry:
             return (req.user, Reason.INVALID_REQUIREMENT.value,
                     f"this job runs {self.mechanism}, which takes dynamic requirements; "
                     "declare {user, wB, EB, wF, EF}")
-        for field, w in (("wB", req.wB), ("wF", req.wF)):
-            if w > self.max_window:
-                return (req.user, Reason.INVALID_REQUIREMENT.value,
-                        f"{field} = {w} exceeds the job's max window {self.max_window}")
         decl = (req.wB, req.EB, req.wF, req.EF)
         if i is None:
             i = self.index_of[req.user] = len(self.users)
@@ -346,11 +349,15 @@ class DynamicAccumulator(PartitionAccumulator):
         if cells is not None:
             m = min(n, cells.shape[0])
             row[:m] = cells[:m]
-        # a user counts at the slot when registered now, or when it reported in the slot (it
-        # was registered then; its ledger is charged either way)
-        active = self.registry.active_mask(n) | (row >= 0)
+        # the users counted at the slot, their levels and the reports counted are those of the
+        # users registered when the slot is planned: registrations alone decide them, never
+        # whether a user reported. A removal withdraws the user's reports of slots not yet
+        # planned (its ledger is still charged for them until its suspension).
+        active = self.registry.active_mask(n)
         pairs, level = np.unique(codes[active], return_inverse=True)
         sizes = np.bincount(level, minlength=pairs.size)
+        projected = np.bincount(level, weights=plan.projected[group][active],
+                                minlength=pairs.size).astype(np.int64)
         d = self.d
         mine = row[active]
         rep = mine >= 0
@@ -362,10 +369,14 @@ class DynamicAccumulator(PartitionAccumulator):
             "plan": s,
             "counts": {k: counts[j].tolist() for j, k in enumerate(names) if counts[j].any()},
             "users": {k: int(sizes[j]) for j, k in enumerate(names)},
-            "accepted": int(self.accepted.pop(s, 0)),
+            "accepted": int(np.count_nonzero(rep)),
             "nullified": bool(plan.nullified),
-            "projected": int(np.count_nonzero(plan.projected[group][active])),
+            "projected": {k: int(projected[j]) for j, k in enumerate(names) if projected[j]},
         }
+        withdrawn = int(self.accepted.pop(s, 0)) - msg["accepted"]
+        if withdrawn:
+            log.info("partition %d, slot %d: %d reports withdrawn with their users' removal",
+                     self.partition, s, withdrawn)
         self.awaiting = s
         self.outbox["plan"] = msg
         return msg

@@ -1,6 +1,6 @@
 """The Faust job: partition workers, the per-slot coordinator, RocksDB-backed tables.
 
-Data path (DESIGN.md): ``requirements`` -> the ``users`` table and each partition's registry;
+Data path (docs/design.md): ``requirements`` -> the ``users`` table and each partition's registry;
 ``reports`` -> :class:`~streams.partition.PartitionAccumulator` per partition (batched ingest),
 which emits a partial to ``slot-partials`` whenever slots close; the coordinator agent reads
 ``slot-partials`` and releases each slot once to ``releases`` (with its ``decisions``).
@@ -110,6 +110,7 @@ class Job:
         self, config: JobConfig, broker: str, data_dir: Path, instance_id: str | None = None
     ) -> None:
         self.config = config
+        self.secret = config.secret_bytes()
         self.broker = broker
         self.topics = Topics(prefix=config.prefix, partitions=config.partitions)
         app_id = f"pwevent-{config.prefix or 'job'}-{config.stream}"
@@ -170,7 +171,7 @@ class Job:
         """Partition ``p``'s registered users, rebuilt from the ``users`` table when first used."""
         reg = self.registries.get(p)
         if reg is None:
-            reg = self.registries[p] = make_registry(self.config)
+            reg = self.registries[p] = make_registry(self.config, p)
             n = self.config.partitions
             reg.load([(key.decode(), value) for key, value in list(self.users.items())
                       if key_partition(key, n) == p and value])
@@ -266,7 +267,7 @@ class Job:
 
     async def _say(self, p: int, acc: DynamicAccumulator, messages: list[dict],
                    checkpoint: bool) -> None:
-        """Checkpoint, then send ``messages`` to the coordinator (DESIGN.md, record before
+        """Checkpoint, then send ``messages`` to the coordinator (docs/design.md, record before
         emitting: a plan that was sent is never replaced by a different one)."""
         if checkpoint or messages:
             with partition_context(self.app, self.topics.reports, p):
@@ -384,8 +385,8 @@ class Job:
             if (current is None or current < target) and quiet \
                     and self.last_tick.get(p, -1) < target:
                 self.last_tick[p] = target
-                await self.app.producer.send(self.topics.reports, None,
-                                             watermark_record(target), p, None, None)
+                mark = watermark_record(target, self.secret, self.config.stream, p)
+                await self.app.producer.send(self.topics.reports, None, mark, p, None, None)
 
     async def on_status(self) -> None:
         """Log counters now and then."""
@@ -411,8 +412,8 @@ class Job:
             try:
                 msg = orjson.loads(value)
                 new = coord.receive(msg)
-            except (ValueError, KeyError, TypeError) as exc:
-                log.error("bad partial message skipped: %s", exc)
+            except Exception as exc:  # noqa: BLE001 - no record may stop the releases
+                log.error("bad partial message skipped: %r", exc)
                 self.counters["bad_partials"] += 1
                 continue
             self.state[COORDINATOR_KEY.encode()] = coord.snapshot()

@@ -25,7 +25,22 @@ def add_job(p: argparse.ArgumentParser) -> None:
                    help="pbd (default), pba and the baselines take fixed requirements "
                         "{user, w, E}; dpbd and dpba take dynamic ones {user, wB, EB, wF, EF}")
     p.add_argument("--max-window", type=int, default=200,
-                   help="dpbd, dpba: the longest window a requirement may declare (default 200)")
+                   help="the longest window a requirement may declare (default 200); longer "
+                        "ones are dead-lettered as invalid_requirement")
+    p.add_argument("--min-epsilon", type=float, default=0.01,
+                   help="the smallest budget E (EB, EF) a requirement may declare (default 0.01)")
+    p.add_argument("--max-epsilon", type=float, default=10.0,
+                   help="the largest budget E (EB, EF) a requirement may declare (default 10)")
+    p.add_argument("--neighbouring", choices=("add-remove", "replace"), default="add-remove",
+                   help="add-remove (default): noise hides one report added or removed; "
+                        "replace: one report's value changed (twice the noise)")
+    p.add_argument("--event-time", choices=("live", "history"), default="live",
+                   help="live (default): reject reports and watermarks more than "
+                        "--max-clock-skew-ms ahead of the worker's clock; history: replaying "
+                        "recorded data, the clock is not consulted")
+    p.add_argument("--max-clock-skew-ms", type=int, default=300_000,
+                   help="live event time: how far ahead of the clock a report may be "
+                        "(default 300000)")
     p.add_argument("--cells", type=int, default=None,
                    help="domain of cell indices 0..CELLS-1 (default 2)")
     p.add_argument("--domain", default=None,
@@ -65,6 +80,12 @@ def job_config(args: argparse.Namespace) -> JobConfig:
         partitions=args.partitions,
         idle_close_ms=args.idle_close_ms,
         max_window=args.max_window,
+        min_epsilon=args.min_epsilon,
+        max_epsilon=args.max_epsilon,
+        neighbouring=args.neighbouring,
+        event_time=args.event_time,
+        max_skew_ms=args.max_clock_skew_ms,
+        nonce=getattr(args, "nonce", None) or "",
     )
 
 

@@ -11,15 +11,19 @@ one-report-per-(user, slot) check, which is a set look-up per report.
 from __future__ import annotations
 
 import base64
+import hashlib
+import hmac
+import time
 import zlib
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import orjson
 
 from mechanisms.engine import level_key
+from streams.admission import admit_requirement, check_placement
 from streams.config import JobConfig
 from streams.records import (
     FixedRequirement,
@@ -27,7 +31,6 @@ from streams.records import (
     RecordError,
     RequirementRemoval,
     parse_reports,
-    parse_requirement,
 )
 from streams.slotting import DUPLICATE, OK, STATUS_REASON, Slotter
 
@@ -35,13 +38,26 @@ RawRecord = tuple[bytes | None, bytes | None, int, int]  # key, value, partition
 WATERMARK_PREFIX = b'{"watermark":'
 
 
-def watermark_record(ms: int) -> bytes:
-    """The value of a control record that moves a partition's watermark to ``ms``."""
-    return WATERMARK_PREFIX + str(int(ms)).encode() + b"}"
+def _watermark_mac(secret: bytes, stream: str, partition: int, ms: int) -> str:
+    message = b"\0".join((b"pwevent-watermark", stream.encode(), str(int(partition)).encode(),
+                          str(int(ms)).encode()))
+    return hmac.new(secret, message, hashlib.sha256).hexdigest()
 
 
-def watermark_of(rec: RawRecord) -> int | None:
-    """The watermark a control record carries, or ``None`` for an ordinary record."""
+def watermark_record(ms: int, secret: bytes, stream: str, partition: int) -> bytes:
+    """The value of a control record that moves ``partition``'s watermark to ``ms``, signed
+    with the deployment secret (HMAC-SHA256 over the stream, the partition and ``ms``)."""
+    mac = _watermark_mac(secret, stream, partition, ms)
+    return WATERMARK_PREFIX + str(int(ms)).encode() + b',"mac":"' + mac.encode() + b'"}'
+
+
+def watermark_of(rec: RawRecord, secret: bytes, stream: str) -> int | None:
+    """The watermark an authentic control record carries; ``None`` for an ordinary record.
+
+    A keyless record shaped like a control record whose signature does not verify (or that
+    carries none) raises :class:`RecordError` (``unauthenticated_control``): whoever may write
+    reports must not be able to close slots.
+    """
     key, value = rec[0], rec[1]
     if key is not None or value is None or not value.startswith(WATERMARK_PREFIX):
         return None
@@ -49,8 +65,19 @@ def watermark_of(rec: RawRecord) -> int | None:
         doc = orjson.loads(value)
     except orjson.JSONDecodeError:
         return None
-    mark = doc.get("watermark") if isinstance(doc, dict) else None
-    return mark if type(mark) is int and len(doc) == 1 else None
+    if not isinstance(doc, dict):
+        return None
+    mark, mac = doc.get("watermark"), doc.get("mac")
+    if type(mark) is not int or type(mac) is not str or len(doc) != 2 or not hmac.compare_digest(
+            mac, _watermark_mac(secret, stream, rec[2], mark)):
+        raise RecordError(Reason.UNAUTHENTICATED_CONTROL,
+                          "a watermark record needs the signature of the deployment secret")
+    return mark
+
+
+def wall_clock_ms() -> int:
+    """The worker's clock, epoch ms."""
+    return int(time.time() * 1000)
 
 
 @dataclass(frozen=True)
@@ -75,7 +102,9 @@ class Registry:
     overspend the user's earlier windows.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, config: JobConfig | None = None, partition: int = 0) -> None:
+        self.config = config or JobConfig()
+        self.partition = partition
         self.index_of: dict[str, int] = {}
         self.users: list[str] = []
         self.level_names: list[str] = []
@@ -110,7 +139,7 @@ class Registry:
         the record names no readable user.
         """
         try:
-            req = parse_requirement(value, key)
+            req = admit_requirement(key, value, self.partition, self.config)
         except RecordError as exc:
             return None, exc.reason.value, exc.detail
         i = self.index_of.get(req.user)
@@ -179,8 +208,11 @@ class Registry:
 class PartitionAccumulator:
     """Slotting and partial counts of one partition of the reports topic."""
 
-    def __init__(self, partition: int, config: JobConfig, registry: Registry) -> None:
+    def __init__(self, partition: int, config: JobConfig, registry: Registry,
+                 clock_ms: Callable[[], int] = wall_clock_ms) -> None:
         self.partition, self.config, self.registry = partition, config, registry
+        self.clock_ms = clock_ms
+        self.secret = config.secret_bytes()
         self.domain = config.make_domain()
         self.d = config.d
         self.slotter = Slotter(config.clock, config.lateness_ms, config.horizon_ms, dedupe=False)
@@ -200,8 +232,11 @@ class PartitionAccumulator:
         """Take a batch of this partition's records in offset order.
 
         Returns the partial messages of the slots that closed, and the dead letters. A record
-        with no key whose value is ``{"watermark": ms}`` is a control record: it moves the
-        partition's watermark (the job sends them to idle partitions and at idle time).
+        with no key whose value is ``{"watermark": ms, "mac": ...}``, signed with the secret, is
+        a control record: it moves the partition's watermark (the job sends them to idle
+        partitions and at idle time; ``pwevent replay`` to close its last slot). In live
+        operation neither a control record nor a report may lie more than the allowed clock
+        skew ahead of the worker's clock.
         """
         fresh = [r for r in records if r[3] >= self.next_offset]
         if not fresh:
@@ -211,15 +246,33 @@ class PartitionAccumulator:
         dead: list[DeadLetter] = []
         segment: list[RawRecord] = []
         for rec in fresh:
-            mark = None if rec[0] is not None else watermark_of(rec)
+            try:
+                mark = None if rec[0] is not None else watermark_of(
+                    rec, self.secret, self.config.stream)
+            except RecordError as exc:
+                dead.append(self._dead(rec, topic, exc.reason.value, exc.detail))
+                continue
             if mark is None:
                 segment.append(rec)
                 continue
             self._take(segment, topic, partials, dead)
             segment = []
+            bound = self.clock_bound()
+            if bound is not None and mark > bound:
+                dead.append(self._dead(rec, topic, Reason.FUTURE.value,
+                                       f"watermark {mark} is beyond the worker's clock plus "
+                                       f"the allowed skew ({bound})"))
+                continue
             partials.extend(self.advance_messages(mark))
         self._take(segment, topic, partials, dead)
         return partials, dead
+
+    def clock_bound(self) -> int | None:
+        """The latest event time accepted now: the worker's clock plus the allowed skew in
+        live operation; ``None`` when replaying history."""
+        if self.config.event_time != "live":
+            return None
+        return self.clock_ms() + self.config.max_skew_ms
 
     def _take(
         self, recs: list[RawRecord], topic: str, partials: list[dict], out: list[DeadLetter]
@@ -229,6 +282,14 @@ class PartitionAccumulator:
         batch = parse_reports([r[1] for r in recs], self.domain, [r[0] for r in recs])
         dead = [self._dead(recs[r.index], topic, r.reason.value, r.detail)
                 for r in batch.rejected]
+        bound = self.clock_bound()
+        if bound is not None and len(batch) and int(batch.times.max()) > bound:
+            ahead = batch.times > bound
+            for i in np.flatnonzero(ahead).tolist():
+                dead.append(self._dead(recs[int(batch.index[i])], topic, Reason.FUTURE.value,
+                                       f"time {int(batch.times[i])} is beyond the worker's "
+                                       f"clock plus the allowed skew ({bound})"))
+            batch = batch.select(~ahead)
         index_of = self.registry.index_of
         uidx = np.fromiter((index_of.get(u, -1) for u in batch.users.tolist()), dtype=np.int64,
                            count=len(batch))
@@ -237,8 +298,13 @@ class PartitionAccumulator:
         levels[known] = self.registry.level_of_index[uidx[known]]
         registered = levels >= 0
         for i in np.flatnonzero(~registered).tolist():
-            dead.append(self._dead(recs[int(batch.index[i])], topic,
-                                   Reason.UNREGISTERED_USER.value,
+            rec = recs[int(batch.index[i])]
+            try:  # a registered user's reports sit on its partition: only the others can't
+                check_placement(rec[0], rec[2], self.config.partitions)
+            except RecordError as exc:
+                dead.append(self._dead(rec, topic, exc.reason.value, exc.detail))
+                continue
+            dead.append(self._dead(rec, topic, Reason.UNREGISTERED_USER.value,
                                    f"user {batch.users[i]!r} has no accepted requirement"))
         idx = np.flatnonzero(registered)
         assignment = self.slotter.assign(batch.users[idx], batch.times[idx])

@@ -23,7 +23,7 @@ class InProcessJob:
 
     def __init__(self, config: JobConfig) -> None:
         self.config = config
-        self.registries = [make_registry(config) for _ in range(config.partitions)]
+        self.registries = [make_registry(config, p) for p in range(config.partitions)]
         self.accumulators = [make_accumulator(p, config, self.registries[p])
                              for p in range(config.partitions)]
         self.coordinator = make_coordinator(config)

@@ -9,7 +9,9 @@ Conventions:
 * ``user`` is a non-empty string (at most 256 characters) or a non-negative integer; an integer id
   is normalised to its decimal string, so ``7`` and ``"7"`` are the same user. When the record key
   is given it must equal the user id (UTF-8), because the key decides the partition and a user's
-  reports must meet in one partition worker; a mismatch is ``bad_type``.
+  reports must meet in one partition worker; a mismatch is ``bad_type``. In the job every report
+  and requirement must carry its key (``missing_key`` otherwise) and sit on the partition Kafka's
+  default partitioner assigns to it (``wrong_partition``, :mod:`streams.admission`).
 * ``time`` is the event time: integer epoch milliseconds in ``[0, 2**53)``, or an ISO 8601 string
   *with* a UTC offset (``Z`` or ``+hh:mm``); a string without one is ambiguous and ``bad_type``.
 * ``value`` is interpreted by the stream's :class:`Domain`.
@@ -76,6 +78,9 @@ class Reason(StrEnum):
     FUTURE = "future"
     UNREGISTERED_USER = "unregistered_user"
     INVALID_REQUIREMENT = "invalid_requirement"
+    MISSING_KEY = "missing_key"
+    WRONG_PARTITION = "wrong_partition"
+    UNAUTHENTICATED_CONTROL = "unauthenticated_control"
 
 
 #: All reason strings, in a fixed order.
@@ -448,6 +453,11 @@ class ReportBatch:
     def __len__(self) -> int:
         return int(self.index.shape[0])
 
+    def select(self, keep: np.ndarray) -> ReportBatch:
+        """The accepted reports where ``keep`` (a boolean mask over them) holds."""
+        return ReportBatch(self.index[keep], self.users[keep], self.times[keep],
+                           self.cells[keep], self.rejected)
+
 
 def parse_reports(
     values: Sequence[bytes | None],
@@ -502,7 +512,11 @@ def parse_reports(
                 continue
         if keys is not None:
             key = keys[i]
-            if key is not None and key != user.encode():
+            if key is None:
+                rejected.append(Rejection(i, Reason.MISSING_KEY,
+                                          "a report must be keyed by its user"))
+                continue
+            if key != user.encode():
                 rejected.append(
                     Rejection(i, Reason.BAD_TYPE, f"record key {key[:64]!r} differs from user")
                 )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import sys
 import time
 
@@ -47,6 +48,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         "to register them before sending reports (0: do not wait)")
     p.add_argument("--in-process", action="store_true",
                    help="run through the job's code in this process and print the releases")
+    p.add_argument("--nonce", default=None,
+                   help="--in-process: the stream's nonce (hex, from the job's start record on "
+                        "the decisions topic) to reproduce a recorded run; default: a fresh one")
     p.set_defaults(func=run)
 
 
@@ -122,10 +126,15 @@ async def produce(args: argparse.Namespace, source: Source, broker: str,
                     await asyncio.sleep(ahead)
             if bar:
                 bar.advance(note=f"{sent['reports']:,} reports")
-        if last_slot is not None and source.cells is not None:
+        secret = (getattr(args, "secret", None) or os.environ.get("PWEVENT_SECRET", "")).encode()
+        if last_slot is not None and source.cells is not None and not secret:
+            print("pwevent replay: warning: no secret (--secret or PWEVENT_SECRET), so the last "
+                  "slot is left to the job's idle close", file=sys.stderr)
+        elif last_slot is not None and source.cells is not None:
             end = args.origin_ms + (last_slot + 1) * args.slot_ms
             for p in range(args.partitions):
-                await producer.send_many([(None, watermark_record(end))], partition=p)
+                mark = watermark_record(end, secret, args.stream, p)
+                await producer.send_many([(None, mark)], partition=p)
     finally:
         await producer.stop()
         if bar:

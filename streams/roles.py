@@ -9,11 +9,11 @@ from streams.dynamic_partition import DynamicAccumulator, DynamicRegistry
 from streams.partition import PartitionAccumulator, Registry
 
 
-def make_registry(config: JobConfig) -> Registry | DynamicRegistry:
-    """A partition's registry of users."""
+def make_registry(config: JobConfig, partition: int) -> Registry | DynamicRegistry:
+    """Partition ``partition``'s registry of users."""
     if config.dynamic:
-        return DynamicRegistry(config.mechanism, config.max_window)
-    return Registry()
+        return DynamicRegistry(config.mechanism, config.max_window, partition, config)
+    return Registry(config, partition)
 
 
 def make_accumulator(

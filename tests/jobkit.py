@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import orjson
@@ -96,8 +97,8 @@ def produce(bootstrap: str, topic: str, partitions: int, records, partition: int
 def close_through(bootstrap: str, topics: Topics, cfg: JobConfig, end_ms: int) -> None:
     """Watermark records to every partition: everything before ``end_ms`` may close."""
     for p in range(cfg.partitions):
-        produce(bootstrap, topics.reports, cfg.partitions, [(None, watermark_record(end_ms))],
-                partition=p)
+        mark = watermark_record(end_ms, cfg.secret.encode(), cfg.stream, p)
+        produce(bootstrap, topics.reports, cfg.partitions, [(None, mark)], partition=p)
 
 
 def register(bootstrap: str, topics: Topics, cfg: JobConfig, records, worker) -> None:
@@ -129,11 +130,21 @@ def wait_for_slots(bootstrap: str, topics: Topics, slots: set[int], timeout: flo
     return docs
 
 
+def job_nonce(bootstrap: str, topics: Topics, stream: str = "s") -> str:
+    """The nonce the Kafka job drew for ``stream`` (from its start record on ``decisions``)."""
+    for key, value in asyncio.run(read_topic(bootstrap, topics.decisions, idle=0.5)):
+        if key == f"{stream}/start".encode():
+            return orjson.loads(value)["nonce"]
+    raise AssertionError(f"no start record of stream {stream!r} on {topics.decisions}")
+
+
 def in_process(cfg: JobConfig, requirements, slot_batches, end_ms: int,
-               later: dict[int, list[tuple[bytes, bytes | None]]] | None = None) -> list[bytes]:
-    """The same input through the job's code without Kafka; ``later[k]`` holds requirements
-    records registered before the k-th batch."""
-    job = InProcessJob(cfg)
+               later: dict[int, list[tuple[bytes, bytes | None]]] | None = None,
+               nonce: str = "") -> list[bytes]:
+    """The same input through the job's code without Kafka, under the stream nonce ``nonce``
+    (a Kafka job's, to reproduce its releases); ``later[k]`` holds requirements records
+    registered before the k-th batch."""
+    job = InProcessJob(replace(cfg, nonce=nonce) if nonce else cfg)
     job.register(requirements)
     for k, batch in enumerate(slot_batches):
         job.register((later or {}).get(k, []))
@@ -166,6 +177,22 @@ def kill_and_resume(bootstrap: str, topics: Topics, cfg: JobConfig, tmp_path: Pa
     finally:
         stop_worker(worker)
     return log.read_text()
+
+
+def accepted_by_slot(bootstrap: str, topics: Topics) -> dict[int, int]:
+    """Reports counted per slot, from the partitions' messages on the internal ``slot-partials``
+    topic (releases carry no exact counts); a message sent again after a restart counts once."""
+    seen: set[tuple[int, int]] = set()
+    out: dict[int, int] = {}
+    for _key, value in asyncio.run(read_topic(bootstrap, topics.slot_partials, idle=0.5)):
+        msg = orjson.loads(value)
+        p = int(msg["partition"])
+        parts = ({str(msg["plan"]): msg} if "plan" in msg else msg.get("slots", {}))
+        for slot_text, part in parts.items():
+            if (p, int(slot_text)) not in seen and "accepted" in part:
+                seen.add((p, int(slot_text)))
+                out[int(slot_text)] = out.get(int(slot_text), 0) + int(part["accepted"])
+    return out
 
 
 def values_by_slot(records: list[tuple[bytes, bytes]]) -> dict[int, set[bytes]]:

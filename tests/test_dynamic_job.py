@@ -23,9 +23,22 @@ SLOT_MS = 100
 
 def cfg(name: str, partitions: int = 3, **kw) -> JobConfig:
     base = dict(mechanism=name, domain={"kind": "cells", "size": D}, slot_ms=SLOT_MS,
-                partitions=partitions, secret="k", stream="s", noise="laplace")
+                partitions=partitions, secret="k", stream="s", noise="laplace", nonce="5eed")
     base.update(kw)
     return JobConfig(**base)
+
+
+def spy_received(job: InProcessJob) -> list[dict]:
+    """Every message the coordinator of ``job`` receives from now on, in order."""
+    said: list[dict] = []
+    receive = job.coordinator.receive
+
+    def spy(message: dict) -> list:
+        said.append(message)
+        return receive(message)
+
+    job.coordinator.receive = spy  # type: ignore[method-assign]
+    return said
 
 
 def declaration(user: str, wB: int, EB: float, wF: int, EF: float) -> tuple[bytes, bytes]:
@@ -63,6 +76,7 @@ def test_partitioned_job_equals_one_mechanism(name: str, seed: int) -> None:
     cells[:, :3] = rng.integers(0, D, (T, 3))  # every partition gets reports every slot
     config = cfg(name)
     job = InProcessJob(config)
+    said = spy_received(job)
     job.register(declaration(u, *(f[i] for f in first)) for i, u in enumerate(users))
     for t in range(T):
         job.feed(reports(users, t, cells[t]))
@@ -82,13 +96,14 @@ def test_partitioned_job_equals_one_mechanism(name: str, seed: int) -> None:
         if t in changes:
             who, new = changes[t]
             mech.declare([users[i] for i in who], *new)
-        mech.rng = slot_generator(b"k", "s", t)
+        mech.rng = slot_generator(b"k", "s", t, "5eed")
         ref = mech.step(cells[t])
         assert got[t]["published"] == ref.published, t
         assert got[t]["nullified"] == ref.nullified, t
         np.testing.assert_array_equal(got[t]["histogram"], ref.histogram)
-        assert got[t]["accepted"] == int((cells[t] >= 0).sum())
-        assert decisions[t]["projected"] == ref.projected
+        accepted = sum(m["accepted"] for m in said if m.get("plan") == t)
+        assert accepted == int((cells[t] >= 0).sum())
+        assert sum(decisions[t]["projected"].values()) == ref.projected
         published += ref.published
     assert 0 < published < T  # both branches of the rule were taken
 
@@ -178,8 +193,9 @@ def test_bad_requirements_and_reports_go_to_dead_letters() -> None:
     job.dead.clear()
     both = np.array([1, 2])
     job.feed(reports(["a", "b"], 0, both))
+    said = spy_received(job)
     job.register([(b"b", None)])  # b leaves: its later reports are refused, it is counted no
-    # more, but its report of slot 0, accepted before, counts there
+    # more, and its report of slot 0, not yet planned, is withdrawn with it
     job.feed(reports(["a", "b"], 1, both) + [(b"zz", orjson.dumps(
         {"user": "zz", "time": SLOT_MS + 5, "value": 1}))])
     job.feed(reports(["a"], 2, np.array([0])) + [(b"a", orjson.dumps(
@@ -189,9 +205,10 @@ def test_bad_requirements_and_reports_go_to_dead_letters() -> None:
     assert reasons == [(b"a", "out_of_domain"), (b"b", "unregistered_user"),
                        (b"zz", "unregistered_user")]
     got = [orjson.loads(r) for r in job.releases]
-    assert [(r["slot"], r["users"], r["accepted"]) for r in got] == [(0, 2, 2), (1, 1, 1),
-                                                                     (2, 1, 1)]
-    assert sum(r["rejected"] for r in got) == 3
+    accepted = {m["plan"]: m["accepted"] for m in said if "plan" in m}
+    assert [(r["slot"], r["users"], accepted[r["slot"]]) for r in got] == [
+        (0, 1, 1), (1, 1, 1), (2, 1, 1)]
+    assert sum(m.get("rejected", 0) for m in said) == 3
 
 
 def test_a_user_back_after_removal_keeps_its_history() -> None:
@@ -229,9 +246,9 @@ def test_messages_and_records_match_the_schemas() -> None:
     for acc in job.accumulators:
         for m in acc.resend():
             partials.validate(orjson.loads(orjson.dumps(m)))
-    start = orjson.loads(job.coordinator._start_record())
+    start = orjson.loads(job.coordinator.start_record())
     decisions.validate(start)
-    assert start == {"stream": "s", "start": 0}
+    assert start == {"stream": "s", "start": 0, "nonce": "5eed", "config": config.public()}
     for rec in job.coordinator.decisions.values():
         decisions.validate(orjson.loads(rec))
     for rec in job.releases:
@@ -247,7 +264,8 @@ def test_coordinator_starts_only_when_no_partition_can_report_earlier() -> None:
     assert coord.receive({"partition": 1, "closed_through": 1, "first": None,
                           "rejected": 0}) == []
     out = coord.receive({"partition": 1, "closed_through": 3, "first": None, "rejected": 0})
-    assert out == [(2, None, b'{"stream":"s","start":3}')]
+    assert [(s, r) for s, r, _d in out] == [(2, None)]
+    assert orjson.loads(out[0][2])["start"] == 3
     assert coord.receive({"partition": 1, "closed_through": 3, "first": None,
                           "rejected": 0}) == []
     assert coord.duplicates == 1
@@ -320,6 +338,7 @@ def test_a_removed_user_is_suspended_after_its_last_possible_report(name: str) -
     config = cfg(name, partitions=1, max_window=6)
     job = InProcessJob(config)
     seen = record_charges(job)
+    said = spy_received(job)
     job.register([declaration("a", 3, 1.0, 4, 1.0), declaration("b", 3, 1.0, 4, 1.0)])
     ab = np.array([1, 2])
     for t in range(3):
@@ -336,8 +355,11 @@ def test_a_removed_user_is_suspended_after_its_last_possible_report(name: str) -
     assert all(seen[t]["b"][0] > 0 for t in range(4))
     assert all(seen[t]["b"][0] == 0 for t in range(4, 11))
     assert all(seen[t]["a"][0] > 0 and not seen[t]["a"][1] for t in seen)
+    # b's report of slot 2 was withdrawn with b: slot 2 was planned after the removal
+    accepted = {m["plan"]: m["accepted"] for m in said if "plan" in m}
+    assert [accepted[t] for t in range(5)] == [2, 2, 1, 1, 1]
     release = {orjson.loads(r)["slot"]: orjson.loads(r) for r in job.releases}
-    assert [release[t]["accepted"] for t in range(5)] == [2, 2, 2, 1, 1]
+    assert [release[t]["users"] for t in range(5)] == [2, 2, 1, 1, 1]
     job.register([declaration("b", 2, 1.0, 2, 1.0)])
     for t in (12, 13):
         job.feed(reports(["a", "b"], t, ab))

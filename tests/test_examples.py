@@ -1,4 +1,4 @@
-"""The paper's worked examples (papers/000) as recomputed in DESIGN.md, driven through ledgers."""
+"""The paper's worked examples as recomputed in docs/design.md, driven through ledgers."""
 
 import numpy as np
 import pytest

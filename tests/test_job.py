@@ -10,9 +10,11 @@ import jsonschema
 import orjson
 import pytest
 from jobkit import (
+    accepted_by_slot,
     close_through,
     config,
     in_process,
+    job_nonce,
     kill_and_resume,
     produce,
     register,
@@ -60,15 +62,18 @@ def test_twenty_slots_released_exactly_once_and_equal_to_in_process(broker, tmp_
     slots = [d["slot"] for d in docs]
     assert sorted(slots) == list(range(20)), log[-3000:]
     assert len(slots) == 20  # exactly once
-    assert all(d["accepted"] == len(USERS) and d["users"] == len(USERS) for d in docs)
+    accepted = accepted_by_slot(broker.bootstrap, topics)
+    assert all(accepted[d["slot"]] == len(USERS) and d["users"] == len(USERS) for d in docs)
     assert all(d["stream"] == "s" and d["mechanism"] == "pba" for d in docs)
     assert all(all(isinstance(x, int) for x in d["histogram"]) for d in docs)
-    # bit for bit what the same input gives without Kafka
+    # bit for bit what the same input gives without Kafka, under the job's stream nonce
     raw = [v for _k, v in releases(broker.bootstrap, topics)]
-    expected = in_process(cfg, reqs, batches, 20 * cfg.slot_ms)
+    expected = in_process(cfg, reqs, batches, 20 * cfg.slot_ms,
+                          nonce=job_nonce(broker.bootstrap, topics))
     assert sorted(raw, key=lambda v: orjson.loads(v)["slot"]) == expected
     decisions = asyncio_read(broker, topics.decisions)
-    assert sorted(orjson.loads(v)["slot"] for v in decisions) == list(range(20))
+    assert sorted(orjson.loads(v)["slot"] for v in decisions if b'"nonce"' not in v) == \
+        list(range(20))
 
 
 def asyncio_read(broker: EmbeddedBroker, topic: str) -> list[bytes]:
@@ -130,7 +135,8 @@ def test_bad_input_goes_to_dead_letters_and_the_job_keeps_running(broker, tmp_pa
     for d in dead:
         by_reason.setdefault(d["reason"], []).append(d)
     assert len(by_reason["invalid_requirement"]) == 3
-    assert sum(d["accepted"] for d in docs) == 40  # 10 users x 4 slots; nothing else counted
+    # 10 users x 4 slots; nothing else counted
+    assert sum(accepted_by_slot(broker.bootstrap, topics).values()) == 40
 
 
 def test_restart_after_sigkill_loses_nothing_and_changes_nothing(broker, tmp_path: Path):
@@ -144,8 +150,10 @@ def test_restart_after_sigkill_loses_nothing_and_changes_nothing(broker, tmp_pat
     assert all(len(vs) == 1 for vs in by_slot.values()), "a slot was released with two values"
     decisions = values_by_slot([(b"", v) for v in asyncio_read(broker, topics.decisions)])
     assert all(len(vs) == 1 for vs in decisions.values()), "a slot was charged twice"
-    assert all(orjson.loads(next(iter(by_slot[s])))["accepted"] == len(USERS) for s in by_slot)
-    expected = in_process(cfg, reqs, batches, 30 * cfg.slot_ms)
+    accepted = accepted_by_slot(broker.bootstrap, topics)
+    assert all(accepted[s] == len(USERS) for s in by_slot)
+    expected = in_process(cfg, reqs, batches, 30 * cfg.slot_ms,
+                          nonce=job_nonce(broker.bootstrap, topics))
     assert [next(iter(by_slot[s])) for s in range(30)] == expected
 
 
@@ -158,11 +166,6 @@ def test_replay_command_into_the_job_equals_replay_in_process(broker, tmp_path: 
     common = ["--prefix", "cli", "--partitions", "2", "--stream", "s", "--mechanism", "pbd",
               "--cells", "2", "--slot-ms", "1000", "--dataset", "sin", "--users", "300",
               "--slots", "15", "--seed", "3"]
-    offline = subprocess.run(
-        [sys.executable, "-m", "streams.cli", "replay", "--in-process", "--secret", cfg.secret,
-         *common], capture_output=True, check=True)
-    expected = offline.stdout.decode().splitlines()
-    assert len(expected) == 15
     worker = start_worker(broker.bootstrap, cfg, tmp_path / "data", tmp_path / "worker.log")
     try:
         time.sleep(1.0)
@@ -173,4 +176,10 @@ def test_replay_command_into_the_job_equals_replay_in_process(broker, tmp_path: 
         stop_worker(worker)
     got = sorted((v for _k, v in releases(broker.bootstrap, topics)),
                  key=lambda v: orjson.loads(v)["slot"])
+    offline = subprocess.run(
+        [sys.executable, "-m", "streams.cli", "replay", "--in-process", "--secret", cfg.secret,
+         "--nonce", job_nonce(broker.bootstrap, topics), *common],
+        capture_output=True, check=True)
+    expected = offline.stdout.decode().splitlines()
+    assert len(expected) == 15
     assert [v.decode() for v in got] == expected, (tmp_path / "worker.log").read_text()[-3000:]

@@ -8,6 +8,7 @@ import pytest
 from streams.config import JobConfig
 from streams.coordinator import Coordinator
 from streams.partition import PartitionAccumulator, Registry, watermark_of, watermark_record
+from streams.records import RecordError
 
 CFG = JobConfig(mechanism="pba", domain={"kind": "cells", "size": 3}, slot_ms=100, partitions=1,
                 secret="s", lateness_ms=0)
@@ -97,12 +98,16 @@ def test_checkpoint_restores_the_same_future():
 
 
 def test_watermark_records_are_control_records():
-    assert watermark_of((None, watermark_record(1234), 0, 0)) == 1234
-    assert watermark_of((b"u", watermark_record(1234), 0, 0)) is None
-    assert watermark_of((None, b'{"watermark": 1, "x": 2}', 0, 0)) is None
+    mark = watermark_record(1234, b"s", "default", 0)
+    assert watermark_of((None, mark, 0, 0), b"s", "default") == 1234
+    assert watermark_of((b"u", mark, 0, 0), b"s", "default") is None
+    assert watermark_of((None, b'{"user": "u"}', 0, 0), b"s", "default") is None
+    for forged in (b'{"watermark": 1, "x": 2}', b'{"watermark": 1234}', mark):
+        with pytest.raises(RecordError, match="signature"):
+            watermark_of((None, forged, 0, 0), b"other secret", "default")
 
 
-def test_coordinator_waits_for_every_partition_and_dedupes():
+def test_coordinator_waits_for_every_partition_and_dedupes(caplog):
     cfg = JobConfig(mechanism="pbd", domain={"kind": "cells", "size": 2}, slot_ms=100,
                     partitions=2, secret="s")
     coord = Coordinator(cfg)
@@ -112,10 +117,13 @@ def test_coordinator_waits_for_every_partition_and_dedupes():
     assert coord.receive(msg0) == []
     msg1 = {"partition": 1, "closed_through": 0, "users": {"4:1.0": 1}, "rejected": 1,
             "slots": {"0": {"counts": {"4:1.0": [0, 1]}, "accepted": 1}}}
-    out = coord.receive(msg1)
-    assert [s for s, _r, _d in out] == [0]
-    release = orjson.loads(out[0][1])
-    assert release["accepted"] == 3 and release["users"] == 3 and release["rejected"] == 1
+    with caplog.at_level("INFO", logger="pwevent.coordinator"):
+        out = coord.receive(msg1)
+    assert [s for s, r, _d in out if r is not None] == [0]
+    assert out[0][1] is None and orjson.loads(out[0][2])["start"] == 0  # the start record
+    release = orjson.loads(out[1][1])
+    assert release["users"] == 3 and "accepted" not in release and "rejected" not in release
+    assert "3 reports accepted, 1 records rejected" in caplog.text  # for the operator only
     assert coord.receive(msg1) == [] and coord.duplicates == 1
     saved = coord.snapshot()
     again = Coordinator(cfg)
