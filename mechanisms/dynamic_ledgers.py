@@ -3,9 +3,9 @@
 Every user may declare at any slot a backward requirement (wB, EB) on the window ending at that
 slot and a forward requirement (wF, EF) on the window starting there; a declaration holds until
 the user's next one. A user's budgets depend only on public inputs: the declarations the user
-made and the past publish/approximate decisions (DESIGN.md, decision 2). Users who declared the
-same requirements at the same slots therefore have the same ledger, and the ledger keeps its state
-once per such *group*, in one column of numpy arrays:
+made and the past publish/approximate decisions (docs/design.md, privacy decision 2). Users who
+declared the same requirements at the same slots therefore have the same ledger, and the ledger
+keeps its state once per such *group*, in one column of numpy arrays:
 
 - the charges of the last ``max_window`` slots in two ring buffers (eps1, eps2), one row per slot;
 - the backward sums of eps1 and eps2 over the previous ``wB - 1`` slots, updated in O(1);
@@ -32,6 +32,10 @@ charges nothing and nullifies nothing, until its next declaration resumes it.
 
 Budgets are kept in integer units of 2**-40 (charges are rounded down to a unit), so window sums
 are exact integers and never drift; budgets above ``MAX_BUDGET`` are treated as ``MAX_BUDGET``.
+Rounding down may leave DPBA's nullification border R_FN a few units below a slot t it equals in
+exact arithmetic: such a tie nullifies t as Algorithm 7 says (t <= R_FN), within a slack of
+``TIE_UNITS_PER_SLOT * max_window + TIE_UNITS_BASE`` units (:meth:`DynamicLedger.borders`
+reports the border as rounded).
 With ``grid_bits`` set, every charge is also rounded down to a fixed quasi-geometric grid (the
 top ``grid_bits + 1`` significant bits kept) and stored as a 16-bit code: spending less than
 allowed is always safe, and users then fall into few budget levels.
@@ -52,6 +56,10 @@ from mechanisms.ledgers import Charge, SlotPlan
 
 UNIT = 2.0**-40
 MAX_BUDGET = 4096.0
+# DPBA nullifies a slot whose border falls short of it by at most this many units (per slot of
+# the ledger's longest window, plus a base): what rounding every share and charge down can lose
+TIE_UNITS_PER_SLOT = 4
+TIE_UNITS_BASE = 16
 _INT_MAX = np.iinfo(np.int64).max
 _INT_MIN = np.iinfo(np.int64).min
 
@@ -415,6 +423,8 @@ class DynamicLedger:
         self.max_window = int(max_window)
         self.grid_bits = grid_bits
         self.merge_every = int(merge_every or max(self.max_window, 16))
+        # DPBA's tie slack: units a border may lose to rounding (see :meth:`_reaches_border`)
+        self.tie_units = TIE_UNITS_PER_SLOT * self.max_window + TIE_UNITS_BASE
         self.table = None if grid_bits is None else grid_table(grid_bits)
         self.slot = 1
         self.n = 0
@@ -722,13 +732,11 @@ class DynamicLedger:
     def _absorption(self, cur: _Runs) -> tuple[bool, np.ndarray]:
         """DPBA: whether the slot is nullified, and each column's absorption budget eps_AF."""
         t = self.slot
-        v_hi = cur.s_hi - (t - cur.m_hi + 1) * cur.share
-        hit = (v_hi >= (cur.share == 0)) & (self.size[: self.k] > 0)
+        hit = self._reaches_border(cur, t) & (self.size[: self.k] > 0)
         nullified = bool(hit.any())
         pool = self.pool
         if not nullified and len(pool):
-            v_hi = pool.s_hi - (t - pool.m_hi + 1) * pool.share
-            hit = np.flatnonzero(v_hi >= (pool.share == 0))
+            hit = np.flatnonzero(self._reaches_border(pool, t))
             # a suspended column is charged nothing: publishing cannot overspend its windows
             nullified = not self._suspended(pool.col[hit]).all()
         if nullified:  # no publication budget is spent: eps_AF is not needed
@@ -737,6 +745,24 @@ class DynamicLedger:
         if len(pool):
             np.maximum.at(absorb, pool.col, self._absorb(pool, t))
         return False, absorb
+
+    def _reaches_border(self, runs: _Runs, t: int) -> np.ndarray:
+        """Per run, whether slot ``t`` is at or before its border: t <= t_FN,tau for the slot
+        tau of largest V, i.e. V_tau = spent - (t - tau + 1) * share >= 0, ties included.
+
+        A V short of 0 by at most ``tie_units`` counts as 0: the shares and charges it sums are
+        rounded down, so a border that is exactly t in exact arithmetic may come out a few units
+        below t (nullifying spends nothing, so erring this way is safe). The slack stays below
+        half a share, so a slot with nothing spent since never nullifies; with a zero share
+        (EF below one unit per slot) any charge nullifies.
+        """
+        v_hi = np.subtract(t + 1, runs.m_hi)
+        v_hi *= runs.share
+        np.subtract(runs.s_hi, v_hi, out=v_hi)
+        slack = np.subtract(runs.share, 1)
+        slack >>= 1
+        np.minimum(slack, self.tie_units, out=slack)
+        return v_hi >= -slack
 
     def refresh_stale(self) -> None:
         """Find the smallest V of every run marked stale (DPBA), so that equal states look
@@ -766,7 +792,11 @@ class DynamicLedger:
         return out
 
     def borders(self) -> np.ndarray:
-        """DPBA's R_FN,i for the next slot: the largest t_FN,i,tau over each user's T_B,i,t."""
+        """DPBA's R_FN,i for the next slot: the largest t_FN,i,tau over each user's T_B,i,t.
+
+        From the rounded units: a slot a few units beyond a border is a tie and is nullified
+        too (:meth:`_reaches_border`).
+        """
         t = self.slot
         out = np.full(self.k, -np.inf)
         for runs in (self._current(), self.pool):

@@ -343,7 +343,9 @@ class DynamicLedger:
                 continue
             v_hi = runs.s_hi - (t - runs.m_hi + 1) * runs.share
             active = self.EF[runs.user] != 0.0  # a suspended user nullifies nothing
-            nullified = nullified or bool(((v_hi >= (runs.share == 0)) & active).any())
+            # a border a few units short of t (rounding) is a tie: nullified, as in the ledger
+            slack = np.minimum(4 * self.max_window + 16, (runs.share - 1) >> 1)
+            nullified = nullified or bool(((v_hi >= -slack) & active).any())
             af = (t - runs.m_lo + 1) * runs.share - runs.s_lo
             if own:
                 absorb = af
