@@ -112,3 +112,31 @@ def test_attacks_through_the_input_topics_fail_and_noise_is_fresh_per_run(broker
                  "s", "--partitions", str(cfg.partitions)])
     assert code == 0
     assert releases(broker.bootstrap, other_topics)
+
+
+@pytest.mark.parametrize("mechanism", ["pba", "dpba"])
+def test_the_audit_finds_nothing_wrong_with_a_demo_run(broker, mechanism: str, capsys):
+    """``pwevent demo --broker`` runs the job end to end; ``pwevent audit`` then checks it from
+    the topics alone."""
+    code = main(["demo", "--broker", broker.bootstrap, "--mechanism", mechanism, "--users",
+                 "300", "--slots", "12", "--json-summary"])
+    summary = orjson.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert code == 0 and summary["slots_released"] == 12
+    prefix = sorted({k for k in asyncio.run(topic_names(broker.bootstrap))
+                     if k.startswith("pwevent-demo-")})[-1]
+    assert main(["audit", "--broker", broker.bootstrap, "--prefix", prefix, "--stream", "demo",
+                 "--json"]) == 0
+    report = orjson.loads(capsys.readouterr().out)
+    assert report["slots_audited"] == 12 and report["violations"] == []
+
+
+async def topic_names(bootstrap: str) -> set[str]:
+    """The topic prefixes on the broker."""
+    from aiokafka.admin import AIOKafkaAdminClient
+
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        return {name.rsplit(".", 1)[0] for name in await admin.list_topics()}
+    finally:
+        await admin.close()
