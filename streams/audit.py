@@ -11,11 +11,12 @@ them) and never the job's state. It checks:
   every level ``(w, E)`` and every window of ``w`` consecutive slots the charges ``eps1 + eps2``
   must sum to at most ``E`` (relative tolerance 1e-9). A window is counted once per user of the
   level at the slot where it ends ("windows checked");
-* budgets (dynamic mechanisms, dpbd and dpba): re-deriving each user's windows needs the slot at
-  which each declaration took effect, which these topics do not carry (the partitions apply a
-  declaration at the slot they plan next). Instead every level's per-slot charge ``eps1 + eps2``
-  is checked against the largest backward budget ``EB`` of any valid requirement, and the
-  decisions' user totals against the distinct valid users; no windows are counted;
+* budgets (dynamic mechanisms, dpbd and dpba): the partitions publish which declarations took
+  effect at which slot (declaration records on the decisions topic); every user's ledger is
+  rebuilt from them and checked against the decisions, and every user's backward and forward
+  window is checked (:mod:`streams.audit_dynamic`). Every level's per-slot charge is also
+  checked against the largest backward budget ``EB`` of any valid requirement, and the
+  decisions' user totals against the distinct valid users;
 * ``eps2`` is zero on nullified and on approximated slots;
 * one decision and one release per slot, from the stream's start to the last slot seen; an
   identical re-emission (after a restart) is fine;
@@ -39,6 +40,7 @@ import orjson
 
 from mechanisms.dynamic import DYNAMIC_MECHANISMS
 from mechanisms.engine import level_key, parse_level_key
+from streams.audit_dynamic import check_users
 from streams.ingest import key_partition
 from streams.records import (
     DynamicRequirement,
@@ -215,6 +217,7 @@ def audit(requirements: Iterable[Record], decisions: Iterable[Record],
           partitions: int | None = None) -> AuditReport:
     """Audit one stream from its topics' records (see the module docstring); ``ValueError``
     when the slots seen span more than :data:`MAX_SLOTS`."""
+    decisions = list(decisions)
     decided, n_dec = _by_slot(decisions, stream)
     released, n_rel = _by_slot(releases, stream)
     report = AuditReport(stream, None)
@@ -234,9 +237,9 @@ def audit(requirements: Iterable[Record], decisions: Iterable[Record],
         f"decisions: {n_dec} records, releases: {n_rel} records",
         *([] if start_doc else ["no start record: slots counted from the first decision, "
                                 "requirement bounds not enforced"]),
-        *(["dynamic mechanism: per-user windows are not re-derived (the topics do not say when "
-           "each declaration took effect); each level's charge per slot is checked against the "
-           f"largest valid EB ({regs.max_eb:g})"] if dynamic else [])]
+        *(["dynamic mechanism: every user's ledger is rebuilt from the declaration records "
+           "and checked against the decisions and its windows; each level's charge per slot is "
+           f"also checked against the largest valid EB ({regs.max_eb:g})"] if dynamic else [])]
     if len(start_docs) > 1:
         report.add("duplicate_decision", _int(start_doc.get("start"), 0),
                    f"{len(start_docs)} different start records")
@@ -264,6 +267,8 @@ def audit(requirements: Iterable[Record], decisions: Iterable[Record],
         else:
             good[slot] = docs[0]
     _check_charges(report, good, first, last, regs, dynamic)
+    if dynamic:
+        check_users(report, decisions, good, first, last, stream, config)
     _check_releases(report, released, good, first, last, _int(config.get("d"), 0))
     return report
 

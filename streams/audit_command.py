@@ -36,10 +36,13 @@ last publication when not published and carry no exact counts.
 charged, so each slot contributes, per level, the users the decision counts there (one window
 of that level's w slots ends at the slot for each of them).
 
-Dynamic mechanisms (dpbd, dpba): re-deriving each user's windows needs the slot at which each
-declaration took effect, which these topics do not carry. Instead every level's charge
-eps1 + eps2 at every slot is checked against the largest EB of any valid requirement, and the
-users counted at a slot against the distinct validly registered users; no windows are counted.
+Dynamic mechanisms (dpbd, dpba): the partitions publish on the decisions topic which users'
+declarations took effect at which slot. Every user's ledger is rebuilt from them and the
+decisions' publish flags and checked against the decisions (levels, users per level, budgets,
+nullification: "ledger_mismatch"); every user's backward window (the slot's charge fits what the
+window leaves) and forward window (at most EF) is checked at every slot where a requirement is
+in force, two windows per user and slot. Every level's charge per slot is also checked against
+the largest EB of any valid requirement.
 
 Exit status: 0 no violation, 1 a violation, 2 a usage or input error."""
 

@@ -57,9 +57,15 @@ from streams.records import (
 log = logging.getLogger("pwevent.partition")
 GRID_BITS = 3  # budgets rounded down to 4 significant bits, as in DynamicMechanism
 JOURNAL_SLOTS = 64  # slots between two full snapshots of a partition's ledger
+DECLARED_CHUNK = 5_000  # users per declaration record: far below Kafka's record size limit
 SNAPSHOT_MAGIC = b"PWDL"
 Declaration = tuple[int, float, int, float]  # wB, EB, wF, EF
 SUSPENDED: Declaration = (0, 0.0, 0, 0.0)  # in ``applied``: the ledger suspended the user
+
+
+def declaration_key(note: dict) -> str:
+    """The decisions-topic key of a declaration record: ``<stream>/declared/<slot>/<p>/<k>``."""
+    return f"{note['stream']}/declared/{note['declared']}/{note['partition']}/{note['chunk']}"
 
 
 def level_name(code1: int, code2: int) -> str:
@@ -265,6 +271,7 @@ class DynamicAccumulator(PartitionAccumulator):
         self.journal.append([bool(published)])
         self.awaiting = None
         self.outbox.pop("plan", None)
+        self.outbox.pop("declared", None)
         return self._plans()
 
     def on_control(self, doc: dict) -> list[dict]:
@@ -275,15 +282,19 @@ class DynamicAccumulator(PartitionAccumulator):
 
     def resend(self) -> list[dict]:
         """The messages to send again after a restart (the coordinator drops repeats)."""
-        return [self.outbox[k] for k in ("closed", "plan") if k in self.outbox]
+        out = [self.outbox["closed"]] if "closed" in self.outbox else []
+        if "plan" in self.outbox:
+            out += [*self.outbox.get("declared", []), self.outbox["plan"]]
+        return out
 
-    def _apply_pending(self) -> None:
+    def _apply_pending(self) -> dict[int, Declaration]:
+        """Apply the declarations accepted since the last plan; returns them by user index."""
         reg = self.registry
         pending = {i: d for i, d in reg.pending.items()
                    if i >= len(self.applied) or self.applied[i] != d}
         reg.pending = {}
         if not pending:
-            return
+            return {}
         idx = np.array(sorted(pending), dtype=np.int64)
         decl = [pending[i] for i in idx.tolist()]
         wB, EB, wF, EF = (np.array(col) for col in zip(*decl, strict=True))
@@ -294,8 +305,9 @@ class DynamicAccumulator(PartitionAccumulator):
         self.applied.extend([decl[0]] * (int(idx.max()) + 1 - len(self.applied)))
         for i, d in zip(idx.tolist(), decl, strict=True):
             self.applied[i] = d
+        return pending
 
-    def _suspend_removed(self, slot: int) -> None:
+    def _suspend_removed(self, slot: int) -> list[int]:
         """Schedule the suspension of users removed since the last plan, and suspend those whose
         slot has come (``slot`` is the slot being planned); a user declaring again is not
         suspended (its declaration resumes a suspended ledger)."""
@@ -310,7 +322,7 @@ class DynamicAccumulator(PartitionAccumulator):
                 self.suspend_at[i] = max(after, self.suspend_at.get(i, after))
             reg.removed = set()
         if not self.suspend_at:
-            return
+            return []
         active = reg.active_mask(self.ledger.n)
         due = []
         for i, at in list(self.suspend_at.items()):
@@ -325,10 +337,11 @@ class DynamicAccumulator(PartitionAccumulator):
             self.journal.append(["suspend", idx.tolist()])
             for i in idx.tolist():
                 self.applied[i] = SUSPENDED
+        return sorted(due)
 
     def _plans(self) -> list[dict]:
         msg = self._plan()
-        return [] if msg is None else [msg]
+        return [] if msg is None else [*self.outbox["declared"], msg]
 
     def _plan(self) -> dict | None:
         """Plan the ledger's next slot when it is closed and no decision is due."""
@@ -337,8 +350,9 @@ class DynamicAccumulator(PartitionAccumulator):
             return None
         if s > self.closed_through:
             return None
-        self._apply_pending()
-        self._suspend_removed(s)
+        declared = self._apply_pending()
+        suspended = self._suspend_removed(s)
+        notes = self._declaration_records(s, declared, suspended)
         ledger = self.ledger
         n = ledger.n
         plan = ledger.plan_columns()
@@ -379,7 +393,21 @@ class DynamicAccumulator(PartitionAccumulator):
                      self.partition, s, withdrawn)
         self.awaiting = s
         self.outbox["plan"] = msg
+        self.outbox["declared"] = notes
         return msg
+
+    def _declaration_records(self, slot: int, declared: dict[int, Declaration],
+                             suspended: list[int]) -> list[dict]:
+        """The public record of which users' declarations (and suspensions) took effect at
+        ``slot``, in chunks of ``DECLARED_CHUNK`` users, for auditors (decisions topic)."""
+        users = self.registry.users
+        entries = [(users[i], list(d)) for i, d in sorted(declared.items())]
+        entries += [(users[i], None) for i in suspended]
+        chunks = [entries[k:k + DECLARED_CHUNK]
+                  for k in range(0, len(entries), DECLARED_CHUNK)]
+        return [{"stream": self.config.stream, "declared": slot, "partition": self.partition,
+                 "chunk": k, "chunks": len(chunks), "users": dict(chunk)}
+                for k, chunk in enumerate(chunks)]
 
     # -- checkpoints -----------------------------------------------------------------------
 

@@ -38,7 +38,7 @@ import orjson
 from streams.config import JobConfig
 from streams.coordinator import Coordinator
 from streams.dynamic_coordinator import DynamicCoordinator
-from streams.dynamic_partition import DynamicAccumulator, DynamicRegistry
+from streams.dynamic_partition import DynamicAccumulator, DynamicRegistry, declaration_key
 from streams.ingest import (
     BatchIngest,
     RawRecord,
@@ -292,7 +292,7 @@ class Job:
 
     async def on_control(self, doc: dict) -> None:
         """One record of the decisions topic: remember it, hand it to this worker's partitions."""
-        if doc.get("stream") != self.config.stream:
+        if doc.get("stream") != self.config.stream or "declared" in doc:
             return
         if "start" in doc:
             self.start_record = doc
@@ -342,10 +342,19 @@ class Job:
         return await self._send_dead(dead, wait=False)
 
     async def _send_partials(self, p: int, messages: list[dict]) -> list[Any]:
-        """Send partition ``p``'s messages to the coordinator; returns their futures."""
+        """Send partition ``p``'s messages to the coordinator (a dynamic partition's declaration
+        records to the decisions topic, for auditors); returns their futures."""
+        futures = []
+        for note in (m for m in messages if "declared" in m):
+            key = declaration_key(note).encode()
+            futures.append(await self.app.producer.send(self.topics.decisions, key,
+                                                        orjson.dumps(note), 0, None, None))
+        messages = [m for m in messages if "declared" not in m]
         key = f"{self.config.stream}/{p}".encode()
-        return [await self.app.producer.send(self.topics.slot_partials, key, orjson.dumps(msg),
-                                             0, None, None) for msg in messages]
+        for msg in messages:
+            futures.append(await self.app.producer.send(self.topics.slot_partials, key,
+                                                        orjson.dumps(msg), 0, None, None))
+        return futures
 
     async def _send_dead(self, dead: list[DeadLetter], wait: bool = True) -> list[Any]:
         futures = []

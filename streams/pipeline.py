@@ -30,6 +30,7 @@ class InProcessJob:
         self.offsets = [0] * config.partitions
         self.dead: list[DeadLetter] = []
         self.releases: list[bytes] = []
+        self.declarations: list[bytes] = []  # dynamic mechanisms: on the decisions topic
 
     def _partition(self, key: bytes | None) -> int:
         return 0 if key is None else key_partition(key, self.config.partitions)
@@ -73,6 +74,9 @@ class InProcessJob:
         queue = deque(partials)
         while queue:
             msg = queue.popleft()
+            if "declared" in msg:  # a declaration record: to the decisions topic
+                self.declarations.append(orjson.dumps(msg))
+                continue
             for _slot, release, decision in self.coordinator.receive(msg):
                 if release is not None:
                     self.releases.append(release)

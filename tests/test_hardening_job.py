@@ -128,6 +128,7 @@ def test_the_audit_finds_nothing_wrong_with_a_demo_run(broker, mechanism: str, c
                  "--json"]) == 0
     report = orjson.loads(capsys.readouterr().out)
     assert report["slots_audited"] == 12 and report["violations"] == []
+    assert report["windows_checked"] > 0  # every user's windows, dynamic ones too
 
 
 async def topic_names(bootstrap: str) -> set[str]:

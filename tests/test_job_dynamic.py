@@ -77,7 +77,10 @@ def test_dpba_job_releases_every_slot_once_equal_to_in_process(broker, tmp_path:
     keys = [k for k, _v in records]
     assert keys[0] == b"s/start" and orjson.loads(records[0][1]) == {
         "stream": "s", "start": 0, "nonce": nonce, "config": cfg.public()}
-    assert sorted(orjson.loads(v)["slot"] for k, v in records[1:]) == list(range(15))
+    decided = [orjson.loads(v) for k, v in records[1:] if b"/declared/" not in k]
+    assert sorted(d["slot"] for d in decided) == list(range(15))
+    declared = [orjson.loads(v) for k, v in records if b"/declared/" in k]
+    assert sum(len(d["users"]) for d in declared if d["declared"] == 0) == len(USERS)
 
 
 def test_dpbd_worker_killed_mid_run_loses_nothing_and_changes_nothing(broker, tmp_path: Path):
