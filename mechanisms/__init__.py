@@ -15,7 +15,7 @@ from mechanisms.mechanism import (
 from mechanisms.noise import draw_noise, noise_variance
 from mechanisms.obs import optimal_budget
 from mechanisms.release import ReleaseRule
-from mechanisms.requirements import FixedRequirements, Levels
+from mechanisms.requirements import FixedRequirements
 from mechanisms.sampling import inclusion_probabilities, sample_counts, sample_users
 
 __all__ = [
@@ -23,7 +23,6 @@ __all__ = [
     "BudgetLedger",
     "Charge",
     "FixedRequirements",
-    "Levels",
     "Mechanism",
     "Release",
     "ReleaseRule",

@@ -9,14 +9,28 @@ then compared exactly: a hash collision never merges two different states.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Any
 
 import numpy as np
 
-from mechanisms.dynamic_ledgers import COL_FIELDS, RUN_FIELDS
+# the ledger's per-run and per-column state, as compared here (and named by the ledger)
+RUN_FIELDS = (
+    "col",
+    "a",
+    "b",
+    "w",
+    "half",
+    "share",
+    "spent",
+    "m_hi",
+    "s_hi",
+    "m_lo",
+    "s_lo",
+    "stale",
+)
+COL_FIELDS = ("wB", "EB", "sum1", "sum2", "wF", "EF")
 
-if TYPE_CHECKING:
-    from mechanisms.dynamic_ledgers import DynamicLedger, _Ring, _Runs
+DynamicLedger = _Ring = _Runs = Any  # the ledger's types, named without importing its module
 
 _CHUNK = 16384
 _KEYS = np.random.default_rng(0x5EED).integers(1, 2**63, size=4096, dtype=np.int64)

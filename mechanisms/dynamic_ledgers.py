@@ -52,6 +52,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from mechanisms.dynamic_groups import COL_FIELDS, RUN_FIELDS, merge_groups
 from mechanisms.ledgers import Charge, SlotPlan
 
 UNIT = 2.0**-40
@@ -260,20 +261,6 @@ class _Runs:
             setattr(self, f, getattr(self, f)[mask])
 
 
-RUN_FIELDS = (
-    "col",
-    "a",
-    "b",
-    "w",
-    "half",
-    "share",
-    "spent",
-    "m_hi",
-    "s_hi",
-    "m_lo",
-    "s_lo",
-    "stale",
-)
 
 
 class _Pool(_Runs):
@@ -377,7 +364,6 @@ class ColumnPlan:
 
 
 # per-column scalar state, in the order the merge step compares it
-COL_FIELDS = ("wB", "EB", "sum1", "sum2", "wF", "EF")
 
 # snapshots (:meth:`DynamicLedger.to_bytes`): the scalars in "meta", in this order, and the
 # per-column integer state in "columns", one row per field (``pool_dirty`` as 0/1)
@@ -922,8 +908,6 @@ class DynamicLedger:
         self._pending = None
         self._units = None
         if self.slot % self.merge_every == 0:
-            from mechanisms.dynamic_groups import merge_groups
-
             merge_groups(self)
         return published
 

@@ -53,21 +53,6 @@ def validate_budgets(users: Sequence[str], E: np.ndarray, field: str = "E") -> n
 
 
 @dataclass(frozen=True)
-class Levels:
-    """Distinct requirements: ``w[l]``, ``E[l]``, ``sizes[l]`` users, ``of_user[i]`` = level."""
-
-    w: np.ndarray
-    E: np.ndarray
-    sizes: np.ndarray
-    of_user: np.ndarray
-
-    @property
-    def count(self) -> int:
-        """Number of levels."""
-        return int(self.w.shape[0])
-
-
-@dataclass(frozen=True)
 class FixedRequirements:
     """Each user's fixed requirement: window ``w[i]`` slots and budget ``E[i]``."""
 
@@ -108,18 +93,4 @@ class FixedRequirements:
         w, E = self.strictest()
         return FixedRequirements(
             self.users, np.full(self.n, w, dtype=np.int64), np.full(self.n, E, dtype=np.float64)
-        )
-
-    def levels(self) -> Levels:
-        """Group users by identical (w, E)."""
-        if self.n == 0:
-            empty_i = np.zeros(0, dtype=np.int64)
-            return Levels(empty_i, np.zeros(0), empty_i, empty_i)
-        keys = np.stack([self.w.astype(np.float64), self.E])
-        uniq, inverse, sizes = np.unique(keys, axis=1, return_inverse=True, return_counts=True)
-        return Levels(
-            w=uniq[0].astype(np.int64),
-            E=uniq[1].copy(),
-            sizes=sizes.astype(np.int64),
-            of_user=inverse.reshape(-1).astype(np.int64),
         )
