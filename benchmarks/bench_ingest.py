@@ -44,7 +44,12 @@ if str(ROOT) not in sys.path:
 from aiokafka import AIOKafkaConsumer  # noqa: E402
 
 from streams.broker import EmbeddedBroker  # noqa: E402
-from streams.ingest import BatchIngest, ingest_settings, produce_raw  # noqa: E402
+from streams.ingest import (  # noqa: E402
+    BatchIngest,
+    committed_offsets,
+    ingest_settings,
+    produce_raw,
+)
 from streams.records import CellDomain, parse_reports  # noqa: E402
 from streams.topics import TopicSpec, create_topics  # noqa: E402
 
@@ -184,11 +189,7 @@ def run_faust_variant(
         state["wall"] = time.perf_counter() - started
         await asyncio.sleep(0.5)
         await app.consumer.commit()
-        state["committed"] = sum(
-            v or 0
-            for tp, v in app.consumer._committed_offset.items()  # type: ignore[attr-defined]
-            if tp.topic == topic
-        )
+        state["committed"] = sum(v or 0 for v in committed_offsets(app, topic).values())
         await app.stop()
 
     asyncio.run(main())

@@ -49,14 +49,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 async def _follow_releases(bootstrap: str, topic: str, expected: int, deadline: float,
                            show: bool) -> dict[int, dict]:
     from aiokafka import AIOKafkaConsumer, TopicPartition
-
-    from streams.progress import Progress
+    from tqdm import tqdm
 
     consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False,
                                 auto_offset_reset="earliest")
     await consumer.start()
     got: dict[int, dict] = {}
-    bar = Progress(expected, "releases") if show else None
+    # disable=None: drawn on a terminal only, silent when stderr is a file or a pipe (CI logs)
+    bar = tqdm(total=expected, desc="releases", unit="slot", disable=None) if show else None
     try:
         tp = TopicPartition(topic, 0)
         consumer.assign([tp])
@@ -65,12 +65,13 @@ async def _follow_releases(bootstrap: str, topic: str, expected: int, deadline: 
             batch = await consumer.getmany(timeout_ms=250)
             for rec in batch.get(tp, []):
                 doc = orjson.loads(rec.value)
-                if doc["slot"] not in got and bar:
-                    bar.advance(note=f"slot {doc['slot']}")
+                if doc["slot"] not in got and bar is not None:
+                    bar.set_postfix_str(f"slot {doc['slot']}", refresh=False)
+                    bar.update()
                 got[doc["slot"]] = doc
     finally:
         await consumer.stop()
-        if bar:
+        if bar is not None:
             bar.close()
     return got
 

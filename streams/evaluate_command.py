@@ -251,8 +251,9 @@ def write_plots(rows: list[dict], args: argparse.Namespace, out: Path) -> list[P
 
 def run(args: argparse.Namespace) -> int:
     """Execute ``pwevent evaluate``; returns the exit status."""
+    from tqdm import tqdm
+
     from mechanisms.evaluation import KNOWN
-    from streams.progress import Progress
 
     try:
         bad = [d for d in args.dataset if d not in DATASETS]
@@ -286,14 +287,16 @@ def run(args: argparse.Namespace) -> int:
     tasks = [(ds, r) for ds in args.dataset for r in range(args.repeat)]
     rows: list[dict] = []
     started = time.monotonic()
-    bar = Progress(len(tasks), "evaluate")
+    # one bar per run; disable=None: drawn on a terminal only, silent in CI logs
+    bar = tqdm(total=len(tasks), desc="evaluate", unit="task", disable=None)
     try:
         with ProcessPoolExecutor(max_workers=max(1, args.jobs)) as pool:
             futures = {pool.submit(run_task, ds, r, shared): (ds, r) for ds, r in tasks}
             for fut in as_completed(futures):
                 ds, r = futures[fut]
                 rows.extend(fut.result())
-                bar.advance(note=f"{ds} repeat {r} done")
+                bar.set_postfix_str(f"{ds} repeat {r} done", refresh=False)
+                bar.update()
     except (ValueError, OSError) as exc:
         bar.close()
         print(f"pwevent evaluate: error: {exc}", file=sys.stderr)

@@ -50,6 +50,31 @@ Settings (:func:`ingest_settings`)
     times a second at this rate; 200,000 leaves commits to the timer (``broker_commit_interval``).
 ``stream_buffer_maxsize``
     Irrelevant for batch topics (they skip the queues); kept at Faust's default for other agents.
+
+Faust internals
+---------------
+This module is the one place in ``streams`` that touches Faust's private internals; everything
+else uses Faust's public API, or the public functions here (:func:`partition_context`,
+:func:`committed_offsets`). It relies on:
+
+* ``faust.streams._current_event`` (the context variable behind ``faust.current_event()``, which
+  routes table writes) and ``faust.types.tuples.ack_lock`` (guards ack bookkeeping);
+* ``App._transport`` and ``App._consumer`` (to install :class:`BatchTransport` in time);
+* on ``faust.transport.drivers.aiokafka.Consumer``: the ``_drain_messages(fetcher)`` hook that
+  ``Fetcher`` awaits, ``_wait_next_records``, ``_to_message``, ``_add_gap``, the bookkeeping
+  ``_read_offset``, ``_committed_offset``, ``_acked``, ``_acked_index``, ``_n_acked``,
+  ``_commit_every``, ``_unacked_messages``, ``_waiting_for_ack``, ``_buffered_partitions``, and
+  mode's ``Service._stopped`` on the consumer and the fetcher;
+* the less private parts that the replacement fetch loop shares with Faust's: ``diag``,
+  ``flow_active``, ``perform_seek``, ``highwater``, ``wait_first``, ``suspend_flow``,
+  ``callback``, ``commit``, the app's ``flow_control``, producer buffer and monitor counters,
+  and the positional signatures of ``Message`` and ``Event``.
+
+The pin of ``faust-streaming`` in ``pyproject.toml`` (below its next minor version) and
+``tests/test_faust_adapter.py`` go together: the test checks that every internal above still
+exists with the shape used here (attributes, coroutines, parameters) and fails naming the Faust
+version and the internal that changed. Move the pin only with that test passing against the new
+version, after adapting this module.
 """
 
 from __future__ import annotations
@@ -69,7 +94,7 @@ from faust.streams import _current_event
 from faust.transport.consumer import CONSUMER_FETCHING
 from faust.transport.drivers import aiokafka as faust_aiokafka
 from faust.types import TP, AppT, TopicT
-from faust.types.tuples import Message
+from faust.types.tuples import Message, ack_lock
 from mode.utils.futures import notify
 
 __all__ = [
@@ -79,6 +104,7 @@ __all__ = [
     "BatchTransport",
     "RawProducer",
     "RawRecord",
+    "committed_offsets",
     "ingest_settings",
     "install_batch_consumer",
     "key_partition",
@@ -117,6 +143,13 @@ def partition_context(app: AppT, topic: str, partition: int) -> Iterator[None]:
         yield
     finally:
         _current_event.reset(token)
+
+
+def committed_offsets(app: AppT, topic: str) -> dict[int, int | None]:
+    """Per partition of ``topic`` that ``app``'s consumer has held, the offset it last committed
+    (``None`` before its first commit); read from Faust's own bookkeeping, no broker round trip."""
+    committed = app.consumer._committed_offset  # type: ignore[attr-defined]
+    return {tp.partition: offset for tp, offset in committed.items() if tp.topic == topic}
 
 
 def ingest_settings(**overrides: Any) -> dict[str, Any]:
@@ -287,8 +320,9 @@ class BatchConsumer(faust_aiokafka.Consumer):
             elif tp not in self._ack_next:
                 self._ack_next[tp] = start
             self._read_offset[tp] = batch[-1].offset
-        last.acked = True
-        self._unacked_messages.discard(last)
+        with ack_lock:  # Faust's lock over ack bookkeeping (``Consumer.ack``)
+            last.acked = True
+            self._unacked_messages.discard(last)
         notify(self._waiting_for_ack)
         route.records_delivered += len(records)
         route.batches_delivered += 1
@@ -302,20 +336,21 @@ class BatchConsumer(faust_aiokafka.Consumer):
         """Acknowledge offsets ``start..stop-1`` (records and any gaps between them) at once."""
         if not self.app.topics.acks_enabled_for(tp.topic):
             return
-        committed = self._committed_offset[tp]
-        if committed is not None:
-            start = max(start, committed)
-        if start >= stop:
-            return
-        index = self._acked_index[tp]
-        offsets = range(start, stop)
-        if index and not index.isdisjoint(offsets):
-            new = [o for o in offsets if o not in index]
-        else:
-            new = list(offsets)
-        index.update(new)
-        self._acked[tp].extend(new)
-        self._n_acked += len(new)
+        with ack_lock:  # the same critical section as Faust's ``Consumer.ack``
+            committed = self._committed_offset[tp]
+            if committed is not None:
+                start = max(start, committed)
+            if start >= stop:
+                return
+            index = self._acked_index[tp]
+            offsets = range(start, stop)
+            if index and not index.isdisjoint(offsets):
+                new = [o for o in offsets if o not in index]
+            else:
+                new = list(offsets)
+            index.update(new)
+            self._acked[tp].extend(new)
+            self._n_acked += len(new)
 
 
 class BatchTransport(faust_aiokafka.Transport):

@@ -6,6 +6,7 @@ The files are read from paths the user gives; the preparation follows papers/000
 
 from __future__ import annotations
 
+import csv
 import gzip
 import io
 from collections.abc import Sequence
@@ -34,34 +35,34 @@ def _read_rows(
 ) -> tuple[list[list[str]], list[int]]:
     """Read ``sep``-separated rows; return one list of strings per wanted column and the line
     number of every row. With ``header``, columns are found by name; otherwise they are the
-    first ``len(columns)`` fields in order. Blank lines are skipped."""
+    first ``len(columns)`` fields in order. Blank lines are skipped. Fields are not quoted in
+    these files, so quote characters are read as ordinary characters (``QUOTE_NONE``)."""
     values: list[list[str]] = [[] for _ in columns]
     line_numbers: list[int] = []
     with _open_text(path) as handle:
-        if header:
-            first = handle.readline().rstrip("\n").rstrip("\r")
-            names = [name.strip() for name in first.split(sep)]
-            missing = [c for c in columns if c not in names]
-            if missing:
-                raise ValueError(
-                    f"{path}: missing column(s) {', '.join(missing)} in header {first!r}"
-                )
-            width, index = len(names), [names.index(c) for c in columns]
-            start = 2
-        else:
-            width, index, start = len(columns), list(range(len(columns))), 1
-        for number, line in enumerate(handle, start=start):
-            line = line.rstrip("\r\n")
-            if not line.strip():
-                continue
-            fields = line.split(sep)
-            if len(fields) != width:
-                raise ValueError(
-                    f"{path}:{number}: expected {width} fields, got {len(fields)}: {line!r}"
-                )
-            for column, i in zip(values, index, strict=True):
-                column.append(fields[i].strip())
-            line_numbers.append(number)
+        reader = csv.reader(handle, delimiter=sep, quoting=csv.QUOTE_NONE)
+        try:
+            if header:
+                first = next(reader, [])
+                names = [name.strip() for name in first]
+                missing = [c for c in columns if c not in names]
+                if missing:
+                    raise ValueError(f"{path}: missing column(s) {', '.join(missing)} in "
+                                     f"header {sep.join(first)!r}")
+                width, index = len(names), [names.index(c) for c in columns]
+            else:
+                width, index = len(columns), list(range(len(columns)))
+            for fields in reader:
+                if not sep.join(fields).strip():
+                    continue
+                if len(fields) != width:
+                    raise ValueError(f"{path}:{reader.line_num}: expected {width} fields, got "
+                                     f"{len(fields)}: {sep.join(fields)!r}")
+                for column, i in zip(values, index, strict=True):
+                    column.append(fields[i].strip())
+                line_numbers.append(reader.line_num)
+        except csv.Error as error:
+            raise ValueError(f"{path}:{reader.line_num}: {error}") from None
     return values, line_numbers
 
 

@@ -84,9 +84,10 @@ def run_in_process(args: argparse.Namespace, out=None) -> int:
 async def produce(args: argparse.Namespace, source: Source, broker: str,
                   show_progress: bool = True) -> dict:
     """Send requirements, then reports at the requested rate; returns counts."""
+    from tqdm import tqdm
+
     from streams.ingest import RawProducer
     from streams.partition import watermark_record
-    from streams.progress import Progress
     from streams.topics import Topics
 
     topics = Topics(prefix=args.prefix, partitions=args.partitions)
@@ -113,7 +114,9 @@ async def produce(args: argparse.Namespace, source: Source, broker: str,
                       "dead letters", file=sys.stderr)
     producer = RawProducer(broker, topics.reports, args.partitions)
     await producer.start()
-    bar = Progress(source.slots or 1, "replay") if show_progress else None
+    # disable=None: drawn on a terminal only, silent when stderr is a file or a pipe (CI logs)
+    bar = (tqdm(total=source.slots or 1, desc="replay", unit="slot", disable=None)
+           if show_progress else None)
     start = time.monotonic()
     last_slot = None
     try:
@@ -124,8 +127,9 @@ async def produce(args: argparse.Namespace, source: Source, broker: str,
                 ahead = sent["reports"] / args.rate - (time.monotonic() - start)
                 if ahead > 0:
                     await asyncio.sleep(ahead)
-            if bar:
-                bar.advance(note=f"{sent['reports']:,} reports")
+            if bar is not None:
+                bar.set_postfix_str(f"{sent['reports']:,} reports", refresh=False)
+                bar.update()
         secret = (getattr(args, "secret", None) or os.environ.get("PWEVENT_SECRET", "")).encode()
         if last_slot is not None and source.cells is not None and not secret:
             print("pwevent replay: warning: no secret (--secret or PWEVENT_SECRET), so the last "
@@ -137,7 +141,7 @@ async def produce(args: argparse.Namespace, source: Source, broker: str,
                 await producer.send_many([(None, mark)], partition=p)
     finally:
         await producer.stop()
-        if bar:
+        if bar is not None:
             bar.close()
     sent["seconds"] = round(time.monotonic() - start, 3)
     return sent
