@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from pathlib import Path
 
@@ -21,24 +22,42 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--instance-id", default=None,
                    help="this worker's stable identity in the consumer group (default: host "
                         "name and data directory); a restarted worker keeps its partitions")
+    p.add_argument("--startup-timeout", type=float, default=30.0, metavar="S",
+                   help="seconds to wait for the broker at start (default 30); before the job "
+                        "starts, the worker checks that every topic exists with its partition "
+                        "count and that --data-dir belongs to this --prefix and --stream, and "
+                        "otherwise exits with status 2 and a one-line error")
     p.add_argument("--loglevel", default="info")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run until stopped (SIGTERM or Ctrl-C)."""
+    """Check the deployment (exit status 2 with a one-line error), then run until stopped
+    (SIGTERM or Ctrl-C)."""
+    from streams.startup import StartupError, bind_data_dir, check_topics
+    from streams.topics import Topics
+
     try:
         broker = need_broker(args, "worker")
         config = job_config(args)
         config.secret_bytes()
+        topics = Topics(prefix=config.prefix, partitions=config.partitions)
+        if not (math.isfinite(args.startup_timeout) and args.startup_timeout > 0):
+            raise ValueError("--startup-timeout must be a positive number of seconds")
     except ValueError as exc:
+        print(f"pwevent worker: error: {exc}", file=sys.stderr)
+        return 2
+    try:
+        # the topics first: a data directory is bound only once the deployment is known right
+        check_topics(broker, topics, args.startup_timeout)
+        bind_data_dir(args.data_dir, config.prefix, config.stream)
+    except StartupError as exc:
         print(f"pwevent worker: error: {exc}", file=sys.stderr)
         return 2
     import faust
 
     from streams.job import Job
 
-    args.data_dir.mkdir(parents=True, exist_ok=True)
     job = Job(config, broker, args.data_dir, args.instance_id)
     worker = faust.Worker(job.app, loglevel=args.loglevel, quiet=True)
     worker.execute_from_commandline()

@@ -1,0 +1,221 @@
+"""What a worker checks before it starts: the deployment's topics and its data directory.
+
+A worker started against the wrong deployment would otherwise fail late or not at all: with a
+wrong ``--prefix`` the broker auto-creates the topics it subscribes to (with one partition) and
+the worker waits for records that never come; a data directory holding another stream's RocksDB
+state makes the worker crash while it recovers its tables; an unreachable broker ends in a long
+traceback. :func:`check_topics` and :func:`bind_data_dir` find these before the Faust app is
+built and raise :class:`StartupError`, whose message is one line naming what is wrong and how
+to fix it.
+
+:func:`check_topics` never creates a topic: it reads the cluster's metadata for all topics at
+once (a metadata request without topic names, which never auto-creates one) and compares it with
+:meth:`~streams.topics.Topics.specs`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import shlex
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Final
+
+from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.errors import KafkaError
+
+from streams.topics import Topics
+
+__all__ = [
+    "BINDING_FILE",
+    "StartupError",
+    "bind_data_dir",
+    "check_topics",
+    "layout_problem",
+]
+
+#: The file in a data directory that names the (prefix, stream) whose state it holds.
+BINDING_FILE: Final = "pwevent-binding.json"
+
+#: How the state of a data directory is given up; true because every table of the job
+#: (``users``, ``checkpoints``, ``coordinator``) is RocksDB with a changelog topic.
+RESET: Final = ("to reuse it for another stream, stop the worker and delete the directory "
+                "(its state is rebuilt from the changelog topics)")
+
+_GRACE: Final = 0.5  # seconds past a client's own request timeout before it is cancelled
+
+
+class StartupError(RuntimeError):
+    """The worker must not start; the message is one line: the cause and the fix."""
+
+
+# -- topics ---------------------------------------------------------------------------------------
+
+
+def check_topics(bootstrap: str, topics: Topics, timeout: float) -> None:
+    """Check that every topic of ``topics.specs()`` exists with its partition count.
+
+    Connects to ``bootstrap`` (retrying until ``timeout`` seconds have passed, so a worker may
+    start while the broker is still coming up), reads the partition counts of all topics of the
+    cluster and compares. Creates nothing. Raises :class:`StartupError` when the broker cannot be
+    reached or listed within ``timeout`` or when a topic is missing or has another partition
+    count; every client is closed either way.
+
+    Runs on an event loop of its own: call it outside a running loop (the worker calls it
+    before Faust starts its own).
+    """
+    if timeout <= 0:
+        raise ValueError("the startup timeout must be positive")
+    with _quiet_kafka_logs(), asyncio.Runner(loop_factory=asyncio.new_event_loop) as runner:
+        found = runner.run(_partition_counts(bootstrap, timeout))
+    problem = layout_problem(topics, found, bootstrap)
+    if problem is not None:
+        raise StartupError(problem)
+
+
+def layout_problem(topics: Topics, found: Mapping[str, int], bootstrap: str) -> str | None:
+    """The first topic of ``topics`` that ``found`` (``{topic: partitions}`` of a cluster) lacks
+    or has with another partition count, as a one-line message with the fix; ``None`` if all
+    topics are as specified."""
+    specs = topics.specs()
+    prefix = shlex.quote(topics.prefix)
+    create = (f"`pwevent topics create --broker {bootstrap} --prefix {prefix} "
+              f"--partitions {topics.partitions}`")
+    missing = [s for s in specs if s.name not in found]
+    if missing:
+        first = missing[0]
+        also = (f"; {len(missing) - 1} more of its {len(specs)} topics are missing too"
+                if len(missing) > 1 else "")
+        where = (f"topic {first.name} does not exist on the broker at {bootstrap} (expected "
+                 f"{_partitions(first.partitions)}, found none{also})")
+        if len(missing) < len(specs):  # the prefix is right, the deployment is incomplete
+            return f"{where}: create the missing topics with {create}"
+        others = _other_prefixes(found, topics.prefix)
+        hint = (f" (the broker has the topics of --prefix {', '.join(map(shlex.quote, others))})"
+                if others else "")
+        return f"{where}: check --prefix {prefix}{hint}, or create the topics with {create}"
+    for spec in specs:
+        count = found[spec.name]
+        if count == spec.partitions:
+            continue
+        if spec.key in ("reports", "requirements"):
+            counts = {found[s.name] for s in specs if s.key in ("reports", "requirements")}
+            other = (f"start every worker with --partitions {count} if the topics were created "
+                     f"with {count}, or " if counts == {count} else "")
+            return (f"topic {spec.name} has {_partitions(count)}, expected "
+                    f"{_partitions(spec.partitions)} (--partitions {topics.partitions}): "
+                    f"{other}delete the topics of --prefix {prefix} and run {create}")
+        return (f"topic {spec.name} has {_partitions(count)}, expected "
+                f"{_partitions(spec.partitions)} (the job's layout): delete it and run {create}")
+    return None
+
+
+def _partitions(n: int) -> str:
+    return f"{n} partition" if n == 1 else f"{n} partitions"
+
+
+def _other_prefixes(found: Mapping[str, int], prefix: str) -> list[str]:
+    """Prefixes of the deployments whose ``reports`` topic the cluster has, but ``prefix``."""
+    suffix = ".reports"
+    return sorted(name[: -len(suffix)] for name in found
+                  if name.endswith(suffix) and name[: -len(suffix)] != prefix)[:3]
+
+
+async def _partition_counts(bootstrap: str, timeout: float) -> dict[str, int]:
+    """``{topic: partitions}`` of every topic of the cluster, trying until ``timeout``."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    reached = False
+    last = ""
+    delay = 0.2
+    while True:
+        remaining = deadline - loop.time()
+        admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap,
+                                    request_timeout_ms=max(100, int(remaining * 1000)))
+        try:
+            await asyncio.wait_for(admin.start(), remaining + _GRACE)
+            reached = True
+            # no topic names: all topics, and a request that cannot auto-create any
+            described = await asyncio.wait_for(
+                admin.describe_topics(), max(deadline - loop.time(), 0.1) + _GRACE)
+            return {d["topic"]: len(d["partitions"]) for d in described
+                    if d.get("error_code", 0) == 0}
+        except (KafkaError, OSError, TimeoutError) as exc:
+            last = type(exc).__name__
+        finally:
+            with contextlib.suppress(Exception):
+                await admin.close()
+        remaining = deadline - loop.time()
+        if remaining <= 0:
+            break
+        await asyncio.sleep(min(delay, remaining))
+        delay = min(2 * delay, 2.0)
+    if reached:
+        raise StartupError(f"the broker at {bootstrap} did not list its topics within "
+                           f"{timeout:g} s ({last}): check that it is healthy")
+    raise StartupError(f"cannot reach the broker at {bootstrap} within {timeout:g} s: check "
+                       f"--broker (or PWEVENT_BROKER) and that the broker is running")
+
+
+@contextlib.contextmanager
+def _quiet_kafka_logs() -> Iterator[None]:
+    """Keep aiokafka's connection errors off stderr while :func:`check_topics` retries: without
+    logging configured they would reach Python's last-resort handler; the outcome is reported
+    as one :class:`StartupError` instead."""
+    logger = logging.getLogger("aiokafka")
+    level = logger.level
+    logger.setLevel(logging.CRITICAL + 1)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
+# -- the data directory ---------------------------------------------------------------------------
+
+
+def bind_data_dir(data_dir: Path, prefix: str, stream: str) -> None:
+    """Make sure ``data_dir`` holds (or will hold) the state of this (prefix, stream) only.
+
+    The job's tables (``users``, ``checkpoints``, ``coordinator``) live as RocksDB files in the
+    data directory under names that do not say which deployment they belong to, so a directory
+    reused for another prefix or stream would be read as that stream's state. On first use this
+    writes ``data_dir/pwevent-binding.json`` (``{"prefix", "stream"}``), creating the directory
+    if need be; on later starts it compares and raises :class:`StartupError` on a mismatch.
+
+    A directory that exists without a binding file is bound on first use, whatever it holds:
+    files already there (the state of a version that wrote no binding) are taken to be this
+    stream's state, as before.
+    """
+    path = data_dir / BINDING_FILE
+    wanted = {"prefix": prefix, "stream": stream}
+    if data_dir.exists() and not data_dir.is_dir():
+        raise StartupError(f"--data-dir {data_dir} is not a directory")
+    if path.exists():
+        try:
+            bound = json.loads(path.read_text(encoding="utf-8"))
+            bound = {"prefix": str(bound["prefix"]), "stream": str(bound["stream"])}
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise StartupError(f"data directory {data_dir} has an unreadable {BINDING_FILE} "
+                               f"({type(exc).__name__}); {RESET}") from None
+        if bound != wanted:
+            raise StartupError(
+                f"data directory {data_dir} holds the state of {_binding(bound)}, not of "
+                f"{_binding(wanted)}: use another --data-dir, or, {RESET}")
+        return
+    try:
+        data_dir.mkdir(parents=True, exist_ok=True)
+        partial = data_dir / f".{BINDING_FILE}.tmp"
+        partial.write_text(json.dumps(wanted) + "\n", encoding="utf-8")
+        os.replace(partial, path)
+    except OSError as exc:
+        raise StartupError(f"cannot write {path}: {exc.strerror or exc}") from None
+
+
+def _binding(binding: Mapping[str, str]) -> str:
+    return (f"--prefix {shlex.quote(binding['prefix'])} "
+            f"--stream {shlex.quote(binding['stream'])}")
