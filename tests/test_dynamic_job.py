@@ -251,6 +251,9 @@ def test_messages_and_records_match_the_schemas() -> None:
     assert start == {"stream": "s", "start": 0, "nonce": "5eed", "config": config.public()}
     for rec in job.coordinator.decisions.values():
         decisions.validate(orjson.loads(rec))
+    assert job.declarations  # every user's first declaration, at the stream's start
+    for rec in job.declarations:
+        decisions.validate(orjson.loads(rec))
     for rec in job.releases:
         releases.validate(orjson.loads(rec))
     assert len(job.releases) == 6

@@ -328,3 +328,21 @@ def test_what_the_job_writes_matches_the_schemas() -> None:
     for decision in job.coordinator.decisions.values():
         validator("decisions").validate(orjson.loads(decision))
     assert not validator("releases").is_valid({"stream": "taxi", "slot": 1, "published": "maybe"})
+
+
+def test_iso_time_must_have_the_schema_form() -> None:
+    """A time string the schema's pattern rejects is bad_type, even if Python could read it."""
+    raws = [orjson.dumps({"user": "a", "time": t, "value": 1})
+            for t in ("2024-03-01T12:00:00+02:00", "20240301T120000Z", "2024-03-01T12:00:00+02")]
+    batch = parse_reports(raws, CellDomain(2))
+    assert batch.index.tolist() == [0]
+    assert [(r.index, r.reason) for r in batch.rejected] == [(1, Reason.BAD_TYPE),
+                                                              (2, Reason.BAD_TYPE)]
+    v = validator("reports")
+    assert [v.is_valid(orjson.loads(raw)) for raw in raws] == [True, False, False]
+
+
+def test_schemas_are_versioned() -> None:
+    for key in TOPIC_KEYS:
+        schema = load_schema(key)
+        assert schema["$id"].endswith(f"/v{schema['x-schema-version']}/{key}.json")
