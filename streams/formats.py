@@ -662,6 +662,10 @@ DECISIONS: Final = Format(
 
 # -- dead letters -------------------------------------------------------------------------------
 
+#: Leading bytes of a rejected key or value a dead letter keeps: a record near the broker's size
+#: limit must not make a dead letter larger than the producer may send.
+DEAD_LETTER_PAYLOAD_BYTES: Final = 8192
+
 DEAD_LETTER: Final = Record(
     (
         Field("topic", Str(min_length=1, description="The topic the record was read from.")),
@@ -674,9 +678,22 @@ DEAD_LETTER: Final = Record(
                            "tombstone.")),
         Field("reason", Enum(tuple(r.value for r in Reason))),
         Field("detail", Str(description="What was wrong, for people.")),
+        Field("truncated", Record(
+            (
+                Field("key_bytes", Int(minimum=0, nullable=True)),
+                Field("value_bytes", Int(minimum=0, nullable=True)),
+                Field("sha256", Str(pattern="^[0-9a-f]{64}$",
+                                    description="SHA-256 of the original value (key when the "
+                                    "value is null).")),
+            ),
+            additional=False,
+            description=f"Present when the original key or value was longer than "
+            f"{DEAD_LETTER_PAYLOAD_BYTES} bytes: only that many leading bytes are kept; the "
+            "original sizes (null when absent) and a hash identify the record.",
+        ), required=False),
     ),
     additional=False,
-    description="A rejected input record with its original bytes and the reason.",
+    description="A rejected input record with its original bytes (capped) and the reason.",
 )
 DEAD_LETTERS: Final = Format("dead-letters", "dead letter", DEAD_LETTER)
 
@@ -687,6 +704,8 @@ DEAD_LETTER_BYTES_FIELDS: Final = tuple(
     f.name for f in DEAD_LETTER.fields
     if isinstance(f.node, Str) and f.node.content_encoding == "base64"
 )
+#: The fields every dead letter has (``truncated`` only when a payload was capped).
+DEAD_LETTER_REQUIRED: Final = tuple(f.name for f in DEAD_LETTER.fields if f.required)
 
 #: Every topic's format, in the order of :data:`streams.topics.TOPIC_KEYS`.
 FORMATS: Final[dict[str, Format]] = {

@@ -47,7 +47,7 @@ from streams.ingest import (
     partition_context,
 )
 from streams.partition import DeadLetter, PartitionAccumulator, Registry, watermark_record
-from streams.records import dead_letter
+from streams.records import DEAD_LETTER_PAYLOAD_BYTES, dead_letter
 from streams.roles import make_accumulator, make_coordinator, make_registry
 from streams.topics import Topics
 
@@ -357,17 +357,36 @@ class Job:
         return futures
 
     async def _send_dead(self, dead: list[DeadLetter], wait: bool = True) -> list[Any]:
+        """Send dead letters (payloads capped, so any record fits); a dead letter the broker
+        refuses is logged and counted, never allowed to stop the partition."""
         futures = []
         for d in dead:
             value = dead_letter(d.topic, d.partition, d.offset, d.key, d.value, d.reason,
                                 d.detail)
-            futures.append(await self.app.producer.send(
-                self.topics.dead_letters, d.key, value, None, None, None))
+            key = None if d.key is None else d.key[:DEAD_LETTER_PAYLOAD_BYTES]
             self.counters[f"dead:{d.reason}"] += 1
+            try:
+                sent = await self.app.producer.send(self.topics.dead_letters, key, value, None,
+                                                    None, None)
+            except Exception as exc:  # noqa: BLE001 - counted and logged, never fatal
+                self._dead_letter_failed(d, exc)
+                continue
+            futures.append(asyncio.ensure_future(self._settle_dead(d, sent)))
         if wait and futures:
             await asyncio.gather(*futures)
             return []
         return futures
+
+    async def _settle_dead(self, d: DeadLetter, sent: Any) -> None:
+        try:
+            await sent
+        except Exception as exc:  # noqa: BLE001 - counted and logged, never fatal
+            self._dead_letter_failed(d, exc)
+
+    def _dead_letter_failed(self, d: DeadLetter, exc: BaseException) -> None:
+        self.counters["dead_letters_failed"] += 1
+        log.error("dead letter of %s[%d]@%d (%s) could not be sent: %r", d.topic, d.partition,
+                  d.offset, d.reason, exc)
 
     async def on_tick(self) -> None:
         """Close slots of partitions that went quiet: watermark records through the data path."""

@@ -29,6 +29,7 @@ is the job's fast validator of those formats.
 from __future__ import annotations
 
 import base64
+import hashlib
 import math
 import re
 from abc import ABC, abstractmethod
@@ -42,7 +43,8 @@ import orjson
 
 from streams.formats import (
     DEAD_LETTER_BYTES_FIELDS,
-    DEAD_LETTER_FIELDS,
+    DEAD_LETTER_PAYLOAD_BYTES,
+    DEAD_LETTER_REQUIRED,
     DYNAMIC_FIELDS,
     FIXED_FIELDS,
     REPORT_FIELDS,
@@ -684,10 +686,21 @@ def dead_letter(
     reason: Reason | str,
     detail: str,
 ) -> bytes:
-    """Encode a dead-letter record; key and value are the original bytes, base64-encoded."""
+    """Encode a dead-letter record; key and value are the original bytes, base64-encoded, capped
+    at ``DEAD_LETTER_PAYLOAD_BYTES`` each (a ``truncated`` member then gives the original sizes
+    and a hash), so a dead letter always fits the producer's record size."""
     reason = Reason(reason)
-    fields = (topic, partition, offset, _b64(key), _b64(value), reason.value, detail)
-    return orjson.dumps(dict(zip(DEAD_LETTER_FIELDS, fields, strict=True)))
+    cap = DEAD_LETTER_PAYLOAD_BYTES
+    fields = (topic, partition, offset, _b64(key if key is None else key[:cap]),
+              _b64(value if value is None else value[:cap]), reason.value, detail)
+    doc: dict[str, Any] = dict(zip(DEAD_LETTER_REQUIRED, fields, strict=True))
+    if (key is not None and len(key) > cap) or (value is not None and len(value) > cap):
+        doc["truncated"] = {
+            "key_bytes": None if key is None else len(key),
+            "value_bytes": None if value is None else len(value),
+            "sha256": hashlib.sha256(value if value is not None else key or b"").hexdigest(),
+        }
+    return orjson.dumps(doc)
 
 
 def decode_dead_letter(data: bytes) -> dict[str, Any]:
