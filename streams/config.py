@@ -35,9 +35,11 @@ class JobConfig:
     largest event time seen are closed. Requirements are accepted only with windows in
     ``[1, max_window]`` and budgets in ``[min_epsilon, max_epsilon]``. ``neighbouring``:
     ``add-remove`` calibrates noise to one report added or removed (sensitivity 1), ``replace``
-    to one report changed (sensitivity 2). ``event_time``: ``live`` rejects reports and control
-    records more than ``max_skew_ms`` ahead of the worker's clock; ``history`` (replaying
-    recorded data) does not look at the clock.
+    to one report changed (sensitivity 2). ``event_time``: ``live`` accepts reports from the
+    stream's start (the worker's clock when a partition first took records, minus the allowed
+    lateness; kept in its checkpoint) to the worker's clock plus ``max_skew_ms``, control
+    records up to the same bound; ``history`` (replaying recorded data) accepts reports from
+    ``origin_ms`` on and does not look at the clock.
     """
 
     stream: str = "default"
@@ -46,7 +48,7 @@ class JobConfig:
     slot_ms: int = 60_000
     origin_ms: int = 0
     lateness_ms: int = 0
-    horizon_ms: int = 3_600_000
+    horizon_ms: int | None = None
     noise: str = "discrete"
     secret: str = ""
     prefix: str = ""
@@ -65,7 +67,7 @@ class JobConfig:
             raise ValueError(f"mechanism must be one of {JOB_MECHANISMS}, got {self.mechanism!r}")
         if self.max_window < 1:
             raise ValueError(f"max window must be >= 1, got {self.max_window}")
-        if self.slot_ms < 1 or self.lateness_ms < 0 or self.horizon_ms < 0:
+        if self.slot_ms < 1 or self.lateness_ms < 0 or (self.horizon_ms or 0) < 0:
             raise ValueError("slot length must be >= 1 ms, lateness and horizon >= 0")
         if self.partitions < 1:
             raise ValueError("partitions must be >= 1")

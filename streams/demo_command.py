@@ -138,7 +138,7 @@ def run(args: argparse.Namespace) -> int:  # noqa: C901 - one orchestration, ste
                "--prefix", prefix, "--partitions", str(args.partitions), "--stream", stream,
                "--mechanism", args.mechanism, "--cells", str(source.d or 2),
                "--slot-ms", str(args.slot_ms), "--data-dir", str(workdir / "data"),
-               "--idle-close-ms", "1000", "--loglevel", "warning"]
+               "--idle-close-ms", "1000", "--event-time", "history", "--loglevel", "warning"]
         env = dict(os.environ, PWEVENT_SECRET=secret)
         worker = subprocess.Popen(cmd, stdout=worker_log, stderr=subprocess.STDOUT, env=env)
 

@@ -235,7 +235,7 @@ class Job:
         futures += await self._send_partials(p, partials)
         if futures:
             await asyncio.gather(*futures)
-        if partials:
+        if partials or acc.start_unsaved:
             self.write_checkpoint(p, acc.snapshot())
             await self.app.producer.flush()
             self.acked[p] = acc.next_offset
@@ -287,7 +287,7 @@ class Job:
             futures = await self._took_reports(p, records, dead)
             if futures:
                 await asyncio.gather(*futures)
-            await self._say(p, acc, messages, checkpoint=False)
+            await self._say(p, acc, messages, checkpoint=acc.start_unsaved)
             return self.acked.get(p, 0)
 
     async def on_control(self, doc: dict) -> None:

@@ -46,10 +46,13 @@ def add_job(p: argparse.ArgumentParser) -> None:
     p.add_argument("--domain", default=None,
                    help='domain as JSON, e.g. {"kind": "grid", ...}; overrides --cells')
     p.add_argument("--slot-ms", type=int, default=60_000, help="slot length (default 60000)")
-    p.add_argument("--origin-ms", type=int, default=0, help="start of slot 0 (epoch ms)")
+    p.add_argument("--origin-ms", type=int, default=0,
+                   help="start of slot 0 (epoch ms, default 0); replaying history "
+                        "(--event-time history), reports before it are 'late'")
     p.add_argument("--lateness-ms", type=int, default=0, help="allowed lateness (default 0)")
-    p.add_argument("--horizon-ms", type=int, default=3_600_000,
-                   help="reports further ahead of the watermark are 'future' (default 1 h)")
+    p.add_argument("--horizon-ms", type=int, default=None,
+                   help="reports further ahead of the watermark are 'future' (default: off; "
+                        "live, the clock bounds event times instead)")
     p.add_argument("--noise", choices=("discrete", "laplace"), default="discrete")
     p.add_argument("--secret", default=None,
                    help="randomness secret (default $PWEVENT_SECRET); same on every worker")

@@ -35,6 +35,7 @@ from streams.records import (
 from streams.slotting import DUPLICATE, OK, STATUS_REASON, Slotter
 
 RawRecord = tuple[bytes | None, bytes | None, int, int]  # key, value, partition, offset
+NO_HORIZON = 2**62  # the horizon when none is configured
 WATERMARK_PREFIX = b'{"watermark":'
 
 
@@ -215,7 +216,10 @@ class PartitionAccumulator:
         self.secret = config.secret_bytes()
         self.domain = config.make_domain()
         self.d = config.d
-        self.slotter = Slotter(config.clock, config.lateness_ms, config.horizon_ms, dedupe=False)
+        horizon = NO_HORIZON if config.horizon_ms is None else config.horizon_ms
+        self.slotter = Slotter(config.clock, config.lateness_ms, horizon, dedupe=False)
+        self.stream_start: int | None = None  # live: the earliest event time accepted
+        self.start_unsaved = False  # the start was just recorded: checkpoint it
         self.counts: dict[int, dict[str, np.ndarray]] = {}
         self.seen: dict[int, np.ndarray] = {}  # open slot -> users counted (bool by index)
         self.accepted: Counter[int] = Counter()
@@ -267,6 +271,18 @@ class PartitionAccumulator:
         self._take(segment, topic, partials, dead)
         return partials, dead
 
+    def start_bound(self) -> int:
+        """The earliest event time accepted: replaying history, the origin; live, the stream's
+        start, recorded (as the worker's clock minus the allowed lateness) when the partition
+        first takes records, so a stale first report cannot set the watermark back."""
+        if self.config.event_time != "live":
+            return self.config.origin_ms
+        if self.stream_start is None:
+            self.stream_start = max(self.config.origin_ms,
+                                    self.clock_ms() - self.config.lateness_ms)
+            self.start_unsaved = True
+        return self.stream_start
+
     def clock_bound(self) -> int | None:
         """The latest event time accepted now: the worker's clock plus the allowed skew in
         live operation; ``None`` when replaying history."""
@@ -282,14 +298,20 @@ class PartitionAccumulator:
         batch = parse_reports([r[1] for r in recs], self.domain, [r[0] for r in recs])
         dead = [self._dead(recs[r.index], topic, r.reason.value, r.detail)
                 for r in batch.rejected]
-        bound = self.clock_bound()
-        if bound is not None and len(batch) and int(batch.times.max()) > bound:
-            ahead = batch.times > bound
+        bound, start = self.clock_bound(), self.start_bound()
+        if len(batch) and (int(batch.times.min()) < start
+                           or (bound is not None and int(batch.times.max()) > bound)):
+            early = batch.times < start
+            ahead = batch.times > bound if bound is not None else np.zeros_like(early)
+            for i in np.flatnonzero(early).tolist():
+                dead.append(self._dead(recs[int(batch.index[i])], topic, Reason.LATE.value,
+                                       f"time {int(batch.times[i])} is before the stream's "
+                                       f"start ({start})"))
             for i in np.flatnonzero(ahead).tolist():
                 dead.append(self._dead(recs[int(batch.index[i])], topic, Reason.FUTURE.value,
                                        f"time {int(batch.times[i])} is beyond the worker's "
                                        f"clock plus the allowed skew ({bound})"))
-            batch = batch.select(~ahead)
+            batch = batch.select(~(early | ahead))
         index_of = self.registry.index_of
         uidx = np.fromiter((index_of.get(u, -1) for u in batch.users.tolist()), dtype=np.int64,
                            count=len(batch))
@@ -440,12 +462,14 @@ class PartitionAccumulator:
 
     def _state(self) -> dict:
         """The state as a JSON-able document."""
+        self.start_unsaved = False
         return {
             "next_offset": self.next_offset,
             "closed_through": self.closed_through,
             "rejected": self.rejected,
             "max_event": self.max_event,
             "watermark": self.slotter.watermark,
+            "stream_start": self.stream_start,
             "first_slot": self.slotter.first_slot,
             "seen": {str(s): [int(m.shape[0]), base64.b64encode(np.packbits(m)).decode()]
                      for s, m in self.seen.items()},
@@ -464,6 +488,7 @@ class PartitionAccumulator:
         self.closed_through = doc["closed_through"]
         self.rejected = int(doc["rejected"])
         self.max_event = int(doc["max_event"])
+        self.stream_start = doc.get("stream_start")
         self.slotter.restore(doc["watermark"], {}, doc["first_slot"])
         self.seen = {
             int(s): np.unpackbits(np.frombuffer(base64.b64decode(bits), dtype=np.uint8),

@@ -26,7 +26,8 @@ SECRET = "test-secret"
 def config(prefix: str, **kw) -> JobConfig:
     """A small job: 2 partitions, 1-second slots, 3 cells."""
     base = dict(stream="s", mechanism="pbd", domain={"kind": "cells", "size": 3}, slot_ms=1000,
-                partitions=2, secret=SECRET, prefix=prefix, idle_close_ms=800)
+                partitions=2, secret=SECRET, prefix=prefix, idle_close_ms=800,
+                event_time="history")  # the tests replay history from the epoch on
     base.update(kw)
     return JobConfig(**base)
 
@@ -44,6 +45,8 @@ def start_worker(bootstrap: str, cfg: JobConfig, data_dir: Path, log: Path) -> s
            "--prefix", cfg.prefix, "--partitions", str(cfg.partitions), "--stream", cfg.stream,
            "--mechanism", cfg.mechanism, "--cells", str(cfg.d), "--slot-ms", str(cfg.slot_ms),
            "--lateness-ms", str(cfg.lateness_ms), "--idle-close-ms", str(cfg.idle_close_ms),
+           "--event-time", cfg.event_time,
+           *([] if cfg.horizon_ms is None else ["--horizon-ms", str(cfg.horizon_ms)]),
            "--data-dir", str(data_dir), "--loglevel", "info"]
     env = dict(os.environ, PWEVENT_SECRET=cfg.secret)
     return subprocess.Popen(cmd, stdout=log.open("ab"), stderr=subprocess.STDOUT, env=env)

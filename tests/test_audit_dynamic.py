@@ -25,7 +25,8 @@ def declaration(user: str, wB: int, EB: float, wF: int, EF: float) -> tuple[byte
 def run(name: str) -> tuple[JobConfig, list, InProcessJob]:
     """A dynamic job with requirement changes and a removal mid-run."""
     config = JobConfig(stream="s", mechanism=name, domain={"kind": "cells", "size": 3},
-                       slot_ms=SLOT_MS, partitions=2, secret="k", nonce="5eed")
+                       slot_ms=SLOT_MS, partitions=2, secret="k", nonce="5eed",
+                       event_time="history")
     rng = np.random.default_rng(4)
     reqs = [declaration(u, 2 + i % 4, 0.5 + (i % 3) * 0.5, 2 + i % 3, 1.0 + (i % 2))
             for i, u in enumerate(USERS)]

@@ -23,7 +23,8 @@ SLOT_MS = 100
 
 def cfg(name: str, partitions: int = 3, **kw) -> JobConfig:
     base = dict(mechanism=name, domain={"kind": "cells", "size": D}, slot_ms=SLOT_MS,
-                partitions=partitions, secret="k", stream="s", noise="laplace", nonce="5eed")
+                partitions=partitions, secret="k", stream="s", noise="laplace", nonce="5eed",
+                event_time="history")
     base.update(kw)
     return JobConfig(**base)
 

@@ -11,7 +11,7 @@ from streams.partition import PartitionAccumulator, Registry, watermark_of, wate
 from streams.records import RecordError
 
 CFG = JobConfig(mechanism="pba", domain={"kind": "cells", "size": 3}, slot_ms=100, partitions=1,
-                secret="s", lateness_ms=0)
+                secret="s", lateness_ms=0, event_time="history")
 
 
 def req(user: str, w: int = 4, E: float = 1.0) -> tuple[bytes, bytes]:
@@ -146,7 +146,7 @@ def test_every_registered_user_is_charged_whether_or_not_they_report():
 
     def run(reporting: int) -> list[dict]:
         cfg = JobConfig(mechanism="uniform", domain={"kind": "cells", "size": 3}, slot_ms=100,
-                        partitions=2, secret="s")
+                        partitions=2, secret="s", event_time="history")
         job = InProcessJob(cfg)
         users = [f"u{i}" for i in range(12)]
         job.register(req(u, w=2 + i % 2) for i, u in enumerate(users))

@@ -309,7 +309,7 @@ def test_what_the_job_writes_matches_the_schemas() -> None:
     from streams.pipeline import InProcessJob
 
     cfg = JobConfig(mechanism="pba", domain={"kind": "cells", "size": 3}, slot_ms=100,
-                    partitions=2, secret="s")
+                    partitions=2, secret="s", event_time="history")
     job = InProcessJob(cfg)
     users = [f"u{i}" for i in range(12)]
     job.register((u.encode(), orjson.dumps({"user": u, "w": 2 + i % 3, "E": 1.0}))
