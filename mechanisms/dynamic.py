@@ -354,6 +354,14 @@ def plan_dynamic(
 
     eps2 is what the slot charged (0 when approximated or nullified); every user declared so
     far is listed; ``projected`` counts users whose backward budget was projected.
+
+    A user lowers its backward budget at slot 3 below what its window already spent: the
+    budget is projected and nothing more is charged while the window holds the old charges.
+
+    >>> rows = [(1, "a", 3, 4.0, 1, 4.0), (3, "a", 3, 0.5, 1, 4.0)]
+    >>> slots = list(plan_dynamic("dpbd", DynamicRequirements.from_rows(rows), "1111"))
+    >>> [(s["slot"], s["eps1"]["a"] + s["eps2"]["a"], s["projected"]) for s in slots]
+    [(1, 3.0, 0), (2, 1.0, 0), (3, 0.0, 1), (4, 0.0, 1)]
     """
     bad = set(schedule) - {"0", "1"}
     if bad:

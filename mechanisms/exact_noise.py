@@ -360,6 +360,20 @@ def rational_scale(eps: float, sensitivity: int = 1, bits: int = 32) -> tuple[in
 def exact_discrete_laplace(
     eps: float, size: int, bits: RandomBits, sensitivity: int = 1
 ) -> np.ndarray:
-    """Integer noise (int64) giving eps-DP to counts of L1 sensitivity ``sensitivity``."""
+    """Integer noise (int64) giving eps-DP to counts of L1 sensitivity ``sensitivity``.
+
+    eps is first rounded down to a rational (:func:`rational_scale`); ``bits`` is the random
+    source: :class:`SecureBits` in the live job, a seeded :class:`GeneratorBits` in tests.
+
+    >>> import numpy as np
+    >>> rational_scale(0.5)  # the scale t/s = 1/eps, as integers
+    (2, 1)
+    >>> noise = exact_discrete_laplace(0.5, 5, GeneratorBits(np.random.default_rng(1)))
+    >>> noise.dtype, noise.shape
+    (dtype('int64'), (5,))
+    >>> bool((secure_bits(b"secret", "stream", 7).words(2) ==
+    ...       secure_bits(b"secret", "stream", 7).words(2)).all())  # keyed, reproducible
+    True
+    """
     t, s = rational_scale(eps, sensitivity)
     return discrete_laplace(t, s, size, bits)

@@ -211,7 +211,20 @@ def create_mechanism(
     rng: np.random.Generator | None = None,
     noise: str = "laplace",
 ) -> Mechanism:
-    """Build one of ``FIXED_MECHANISMS`` over the given users."""
+    """Build one of ``FIXED_MECHANISMS`` over the given users.
+
+    Three users with windows 4, 2 and 3 and a budget of 1 each; a slot takes one cell per user
+    (-1: no report). PBA's first slot spends each user's dissimilarity budget E/(2w):
+
+    >>> import numpy as np
+    >>> req = FixedRequirements(("a", "b", "c"), np.array([4, 2, 3]), np.array([1.0, 1.0, 1.0]))
+    >>> mech = create_mechanism("pba", req, d=2, rng=np.random.default_rng(0), noise="discrete")
+    >>> release = mech.step(np.array([0, 1, -1]))
+    >>> release.slot, release.eps1.round(4).tolist()
+    (1, [0.125, 0.25, 0.1667])
+    >>> release.histogram.dtype.kind  # integer noise: counts carry no floating-point bits
+    'i'
+    """
     return Mechanism(name.lower(), requirements, d, rng, noise)
 
 

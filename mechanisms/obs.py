@@ -41,6 +41,12 @@ def optimal_budget(
     multiplicities in ``counts``. Users with a zero budget are never sampled and never the
     threshold; if no budget is positive the result is ``(0.0, inf)``. Ties go to the smaller
     threshold, as Algorithm 1's strict comparison does.
+
+    The paper's Example 2 (its printed error for 0.8 is an arithmetic slip; the choice holds):
+
+    >>> theta, err = optimal_budget([0.1, 0.4, 0.4, 0.1, 0.4, 0.4, 0.8, 0.8, 0.8, 0.4])
+    >>> theta, round(err, 3)
+    (0.4, 15.308)
     """
     b = np.asarray(budgets, dtype=np.float64).reshape(-1)
     c = np.ones_like(b) if counts is None else np.asarray(counts, dtype=np.float64).reshape(-1)
