@@ -107,6 +107,16 @@ class LevelEngine:
             eps2={k: float(charge.eps2[self.row_of[k]]) for k in keys},
         )
 
+    def replay(self, sizes: dict[str, int], published: bool, histogram: np.ndarray) -> None:
+        """Advance the ledger through a slot already released elsewhere: its levels, its
+        publish decision and, when published, its histogram (a coordinator rebuilding its
+        state from the decisions and releases topics)."""
+        for key in sizes:
+            self.ensure_level(key)
+        charge = self.ledger.commit(published)
+        if charge.published:
+            self.last = np.asarray(histogram, dtype=self.last.dtype)
+
     def state(self) -> dict:
         """A JSON-able snapshot."""
         return {"name": self.name, "ledger": self.ledger.state(), "rows": self.row_of,

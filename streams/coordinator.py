@@ -50,6 +50,31 @@ class ReleaseLog:
         self.decisions: dict[int, bytes] = {}
         self.emitted_through: int | None = None
         self.duplicates = 0
+        self.next_slot: int | None = None
+
+    def recover(self, start: dict, decisions: dict[int, bytes], releases: dict[int, bytes]) -> int:
+        """Rebuild from the stream's own records when this coordinator's state is gone: the
+        nonce and start from the start record, and every slot already on the topics, so that no
+        slot is ever released again with another value. Returns the slots recovered."""
+        self.nonce, self.start, self.start_emitted = str(start["nonce"]), start["start"], True
+        slot = self.start
+        while slot in releases:  # the releases analysts saw, from the start on, without a gap
+            release = orjson.loads(releases[slot])
+            decision = orjson.loads(decisions[slot]) if slot in decisions else {
+                # its decision was lost with the broker's last writes: the ledger levels are
+                # known from earlier slots, the publish flag from the release
+                "stream": self.config.stream, "slot": slot, "published": release["published"],
+                "nullified": release["nullified"], "eps1": {}, "eps2": {}, "users": {}}
+            self.replay_slot(slot, decision, release)
+            self.released[slot], self.decisions[slot] = releases[slot], orjson.dumps(decision)
+            self.emitted_through = slot
+            slot += 1
+        self.next_slot = slot
+        return slot - self.start
+
+    def replay_slot(self, slot: int, decision: dict, release: dict) -> None:
+        """Take one slot already released (see :meth:`recover`)."""
+        raise NotImplementedError
 
     def slot_rng(self, slot: int) -> np.random.Generator:
         """The randomness of ``slot``: keyed by the secret, the stream, its nonce and the slot."""
@@ -180,6 +205,12 @@ class Coordinator(ReleaseLog):
         self.rejected[through] += int(message.get("rejected", 0))
         self.closed[p] = through
         return self._release_ready()
+
+    def replay_slot(self, slot: int, decision: dict, release: dict) -> None:
+        """Advance the level ledger through a slot already released."""
+        self.engine.replay(decision["users"], bool(decision["published"]),
+                           np.asarray(release["histogram"]))
+        self.next_slot = slot + 1
 
     def _users_at(self, slot: int) -> dict[str, int]:
         """Registered users per level at a slot: each partition's count when it closed it."""

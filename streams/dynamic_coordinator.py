@@ -70,6 +70,12 @@ class DynamicCoordinator(ReleaseLog):
         self._forget()
         return out
 
+    def replay_slot(self, slot: int, decision: dict, release: dict) -> None:
+        """Take a slot already released: the partitions commit it from the decisions topic."""
+        if decision["published"]:
+            self.last = np.asarray(release["histogram"], dtype=self.last.dtype)
+        self.next_slot = slot + 1
+
     def _take_plan(self, p: int, message: dict) -> None:
         slot = int(message["plan"])
         if self.next_slot is None or slot < self.next_slot or p in self.plans.get(slot, {}):

@@ -131,9 +131,7 @@ class Job:
                 # a worker that died is noticed after this long, and its partitions move on
                 broker_session_timeout=10.0,
                 broker_heartbeat_interval=1.0,
-                # static membership: a restarted worker takes its old place in the group at
-                # once instead of waiting for the broker to give up on the dead one
-                consumer_group_instance_id=instance_id or default_instance_id(data_dir),
+                consumer_group_instance_id=instance_id,
             ),
         )
         raw = {"key_type": bytes, "value_type": bytes, "key_serializer": "raw",
@@ -423,19 +421,49 @@ class Job:
 
     # -- coordinator -----------------------------------------------------------------------
 
-    def _coordinator(self) -> Coordinator | DynamicCoordinator:
+    async def _coordinator(self) -> Coordinator | DynamicCoordinator:
         if self.coordinator is None:
-            self.coordinator = make_coordinator(self.config)
+            coord = make_coordinator(self.config)
             saved = self.state.get(COORDINATOR_KEY.encode())
             if saved:
-                self.coordinator.restore(saved)
-                log.info("coordinator resumes: next slot %s", self.coordinator.next_slot)
+                coord.restore(saved)
+                log.info("coordinator resumes: next slot %s", coord.next_slot)
+            else:
+                await self._recover(coord)
+            self.coordinator = coord
         return self.coordinator
+
+    async def _recover(self, coord: Coordinator | DynamicCoordinator) -> None:
+        """A coordinator without state whose stream already started (its state was lost with
+        the broker's last writes, or wiped) learns the nonce and every released slot from the
+        decisions and releases topics, so it never releases a slot again with another value."""
+        from streams.kafka_util import read_topic
+
+        prefix = f"{self.config.stream}/".encode()
+        decisions = await read_topic(self.broker, self.topics.decisions, idle=0.5, limit=120)
+        start = next((orjson.loads(v) for k, v in decisions if k == prefix + b"start"), None)
+        if start is None:
+            return
+        releases = await read_topic(self.broker, self.topics.releases, idle=0.5, limit=120)
+
+        def by_slot(records: list[tuple[bytes | None, bytes]]) -> dict[int, bytes]:
+            out: dict[int, bytes] = {}
+            for key, value in records:
+                rest = key[len(prefix):] if key and key.startswith(prefix) else b""
+                if rest.isdigit():
+                    out.setdefault(int(rest), value)  # the first, as analysts saw it
+            return out
+
+        count = coord.recover(start, by_slot(decisions), by_slot(releases))
+        self.state[COORDINATOR_KEY.encode()] = coord.snapshot()
+        log.warning("coordinator state was missing for stream %s, which started at slot %s: "
+                    "recovered its nonce and %d released slots from the decisions and releases "
+                    "topics", self.config.stream, start["start"], count)
 
     async def coordinate(self, stream: Any) -> None:
         """Release each slot once all partitions closed it; record before emitting."""
         async for value in stream:
-            coord = self._coordinator()
+            coord = await self._coordinator()
             await self._emit(coord, coord.unemitted())
             try:
                 msg = orjson.loads(value)
