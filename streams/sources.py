@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import orjson
@@ -16,13 +17,20 @@ from mechanisms.requirements import FixedRequirements
 SYNTHETIC = {"sin": sin_probabilities, "log": log_probabilities, "tlns": tlns_probabilities}
 SOURCES = (*SYNTHETIC, "taxi", "foursquare", "recorded")
 
+#: ``(key, value)`` records.
+Records = list[tuple[bytes, bytes]]
+#: Requirement records by the slot they are declared at, counted from 1.
+Schedule = list[tuple[int, Records]]
+
 
 @dataclass
 class Source:
     """What a replay sends: requirements, then report records slot by slot.
 
     ``cells[t]`` holds every user's cell at slot t (-1: no report), so the true histograms are
-    known for scoring releases. A recorded file has no such matrix (``cells`` is ``None``).
+    known for scoring releases. A recorded file has no such matrix (``cells`` is ``None``), and
+    its requirements come from a file (``declared``, see :func:`read_requirement_file`) or not
+    at all.
     """
 
     users: list[str]
@@ -32,6 +40,9 @@ class Source:
     cells: np.ndarray | None
     recorded: Path | None = None
     seed: int = 0
+    #: Requirements read from a file: ``(slot, records)`` pairs, slots counted from 1 as in
+    #: ``pwevent plan`` (1: before the first report). Replaces ``requirements`` when set.
+    declared: Schedule | None = None
 
     def requirement_records(self, dynamic: bool = False) -> list[tuple[bytes, bytes]]:
         """One record per user: ``{user, w, E}``, or with ``dynamic`` the requirement
@@ -48,11 +59,39 @@ class Source:
         return [(u.encode(), orjson.dumps({"user": u, "w": int(w), "E": float(E)}))
                 for u, w, E in zip(r.users, r.w.tolist(), r.E.tolist(), strict=True)]
 
+    def requirement_schedule(self, dynamic: bool = False) -> Schedule:
+        """Requirement records by the slot they are declared at, counted from 1 (the stream's
+        first slot), in slot order: the file's rows with ``declared``, otherwise every user's
+        :meth:`requirement_records` at slot 1 (none for a recorded file)."""
+        if self.declared is not None:
+            return self.declared
+        records = self.requirement_records(dynamic)
+        return [(1, records)] if records else []
+
+    def slot_batches(self, origin_ms: int, slot_ms: int) -> Iterator[tuple[int, Records]]:
+        """``(slot, records)`` in replay order, slot numbered as the job numbers them (from
+        ``origin_ms``). A synthetic or real dataset gives each slot once, in order. A recorded
+        file is replayed in file order, cut where the slot of the event time changes: one batch
+        per slot when the file is in time order. A line whose time cannot be read (the job
+        rejects it) stays with the batch it is in."""
+        if self.recorded is not None:
+            yield from _recorded(self.recorded, origin_ms, slot_ms)
+            return
+        yield from enumerate(self._synthetic(origin_ms, slot_ms))
+
+    def slot_numbers(self, origin_ms: int, slot_ms: int) -> list[int]:
+        """The slot of every batch :meth:`slot_batches` yields, in order (a recorded file is
+        read once more for this, without keeping its records)."""
+        if self.recorded is None:
+            return list(range(self.slots))
+        return [slot for slot, _records in _recorded(self.recorded, origin_ms, slot_ms)]
+
     def slot_records(self, origin_ms: int, slot_ms: int) -> Iterator[list[tuple[bytes, bytes]]]:
         """Per slot, the report records of that slot (event times spread inside it)."""
-        if self.recorded is not None:
-            yield from _recorded(self.recorded)
-            return
+        for _slot, records in self.slot_batches(origin_ms, slot_ms):
+            yield records
+
+    def _synthetic(self, origin_ms: int, slot_ms: int) -> Iterator[Records]:
         assert self.cells is not None
         names = [u.encode() for u in self.users]
         spread = (np.arange(len(self.users)) * 7919) % max(slot_ms, 1)
@@ -76,24 +115,72 @@ class Source:
         return np.bincount(flat[c >= 0], minlength=T * self.d).reshape(T, self.d)
 
 
-def _recorded(path: Path) -> Iterator[list[tuple[bytes, bytes]]]:
-    """A recorded file: JSON lines of reports, replayed in file order, 1,000 a batch."""
-    batch: list[tuple[bytes, bytes]] = []
+def _peek(line: bytes) -> tuple[bytes, int | None]:
+    """A recorded line's key (its user, as the job keys reports) and event time (``None``
+    when the job could not read one)."""
+    from streams.records import RecordError, parse_time
+
+    try:
+        doc: Any = orjson.loads(line)
+    except orjson.JSONDecodeError:
+        return b"", None
+    if not isinstance(doc, dict):
+        return b"", None
+    user = doc.get("user")
+    key = str(user).encode() if user is not None else b""
+    try:
+        return key, parse_time(doc.get("time"))
+    except RecordError:
+        return key, None
+
+
+def _recorded_lines(path: Path) -> Iterator[tuple[int | None, bytes, bytes]]:
+    """``(event time or None, key, line)`` for every non-blank line of a recorded file."""
     with path.open("rb") as handle:
         for line in handle:
             line = line.strip()
-            if not line:
-                continue
-            try:
-                user = orjson.loads(line).get("user")
-            except (orjson.JSONDecodeError, AttributeError):
-                user = None
-            batch.append((str(user).encode() if user is not None else b"", line))
-            if len(batch) == 1000:
-                yield batch
+            if line:
+                key, ms = _peek(line)
+                yield ms, key, line
+
+
+def _recorded(path: Path, origin_ms: int, slot_ms: int) -> Iterator[tuple[int, Records]]:
+    """A recorded file: JSON lines of reports, replayed in file order, one batch per run of
+    lines in one slot (lines without a readable time join the run they are in; lines before
+    the first readable time join the first run)."""
+    batch: Records = []
+    slot: int | None = None
+    for ms, key, line in _recorded_lines(path):
+        if ms is not None:
+            s = (ms - origin_ms) // slot_ms
+            if slot is not None and s != slot:
+                yield slot, batch
                 batch = []
+            slot = s
+        batch.append((key, line))
     if batch:
-        yield batch
+        yield (0 if slot is None else slot), batch
+
+
+def read_requirement_file(path: str | Path, dynamic: bool) -> Schedule:
+    """Requirement records from the CSV ``pwevent plan`` reads, by declaration slot (from 1):
+    ``user,w,E`` (every row at slot 1) for the fixed mechanisms, ``slot,user,wB,EB,wF,EF`` with
+    ``dynamic`` (DPBD, DPBA). A bad file raises ``InputError`` (a ``ValueError``) naming the
+    row."""
+    from streams.requirements_io import read_dynamic_requirements, read_fixed_requirements
+
+    if not dynamic:
+        r = read_fixed_requirements(path)
+        return [(1, [(u.encode(), orjson.dumps({"user": u, "w": int(w), "E": float(E)}))
+                     for u, w, E in zip(r.users, r.w.tolist(), r.E.tolist(), strict=True)])]
+    d = read_dynamic_requirements(path)
+    by_slot: dict[int, Records] = {}
+    for slot, u, wB, EB, wF, EF in zip(d.slot.tolist(), d.user, d.wB.tolist(), d.EB.tolist(),
+                                       d.wF.tolist(), d.EF.tolist(), strict=True):
+        by_slot.setdefault(int(slot), []).append(
+            (u.encode(), orjson.dumps({"user": u, "wB": int(wB), "EB": float(EB),
+                                       "wF": int(wF), "EF": float(EF)})))
+    return sorted(by_slot.items())
 
 
 def make_source(
