@@ -212,10 +212,114 @@ def test_a_gap_of_any_length_is_not_an_error() -> None:
         job = InProcessJob(cfg(event_time=mode, slot_ms=86_400_000, partitions=1))
         job.register(requirement_records(["u0"], [4], [1.0]))
         clock = [year]  # live: the first report comes as the stream starts, the next a year on
-        job.accumulators[0].clock_ms = lambda: clock[0]
+        job.accumulators[0].clock_ms = lambda c=clock: c[0]
         job.feed([report("u0", year, 1)])
         clock[0] += year
         job.feed([report("u0", 2 * year, 2)])
         assert job.dead == []
         job.finish()
         assert len(job.releases) == 366
+
+
+def test_noise_is_fresh_for_every_run_and_reproducible_with_its_nonce() -> None:
+    """Two runs under one secret and stream name once drew the same noise, so releases that
+    differed by one report revealed that user's cell; the nonce drawn at the stream's start
+    makes every run's noise fresh, and pinning it reproduces a run."""
+    reqs = requirement_records(USERS, [4] * 24, [1.0] * 24)
+    batches = [slot_reports(USERS, t, 3) for t in range(8)]
+    fresh = cfg(mechanism="uniform", nonce="")
+    a, b = run(fresh, reqs, batches, 8000), run(fresh, reqs, batches, 8000)
+    assert a.coordinator.nonce != b.coordinator.nonce
+    ha = np.array([d["histogram"] for d in releases(a)])
+    hb = np.array([d["histogram"] for d in releases(b)])
+    assert (ha != hb).mean() > 0.5
+    again = run(replace(fresh, nonce=a.coordinator.nonce), reqs, batches, 8000)
+    assert again.releases == a.releases
+
+
+def test_a_removed_users_report_does_not_move_public_counts() -> None:
+    """Under DPBD a user removed in a slot once counted in that slot's ``users``, levels and
+    OBS inputs only if it reported: registrations alone must decide them."""
+    decl = [(u.encode(), orjson.dumps({"user": u, "wB": 4, "EB": 1.0, "wF": 4, "EF": 1.0}))
+            for u in USERS]
+    out = []
+    for reported in (True, False):
+        job = InProcessJob(cfg(mechanism="dpbd"))
+        job.register(decl)
+        for t in range(6):
+            batch = slot_reports(USERS, t, 3)
+            if t == 3 and not reported:
+                batch = [r for r in batch if r[0] != b"u0"]
+            job.feed(batch)
+            if t == 3:  # u0 leaves after its report of slot 3, before slot 3 is planned
+                job.register([(b"u0", None)])
+        job.finish(6000)
+        docs = [orjson.loads(r) for r in job.releases]
+        out.append([(d["users"], d["published"], d["threshold"]) for d in docs])
+    assert out[0] == out[1]
+    assert [users for users, _p, _t in out[0]] == [24, 24, 24, 23, 23, 23]
+
+
+def test_replace_neighbours_double_the_noise() -> None:
+    """Under ``replace`` the rule runs as on half the budgets: same OBS choice, twice the noise
+    scale, same ledger charges."""
+    d = 4
+    plan = SlotPlan(1, np.array([0.2, 0.4]), np.array([0.6, 0.8]), False, True)
+    counts = np.array([[5, 0, 1, 2], [3, 3, 0, 1]])
+    sizes = np.array([10, 8])
+    half = SlotPlan(1, plan.eps1 / 2, plan.eps2 / 2, False, True)
+    for noise in ("laplace", "discrete"):
+        two = ReleaseRule(d, noise, sensitivity=2).decide(plan, counts, sizes, np.zeros(d),
+                                                          np.random.default_rng(3))
+        one = ReleaseRule(d, noise).decide(half, counts, sizes, np.zeros(d),
+                                           np.random.default_rng(3))
+        assert two.threshold == one.threshold and two.dissimilarity == one.dissimilarity
+        assert np.array_equal(two.histogram, one.histogram)
+    assert cfg(neighbouring="replace").sensitivity == 2 and cfg().sensitivity == 1
+
+
+def test_decisions_carry_projected_users_per_level() -> None:
+    config = cfg(mechanism="dpbd", partitions=1)
+    job = InProcessJob(config)
+    said: list[dict] = []
+    deliver = job._deliver
+    job._deliver = lambda msgs: (said.extend(msgs), deliver(msgs))  # type: ignore[method-assign]
+    job.register([(b"a", orjson.dumps({"user": "a", "wB": 4, "EB": 2.0, "wF": 4, "EF": 2.0}))])
+    job.feed([report("a", 10, 0)])
+    job.finish(1000)
+    # the backward budget lowered below what the window already spent is projected
+    job.register([(b"a", orjson.dumps({"user": "a", "wB": 4, "EB": 0.1, "wF": 4, "EF": 0.1}))])
+    job.feed([report("a", 1010, 1)])
+    job.finish(2000)
+    decisions = [orjson.loads(r[2]) for r in job.coordinator.unemitted() if r[1] is not None]
+    assert all(isinstance(doc["projected"], dict) for doc in decisions)
+    assert sum(sum(doc["projected"].values()) for doc in decisions) >= 1
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-2**80, 2**80) | st.floats(allow_nan=True)
+    | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner,
+                                                                  max_size=3),
+    max_leaves=6)
+fields = st.fixed_dictionaries({}, optional={
+    "user": st.sampled_from(["a", "b", 7]) | json_values, "time": json_values,
+    "value": json_values, "w": json_values, "E": json_values, "wB": json_values,
+    "EB": json_values, "wF": json_values, "EF": json_values, "watermark": json_values})
+records = st.tuples(st.sampled_from([b"b", b"7", None, b"\xff"]),
+                    st.one_of(fields.map(lambda doc: json.dumps(doc).encode()),
+                              st.binary(max_size=20), st.none()))
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(mechanism=st.sampled_from(["pbd", "uniform", "dpba"]),
+       reqs=st.lists(records, max_size=8), reps=st.lists(records, max_size=12))
+def test_no_record_raises_out_of_the_job(mechanism: str, reqs, reps) -> None:
+    """Any bytes on any input topic are either taken or dead-lettered, and the job releases."""
+    job = InProcessJob(cfg(mechanism=mechanism, partitions=2))
+    valid = [(b"a", orjson.dumps({"user": "a", "w": 4, "E": 1.0} if mechanism != "dpba" else
+                                 {"user": "a", "wB": 4, "EB": 1.0, "wF": 4, "EF": 1.0}))]
+    job.register(valid + reqs)
+    job.feed([report("a", 5, 0)] + [(k, v) for k, v in reps if v is not None])
+    job.finish(3000)
+    assert len(job.releases) >= 1
