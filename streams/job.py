@@ -23,6 +23,7 @@ when a partition resumes.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import logging
 import socket
@@ -32,8 +33,12 @@ from collections.abc import Mapping, MutableMapping
 from pathlib import Path
 from typing import Any
 
+import aiokafka.errors as kafka_errors
 import faust
 import orjson
+from aiokafka.client import AIOKafkaClient, CoordinationType
+from aiokafka.protocol.api import Request, RequestStruct, Response
+from aiokafka.protocol.types import Array, Int16, Int32, Schema, String
 
 from streams.config import JobConfig
 from streams.coordinator import Coordinator
@@ -56,6 +61,7 @@ log = logging.getLogger("pwevent.job")
 COORDINATOR_KEY = "state"
 CHECKPOINT_CHUNK = 512 * 1024  # bytes per checkpoint record: well below Kafka's 1 MiB default
 MANIFEST = "chunks|"
+RECOVERY_STALL_S = 5.0  # a table recovery that applied nothing for this long is looked at
 
 
 def _manifest(value: bytes | None) -> tuple[int, int] | None:
@@ -103,6 +109,83 @@ def default_instance_id(data_dir: Path) -> str:
     return f"{socket.gethostname()}-{digest}"
 
 
+class _LeaveGroupResponseV3(Response):
+    API_KEY = 13
+    API_VERSION = 3
+    SCHEMA = Schema(("throttle_time_ms", Int32), ("error_code", Int16),
+                    ("members", Array(("member_id", String("utf-8")),
+                                      ("group_instance_id", String("utf-8")),
+                                      ("error_code", Int16))))
+
+
+class _LeaveGroupRequestV3(RequestStruct):
+    API_KEY = 13
+    API_VERSION = 3
+    RESPONSE_TYPE = _LeaveGroupResponseV3
+    SCHEMA = Schema(("group", String("utf-8")),
+                    ("members", Array(("member_id", String("utf-8")),
+                                      ("group_instance_id", String("utf-8")))))
+
+
+class _RemoveStaticMember(Request[_LeaveGroupRequestV3]):
+    """LeaveGroup v3 (KIP-345) naming a member by its group instance id and no member id: how
+    Kafka's admin client removes a static member (aiokafka knows LeaveGroup v0 and v1 only)."""
+
+    API_KEY = 13
+
+    def __init__(self, group: str, instance_id: str) -> None:
+        self.group, self.instance_id = group, instance_id
+
+    def build(self, request_struct_class: type[_LeaveGroupRequestV3]) -> _LeaveGroupRequestV3:
+        return request_struct_class(self.group, [("", self.instance_id)])
+
+
+async def leave_group(bootstrap: str, group: str, instance_id: str,
+                      timeout: float = 5.0) -> str | None:
+    """Remove the static member ``instance_id`` from ``group``, so that the group rebalances and
+    its partitions go to the other members now (a static member that merely stops keeps them
+    until its session times out; the embedded broker never times one out). Returns ``None``
+    when the broker removed it, else the error's name (``UnknownMemberIdError``: it was not a
+    member); never raises."""
+    client = AIOKafkaClient(bootstrap_servers=bootstrap, request_timeout_ms=int(timeout * 1000))
+
+    async def go() -> str | None:
+        await client.bootstrap()
+        node = await client.coordinator_lookup(CoordinationType.GROUP, group)
+        resp = await client.send(node, _RemoveStaticMember(group, instance_id))
+        codes = [resp.error_code] + [m[2] for m in resp.members]
+        code = next((c for c in codes if c), 0)
+        return None if code == 0 else kafka_errors.for_code(code).__name__
+
+    try:
+        return await asyncio.wait_for(go(), timeout)
+    except Exception as exc:  # noqa: BLE001 - reported, never fatal: the worker is stopping
+        return repr(exc)
+    finally:
+        with contextlib.suppress(Exception):
+            await client.close()
+
+
+class Worker(faust.Worker):
+    """``faust.Worker`` for a :class:`Job`: once the app has stopped (its consumer closed, its
+    offsets committed, its tables and producer flushed), the worker leaves the consumer group,
+    so that a worker stopped by SIGTERM or Ctrl-C hands its partitions over at once."""
+
+    def __init__(self, job: Job, **kwargs: Any) -> None:
+        super().__init__(job.app, **kwargs)
+        self.job = job
+
+    async def on_shutdown(self) -> None:
+        await super().on_shutdown()
+        job = self.job
+        error = await leave_group(job.broker, job.group_id, job.instance_id)
+        if error is None:
+            log.info("left group %s (instance %s)", job.group_id, job.instance_id)
+        else:
+            log.warning("could not leave group %s (instance %s): %s", job.group_id,
+                        job.instance_id, error)
+
+
 class Job:
     """One worker of the job; every worker of a deployment runs the same code and settings."""
 
@@ -114,6 +197,8 @@ class Job:
         self.broker = broker
         self.topics = Topics(prefix=config.prefix, partitions=config.partitions)
         app_id = f"pwevent-{config.prefix or 'job'}-{config.stream}"
+        self.group_id = app_id  # Faust's consumer group is the app's id
+        self.instance_id = instance_id or default_instance_id(data_dir)
         self.app = faust.App(
             app_id,
             **ingest_settings(
@@ -128,10 +213,19 @@ class Job:
                 broker_commit_interval=1.0,
                 key_serializer="raw",
                 value_serializer="raw",
+                # no standby replicas of the tables: with standbys, Faust's sticky assignor
+                # lets every member keep up to ceil(partitions / members) partitions, so a
+                # worker added to two on 4 partitions gets none; without them it first trims
+                # every member to floor(partitions / members). A worker that takes a partition
+                # over restores its tables from their (compacted) changelogs instead.
+                table_standby_replicas=0,
                 # a worker that died is noticed after this long, and its partitions move on
                 broker_session_timeout=10.0,
                 broker_heartbeat_interval=1.0,
-                consumer_group_instance_id=instance_id,
+                # static membership: a worker restarted after a crash takes its old place in
+                # the group at once; a worker that stops cleanly leaves the group
+                # (:class:`Worker`), so its partitions move to the others
+                consumer_group_instance_id=self.instance_id,
             ),
         )
         raw = {"key_type": bytes, "value_type": bytes, "key_serializer": "raw",
@@ -159,6 +253,8 @@ class Job:
         self.app.agent(partials, name="coordinator")(self.coordinate)
         self.app.timer(interval=0.25)(self.on_tick)
         self.app.timer(interval=10.0)(self.on_status)
+        self.recovery_stall: dict[Any, tuple[int, float]] = {}
+        self.app.timer(interval=1.0)(self.on_recovery_watch)
         if config.dynamic:
             self.app.task(self.read_decisions)
         self.app.on_partitions_revoked.connect(self.on_revoked)
@@ -177,12 +273,16 @@ class Job:
 
     async def on_revoked(self, sender: Any, revoked: Any, **_: Any) -> None:
         """Forget the state of partitions another worker takes over: if one comes back, it
-        resumes from its checkpoint and the ``users`` table, which the other worker kept."""
+        resumes from its checkpoint and the ``users`` table, which the other worker kept. The
+        same holds for the coordinator: another worker may release slots while it is away, so
+        it is restored from the ``coordinator`` table when it comes back."""
         for tp in revoked:
             if tp.topic in (self.topics.reports, self.topics.requirements):
                 self.accumulators.pop(tp.partition, None)
                 self.registries.pop(tp.partition, None)
                 self.resumed.discard(tp.partition)
+            elif tp.topic == self.topics.slot_partials:
+                self.coordinator = None
 
     def write_checkpoint(self, p: int, data: bytes) -> None:
         """Store partition ``p``'s snapshot in the ``checkpoints`` table (inside a handler of
@@ -418,6 +518,48 @@ class Job:
         """Log counters now and then."""
         if self.counters:
             log.info("counters %s", dict(sorted(self.counters.items())))
+
+    async def on_recovery_watch(self) -> None:
+        """Resume a table recovery that no longer receives its changelog's records.
+
+        A batch fetched while a rebalance stops the flow is dropped, and its partitions are
+        rewound to their committed offsets (Faust's rule, which :mod:`streams.ingest` keeps). A
+        changelog partition has no committed offset, so when such a batch holds the records of
+        a changelog partition the worker has just been given, they are lost with it: the
+        consumer stands past them and the table's recovery waits for them for ever (measured on
+        the embedded broker in about 1 of 15 hand-overs after a worker left the group). When a
+        partition's recovery has applied nothing for ``RECOVERY_STALL_S`` seconds while the
+        consumer stands past what it applied, it is read again from there; records applied
+        twice leave the table as it was, since they come again in order."""
+        recovery = self.app.tables.recovery
+        if not recovery.in_recovery:
+            self.recovery_stall.clear()
+            return
+        now = time.monotonic()
+        for tp in list(recovery.active_tps):
+            applied = recovery.active_offsets.get(tp)
+            highwater = recovery.active_highwaters.get(tp)
+            if applied is None or highwater is None or applied >= highwater:
+                self.recovery_stall.pop(tp, None)
+                continue
+            seen = self.recovery_stall.get(tp)
+            if seen is None or seen[0] != applied:
+                self.recovery_stall[tp] = (applied, now)
+                continue
+            if now - seen[1] < RECOVERY_STALL_S:
+                continue
+            try:
+                position = await asyncio.wait_for(self.app.consumer.position(tp), 2.0)
+                if position is None or position <= applied + 1:
+                    continue
+                log.warning("recovery of %s[%d] stalled at offset %d (highwater %d) with the "
+                            "consumer at %d: records fetched during the rebalance were dropped; "
+                            "reading them again", tp.topic, tp.partition, applied, highwater,
+                            position)
+                await self.app.consumer.seek(tp, applied + 1)
+            except Exception as exc:  # noqa: BLE001 - a rebalance may take the partition away
+                log.info("recovery of %s[%d] not resumed: %r", tp.topic, tp.partition, exc)
+            self.recovery_stall[tp] = (applied, now)
 
     # -- coordinator -----------------------------------------------------------------------
 

@@ -21,7 +21,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="where RocksDB tables live (default ./pwevent-data)")
     p.add_argument("--instance-id", default=None,
                    help="this worker's stable identity in the consumer group (default: host "
-                        "name and data directory); a restarted worker keeps its partitions")
+                        "name and data directory): a worker restarted after a crash takes its "
+                        "partitions back at once; a worker stopped by SIGTERM or Ctrl-C leaves "
+                        "the group and hands them over to the others")
     p.add_argument("--startup-timeout", type=float, default=30.0, metavar="S",
                    help="seconds to wait for the broker at start (default 30); before the job "
                         "starts, the worker checks that every topic exists with its partition "
@@ -54,11 +56,9 @@ def run(args: argparse.Namespace) -> int:
     except StartupError as exc:
         print(f"pwevent worker: error: {exc}", file=sys.stderr)
         return 2
-    import faust
-
-    from streams.job import Job
+    from streams.job import Job, Worker
 
     job = Job(config, broker, args.data_dir, args.instance_id)
-    worker = faust.Worker(job.app, loglevel=args.loglevel, quiet=True)
+    worker = Worker(job, loglevel=args.loglevel, quiet=True)
     worker.execute_from_commandline()
     return 0

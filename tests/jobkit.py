@@ -52,6 +52,51 @@ def start_worker(bootstrap: str, cfg: JobConfig, data_dir: Path, log: Path) -> s
     return subprocess.Popen(cmd, stdout=log.open("ab"), stderr=subprocess.STDOUT, env=env)
 
 
+def group_assignment(bootstrap: str, cfg: JobConfig, topic: str) -> dict[str, set[int]] | None:
+    """The job's consumer group as the broker describes it: each member's partitions of
+    ``topic`` (members without any included); ``None`` while the group is rebalancing."""
+    from aiokafka.admin import AIOKafkaAdminClient
+    from aiokafka.protocol.group import MemberAssignment
+
+    async def go() -> dict[str, set[int]] | None:
+        admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+        await admin.start()
+        try:
+            group = f"pwevent-{cfg.prefix}-{cfg.stream}"
+            described = (await admin.describe_consumer_groups([group]))[0].groups[0]
+        finally:
+            await admin.close()
+        _error, _group, state, _ptype, _protocol, members = described[:6]
+        if state != "Stable":
+            return None
+        out: dict[str, set[int]] = {}
+        for member in members:
+            raw = member[-1]
+            tps = MemberAssignment.decode(raw).assignment if raw else []
+            out[member[0]] = {p for t, ps in tps if t == topic for p in ps}
+        return out
+
+    return asyncio.run(go())
+
+
+def wait_for_assignment(bootstrap: str, cfg: JobConfig, topic: str, members: int,
+                        timeout: float) -> dict[str, set[int]] | None:
+    """Poll the group until it is stable with ``members`` members, each holding at least one
+    partition of ``topic``, which together cover every partition; the last description seen
+    (``None``: never stable) when that does not happen within ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    seen = None
+    while time.monotonic() < deadline:
+        got = group_assignment(bootstrap, cfg, topic)
+        if got is not None:
+            seen = got
+            if len(got) == members and all(got.values()) \
+                    and set().union(*got.values()) == set(range(cfg.partitions)):
+                return got
+        time.sleep(0.3)
+    return seen
+
+
 def stop_worker(proc: subprocess.Popen, kill: bool = False) -> None:
     """Stop a worker we started: SIGKILL, or SIGTERM with a SIGKILL fallback."""
     if proc.poll() is not None:
