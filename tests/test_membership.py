@@ -18,6 +18,7 @@ from __future__ import annotations
 import re
 import signal
 import subprocess
+import time
 from pathlib import Path
 
 import orjson
@@ -49,6 +50,13 @@ E = [0.5 + (i % 4) * 0.5 for i in range(60)]
 SLOTS = 30
 
 
+def declarations() -> list[tuple[bytes, bytes]]:
+    """Dynamic requirements (dpbd, dpba), varied per user."""
+    return [(u.encode(), orjson.dumps({"user": u, "wB": 3 + i % 5, "EB": 1.0 + (i % 3),
+                                       "wF": 2 + i % 4, "EF": 0.5 + (i % 4) * 0.5}))
+            for i, u in enumerate(USERS)]
+
+
 @pytest.fixture(scope="module")
 def broker():
     with EmbeddedBroker() as b:
@@ -62,7 +70,7 @@ class Run:
         self.bootstrap, self.tmp_path = bootstrap, tmp_path
         self.cfg = config(prefix, mechanism=mechanism, partitions=4)
         self.topics: Topics = setup_topics(bootstrap, self.cfg)
-        self.reqs = requirement_records(USERS, W, E)
+        self.reqs = declarations() if self.cfg.dynamic else requirement_records(USERS, W, E)
         self.batches = [slot_reports(USERS, t, self.cfg.d) for t in range(SLOTS)]
         self.workers: dict[str, subprocess.Popen] = {}
         self.sent = 0
@@ -97,9 +105,14 @@ class Run:
 
     def coordinator_worker(self) -> str:
         """The worker that holds the coordinator (the ``slot-partials`` partition)."""
-        held = group_assignment(self.bootstrap, self.cfg, self.topics.slot_partials) or {}
-        holder = next((m for m, ps in held.items() if ps), None)
-        names = [n for n in self.workers if holder and self.member(n, {holder})]
+        deadline = time.monotonic() + 15
+        while True:
+            held = group_assignment(self.bootstrap, self.cfg, self.topics.slot_partials) or {}
+            holder = next((m for m, ps in held.items() if ps), None)
+            names = [n for n in self.workers if holder and self.member(n, {holder})]
+            if len(names) == 1 or time.monotonic() > deadline:
+                break
+            time.sleep(0.3)  # the group is rebalancing
         assert len(names) == 1, (held, self.logs())
         return names[0]
 
@@ -175,7 +188,7 @@ def test_sigterm_hands_partitions_and_coordinator_over(run):
 
 
 def test_a_replacement_with_another_identity_takes_partitions(run):
-    r = run("replace")
+    r = run("replace", "dpba")  # partitions and coordinator converse slot by slot
     r.start("a")
     r.start("b")
     r.assignment(2)
