@@ -118,6 +118,13 @@ def requirement_records(users: list[str], w: list[int], E: list[float]) -> Recor
             for u, wi, Ei in zip(users, w, E, strict=True)]
 
 
+def dynamic_requirements(users: list[str]) -> Records:
+    """``{user, wB, EB, wF, EF}`` records with both windows active, varied per user."""
+    return [(u.encode(), orjson.dumps({"user": u, "wB": 3 + i % 5, "EB": 1.0 + (i % 3),
+                                       "wF": 2 + i % 4, "EF": 0.5 + (i % 4) * 0.5}))
+            for i, u in enumerate(users)]
+
+
 def report(user: str, time_ms: int, value: object) -> tuple[bytes, bytes]:
     """One report record."""
     return user.encode(), orjson.dumps({"user": user, "time": time_ms, "value": value})

@@ -13,6 +13,7 @@ from jobkit import (
     accepted_by_slot,
     close_through,
     config,
+    dynamic_requirements,
     in_process,
     job_nonce,
     kill_and_resume,
@@ -35,13 +36,6 @@ from streams.topics import Topics
 USERS = [f"u{i}" for i in range(60)]
 
 
-def declarations() -> list[tuple[bytes, bytes]]:
-    """Dynamic requirements with both windows active, varied per user."""
-    return [(u.encode(), orjson.dumps({"user": u, "wB": 3 + i % 5, "EB": 1.0 + (i % 3),
-                                       "wF": 2 + i % 4, "EF": 0.5 + (i % 4) * 0.5}))
-            for i, u in enumerate(USERS)]
-
-
 @pytest.fixture(scope="module")
 def broker():
     with EmbeddedBroker() as b:
@@ -56,7 +50,7 @@ def test_dpba_job_releases_every_slot_once_equal_to_in_process(broker, tmp_path:
     cfg = config("dyn-e2e", mechanism="dpba")
     topics = setup_topics(broker.bootstrap, cfg)
     worker = start_worker(broker.bootstrap, cfg, tmp_path / "data", tmp_path / "worker.log")
-    reqs = declarations()
+    reqs = dynamic_requirements(USERS)
     batches = [slot_reports(USERS, t, cfg.d) for t in range(15)]
     try:
         register(broker.bootstrap, topics, cfg, reqs, worker)
@@ -86,7 +80,7 @@ def test_dpba_job_releases_every_slot_once_equal_to_in_process(broker, tmp_path:
 def test_dpbd_worker_killed_mid_run_loses_nothing_and_changes_nothing(broker, tmp_path: Path):
     cfg = config("dyn-restart", mechanism="dpbd")
     topics = setup_topics(broker.bootstrap, cfg)
-    reqs = declarations()
+    reqs = dynamic_requirements(USERS)
     batches = [slot_reports(USERS, t, cfg.d) for t in range(24)]
     text = kill_and_resume(broker.bootstrap, topics, cfg, tmp_path, reqs, batches, 12, 8)
     by_slot = values_by_slot(releases(broker.bootstrap, topics))
@@ -107,7 +101,7 @@ def test_removed_users_leave_the_dpbd_job_as_in_process(broker, tmp_path: Path):
     cfg = config("dyn-removal", mechanism="dpbd")
     topics = setup_topics(broker.bootstrap, cfg)
     worker = start_worker(broker.bootstrap, cfg, tmp_path / "data", tmp_path / "worker.log")
-    reqs, gone = declarations(), [(u.encode(), None) for u in USERS[:20]]
+    reqs, gone = dynamic_requirements(USERS), [(u.encode(), None) for u in USERS[:20]]
     batches = [slot_reports(USERS, t, cfg.d) for t in range(12)]
     try:
         register(broker.bootstrap, topics, cfg, reqs, worker)

@@ -26,6 +26,7 @@ import pytest
 from jobkit import (
     close_through,
     config,
+    dynamic_requirements,
     group_assignment,
     in_process,
     job_nonce,
@@ -50,13 +51,6 @@ E = [0.5 + (i % 4) * 0.5 for i in range(60)]
 SLOTS = 30
 
 
-def declarations() -> list[tuple[bytes, bytes]]:
-    """Dynamic requirements (dpbd, dpba), varied per user."""
-    return [(u.encode(), orjson.dumps({"user": u, "wB": 3 + i % 5, "EB": 1.0 + (i % 3),
-                                       "wF": 2 + i % 4, "EF": 0.5 + (i % 4) * 0.5}))
-            for i, u in enumerate(USERS)]
-
-
 @pytest.fixture(scope="module")
 def broker():
     with EmbeddedBroker() as b:
@@ -70,7 +64,8 @@ class Run:
         self.bootstrap, self.tmp_path = bootstrap, tmp_path
         self.cfg = config(prefix, mechanism=mechanism, partitions=4)
         self.topics: Topics = setup_topics(bootstrap, self.cfg)
-        self.reqs = declarations() if self.cfg.dynamic else requirement_records(USERS, W, E)
+        self.reqs = (dynamic_requirements(USERS) if self.cfg.dynamic
+                     else requirement_records(USERS, W, E))
         self.batches = [slot_reports(USERS, t, self.cfg.d) for t in range(SLOTS)]
         self.workers: dict[str, subprocess.Popen] = {}
         self.sent = 0
@@ -98,10 +93,16 @@ class Run:
             (got, self.logs())
         return got
 
-    def member(self, name: str, member_ids: set[str]) -> str | None:
-        """Which of ``member_ids`` is worker ``name`` now (its log names its latest join)."""
-        joined = re.findall(r"with member_id (\S+)", self.log(name))
-        return next((m for m in reversed(joined) if m in member_ids), None)
+    def member(self, name: str, member_ids: set[str], wait: float = 10) -> str | None:
+        """Which of ``member_ids`` is worker ``name`` now (its log names its latest join; the
+        broker may describe the group a moment before the worker logs it)."""
+        deadline = time.monotonic() + wait
+        while True:
+            joined = re.findall(r"with member_id (\S+)", self.log(name))
+            found = next((m for m in reversed(joined) if m in member_ids), None)
+            if found is not None or time.monotonic() > deadline:
+                return found
+            time.sleep(0.2)
 
     def coordinator_worker(self) -> str:
         """The worker that holds the coordinator (the ``slot-partials`` partition)."""
@@ -109,7 +110,7 @@ class Run:
         while True:
             held = group_assignment(self.bootstrap, self.cfg, self.topics.slot_partials) or {}
             holder = next((m for m, ps in held.items() if ps), None)
-            names = [n for n in self.workers if holder and self.member(n, {holder})]
+            names = [n for n in self.workers if holder and self.member(n, {holder}, wait=0)]
             if len(names) == 1 or time.monotonic() > deadline:
                 break
             time.sleep(0.3)  # the group is rebalancing
