@@ -159,7 +159,10 @@ class _History(BudgetLedger):
 
     def load_state(self, state: dict) -> None:
         super().load_state(state)
-        self.recent = np.asarray(state["recent"], dtype=np.float64).reshape(self.levels, -1)
+        recent = np.asarray(state["recent"], dtype=np.float64)
+        # a ledger without levels yet stores [] (no row to infer the width from)
+        self.recent = recent.reshape(self.levels, -1) if recent.size else np.zeros(
+            (self.levels, 0))
         self._grow()
 
 

@@ -148,3 +148,16 @@ def test_ledger_state_round_trip():
     a, b = mech.ledger.plan(), other.ledger.plan()
     assert (a.slot, a.nullified) == (b.slot, b.nullified)
     assert np.array_equal(a.eps2, b.eps2)
+
+
+@pytest.mark.parametrize("name", ["pbd", "pba", "bd", "ba", "uniform", "sample"])
+def test_an_engine_without_levels_round_trips(name: str):
+    """The job's coordinator stores its engine before any level exists (a partition closed
+    slots before a requirement arrived); that state must load again."""
+    from mechanisms.engine import LevelEngine
+
+    engine = LevelEngine(name, 3, "discrete", 1.0)
+    state = engine.state()
+    again = LevelEngine(name, 3, "discrete", 1.0)
+    again.load_state(state)
+    assert again.state() == state
