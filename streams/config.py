@@ -118,6 +118,10 @@ class JobConfig:
         """Slot arithmetic."""
         return SlotClock(self.slot_ms, self.origin_ms)
 
+    def app_id(self) -> str:
+        """The Faust app's id: the workers' consumer group and its changelog topics' prefix."""
+        return f"pwevent-{self.prefix or 'job'}-{self.stream}"
+
     def secret_bytes(self) -> bytes:
         """The randomness secret; ``PWEVENT_SECRET`` when the config has none."""
         secret = self.secret or os.environ.get("PWEVENT_SECRET", "")

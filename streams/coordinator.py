@@ -51,14 +51,25 @@ class ReleaseLog:
         self.emitted_through: int | None = None
         self.duplicates = 0
         self.next_slot: int | None = None
+        #: the next offset of the ``slot-partials`` topic to take (the job's input position,
+        #: kept with the state so that a record skipped by the consumer is noticed)
+        self.input_offset: int | None = None
 
     def recover(self, start: dict, decisions: dict[int, bytes], releases: dict[int, bytes]) -> int:
         """Rebuild from the stream's own records when this coordinator's state is gone: the
         nonce and start from the start record, and every slot already on the topics, so that no
         slot is ever released again with another value. Returns the slots recovered."""
         self.nonce, self.start, self.start_emitted = str(start["nonce"]), start["start"], True
-        slot = self.start
-        while slot in releases:  # the releases analysts saw, from the start on, without a gap
+        self.next_slot = self.start
+        return self.adopt(decisions, releases)
+
+    def adopt(self, decisions: dict[int, bytes], releases: dict[int, bytes]) -> int:
+        """Take the slots already on the topics from :attr:`next_slot` on (a state older than
+        the topics), so that none is released again with another value. Returns how many."""
+        if self.next_slot is None:
+            return 0
+        first = slot = self.next_slot
+        while slot in releases:  # the releases analysts saw, without a gap
             release = orjson.loads(releases[slot])
             decision = orjson.loads(decisions[slot]) if slot in decisions else {
                 # its decision was lost with the broker's last writes: the ledger levels are
@@ -70,7 +81,9 @@ class ReleaseLog:
             self.emitted_through = slot
             slot += 1
         self.next_slot = slot
-        return slot - self.start
+        if slot > first:
+            self.start_emitted = True  # a released slot follows the start record
+        return slot - first
 
     def replay_slot(self, slot: int, decision: dict, release: dict) -> None:
         """Take one slot already released (see :meth:`recover`)."""
@@ -130,6 +143,7 @@ class ReleaseLog:
             "decisions": {str(s): r.decode() for s, r in self.decisions.items()},
             "emitted_through": self.emitted_through,
             "duplicates": self.duplicates,
+            "input_offset": self.input_offset,
         }
 
     def load_log(self, doc: dict) -> None:
@@ -141,6 +155,7 @@ class ReleaseLog:
         self.decisions = {int(s): r.encode() for s, r in doc["decisions"].items()}
         self.emitted_through = doc["emitted_through"]
         self.duplicates = int(doc["duplicates"])
+        self.input_offset = doc.get("input_offset")
 
 
 def release_record(config: JobConfig, slot: int, published: bool, nullified: bool,
@@ -208,6 +223,7 @@ class Coordinator(ReleaseLog):
 
     def replay_slot(self, slot: int, decision: dict, release: dict) -> None:
         """Advance the level ledger through a slot already released."""
+        self.pending.pop(slot, None)
         self.engine.replay(decision["users"], bool(decision["published"]),
                            np.asarray(release["histogram"]))
         self.next_slot = slot + 1

@@ -72,6 +72,7 @@ class DynamicCoordinator(ReleaseLog):
 
     def replay_slot(self, slot: int, decision: dict, release: dict) -> None:
         """Take a slot already released: the partitions commit it from the decisions topic."""
+        self.plans.pop(slot, None)
         if decision["published"]:
             self.last = np.asarray(release["histogram"], dtype=self.last.dtype)
         self.next_slot = slot + 1

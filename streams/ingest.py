@@ -81,6 +81,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import time
 import weakref
@@ -104,6 +105,9 @@ __all__ = [
     "BatchTransport",
     "RawProducer",
     "RawRecord",
+    "Rewind",
+    "ContinuityGuard",
+    "FetchStalled",
     "committed_offsets",
     "ingest_settings",
     "install_batch_consumer",
@@ -116,10 +120,22 @@ logger = logging.getLogger(__name__)
 #: One raw record: ``(key, value, partition, offset)``.
 RawRecord = tuple[bytes | None, bytes | None, int, int]
 
+
+
+@dataclasses.dataclass(frozen=True)
+class Rewind:
+    """A handler's answer when records it needs were not delivered (the consumer stands past
+    them): the partition is read again from ``offset``, and nothing from there on is
+    acknowledged."""
+
+    offset: int
+
+
 #: Receives the records of one fetched batch; all of them come from one partition, in offset order.
 #: It may return an offset: records from that offset on are then left unacknowledged (not
-#: committed), so that after a restart they are delivered again; ``None`` acknowledges the batch.
-BatchHandler = Callable[[list[RawRecord]], Awaitable[int | None]]
+#: committed), so that after a restart they are delivered again; a :class:`Rewind`, to have them
+#: delivered again now; ``None`` acknowledges the batch.
+BatchHandler = Callable[[list[RawRecord]], Awaitable[int | Rewind | None]]
 
 #: Faust settings for a worker whose hot path is :class:`BatchIngest` (see the module docstring).
 INGEST_SETTINGS: Final[Mapping[str, Any]] = {
@@ -204,11 +220,41 @@ def install_batch_consumer(app: AppT) -> None:
     app.transport = BatchTransport(app.conf.broker_consumer, app)
 
 
+class FetchStalled(RuntimeError):
+    """The Kafka consumer's thread did not answer a fetch in time: the worker must restart."""
+
+
+#: Seconds a fetch (asked with a one-second timeout) may take before the consumer is taken to
+#: be wedged (see :meth:`BatchConsumer._getmany`).
+FETCH_STALL_S: Final = 30.0
+
+
 class BatchConsumer(faust_aiokafka.Consumer):
     """Faust's aiokafka consumer with a fetch loop that hands whole batches to batch topics."""
 
     #: Per partition, the next offset to acknowledge when a handler holds records back.
     _ack_next: dict[TP, int]
+
+    async def _getmany(self, active_partitions: Any, timeout: float) -> Any:
+        """Faust's fetch through its consumer thread, with a deadline.
+
+        Rarely (seen when two workers of a group start within a second of each other), the
+        fetch that Faust hands to its consumer thread never comes back, though the thread is
+        idle and the partitions are assigned and not paused: the worker then holds its
+        partitions and reads nothing, for ever. A fetch asked with a ``timeout`` of about a
+        second that has not returned after :data:`FETCH_STALL_S` raises :class:`FetchStalled`,
+        which stops the worker with that reason (exit status 1), so that its supervisor starts
+        it again; with static membership it takes its partitions back at once."""
+        try:
+            return await asyncio.wait_for(super()._getmany(active_partitions, timeout),
+                                          FETCH_STALL_S + timeout)
+        except TimeoutError:
+            if self.should_stop:
+                return {}
+            message = (f"the Kafka consumer did not answer a fetch within {FETCH_STALL_S:g} s; "
+                       f"stopping so that the worker is restarted")
+            logger.error(message)
+            raise FetchStalled(message) from None
 
     async def on_partitions_revoked(self, revoked: Any) -> None:
         """Forget held-back offsets of revoked partitions; their delivery restarts from commits."""
@@ -308,18 +354,23 @@ class BatchConsumer(faust_aiokafka.Consumer):
             ack_until = await route.handler(records)
         finally:
             _current_event.reset(token)
+        rewind = ack_until.offset if isinstance(ack_until, Rewind) else None
+        hold = rewind if rewind is not None else ack_until
         if app.consumer_generation_id == generation:
             first = batch[0].offset
             start = first if r_offset is None else min(first, r_offset + 1)
             end = batch[-1].offset + 1
-            stop = end if ack_until is None else min(int(ack_until), end)
+            stop = end if hold is None else min(int(hold), end)
             start = self._ack_next.get(tp, start)
             if stop > start:
                 self._ack_range(tp, start, stop)
                 self._ack_next[tp] = stop
             elif tp not in self._ack_next:
                 self._ack_next[tp] = start
-            self._read_offset[tp] = batch[-1].offset
+            if rewind is None:
+                self._read_offset[tp] = batch[-1].offset
+            else:
+                await self.seek(tp, rewind)  # also the read offset: the records come again
         with ack_lock:  # Faust's lock over ack bookkeeping (``Consumer.ack``)
             last.acked = True
             self._unacked_messages.discard(last)
@@ -357,6 +408,46 @@ class BatchTransport(faust_aiokafka.Transport):
     """Faust's aiokafka transport with :class:`BatchConsumer` as its consumer."""
 
     Consumer = BatchConsumer
+
+
+class ContinuityGuard:
+    """Checks that each partition's records continue where the handler's state left off.
+
+    A partition's state knows the next offset it expects; Kafka offsets of a topic written
+    without transactions are consecutive. A batch whose first new record lies beyond that
+    offset means records were fetched but never delivered (a batch dropped while a rebalance
+    stopped the flow, a consumer position carried over from before a hand-over): counting on
+    would lose them. :meth:`check` then answers :class:`Rewind`, once per expected offset; if
+    the same gap comes back, the records are gone from the broker (retention, or transaction
+    markers), and the batch is taken, with the gap logged and counted.
+    """
+
+    def __init__(self, topic: str = "") -> None:
+        self.topic = topic
+        self.rewound: dict[int, int] = {}
+        self.rewinds = 0
+        self.skipped = 0
+
+    def check(self, partition: int, expected: int, records: Sequence[RawRecord]) -> Rewind | None:
+        """``None`` when ``records`` continue at ``expected`` (or hold nothing new), else a
+        :class:`Rewind` to ``expected`` the first time this gap is seen."""
+        first = next((r[3] for r in records if r[3] >= expected), None)
+        if first is None:
+            return None
+        if first == expected:
+            self.rewound.pop(partition, None)
+            return None
+        if self.rewound.get(partition) == expected:
+            del self.rewound[partition]
+            self.skipped += first - expected
+            logger.error("%s[%d]: offsets %d to %d are no longer on the broker; going on from %d",
+                         self.topic, partition, expected, first - 1, first)
+            return None
+        self.rewound[partition] = expected
+        self.rewinds += 1
+        logger.warning("%s[%d]: offset %d was delivered where %d was expected; reading again "
+                       "from %d", self.topic, partition, first, expected, expected)
+        return Rewind(expected)
 
 
 def key_partition(key: bytes, partitions: int) -> int:

@@ -2,8 +2,9 @@
 
 Data path (docs/design.md): ``requirements`` -> the ``users`` table and each partition's registry;
 ``reports`` -> :class:`~streams.partition.PartitionAccumulator` per partition (batched ingest),
-which emits a partial to ``slot-partials`` whenever slots close; the coordinator agent reads
-``slot-partials`` and releases each slot once to ``releases`` (with its ``decisions``).
+which emits a partial to ``slot-partials`` whenever slots close; the coordinator reads
+``slot-partials`` (batched ingest as well, each record once by offset) and releases each slot
+once to ``releases`` (with its ``decisions``).
 
 Durability. A partition's accumulator is checkpointed into the ``checkpoints`` table (RocksDB,
 with a changelog) right after the partial of a slot close is sent, and only the records that the
@@ -46,7 +47,9 @@ from streams.dynamic_coordinator import DynamicCoordinator
 from streams.dynamic_partition import DynamicAccumulator, DynamicRegistry, declaration_key
 from streams.ingest import (
     BatchIngest,
+    ContinuityGuard,
     RawRecord,
+    Rewind,
     ingest_settings,
     key_partition,
     partition_context,
@@ -196,11 +199,10 @@ class Job:
         self.secret = config.secret_bytes()
         self.broker = broker
         self.topics = Topics(prefix=config.prefix, partitions=config.partitions)
-        app_id = f"pwevent-{config.prefix or 'job'}-{config.stream}"
-        self.group_id = app_id  # Faust's consumer group is the app's id
+        self.group_id = config.app_id()  # Faust's consumer group is the app's id
         self.instance_id = instance_id or default_instance_id(data_dir)
         self.app = faust.App(
-            app_id,
+            self.group_id,
             **ingest_settings(
                 broker=f"kafka://{broker}",
                 store="rocksdb://",
@@ -228,8 +230,6 @@ class Job:
                 consumer_group_instance_id=self.instance_id,
             ),
         )
-        raw = {"key_type": bytes, "value_type": bytes, "key_serializer": "raw",
-               "value_serializer": "raw"}
         table = {"key_type": bytes, "value_type": bytes}  # stored and logged as raw bytes
         self.users = self.app.Table("users", partitions=config.partitions, **table)
         self.checkpoints = self.app.Table("checkpoints", partitions=config.partitions, **table)
@@ -237,6 +237,8 @@ class Job:
         self.registries: dict[int, Registry | DynamicRegistry] = {}
         self.accumulators: dict[int, PartitionAccumulator] = {}
         self.acked: dict[int, int] = {}
+        self.continuity = ContinuityGuard(self.topics.reports)
+        self.partials_continuity = ContinuityGuard(self.topics.slot_partials)
         self.coordinator: Coordinator | DynamicCoordinator | None = None
         # dynamic mechanisms: the decisions topic as read so far, one lock per partition
         self.start_record: dict | None = None
@@ -249,8 +251,9 @@ class Job:
         self.last_activity: dict[int, float] = {}
         BatchIngest(self.app, self.topics.requirements, self.on_requirements)
         BatchIngest(self.app, self.topics.reports, self.on_reports)
-        partials = self.app.topic(self.topics.slot_partials, partitions=1, **raw)
-        self.app.agent(partials, name="coordinator")(self.coordinate)
+        # the coordinator takes slot-partials as raw batches with their offsets, like the
+        # reports: a record the consumer skipped is noticed and read again (ContinuityGuard)
+        BatchIngest(self.app, self.topics.slot_partials, self.on_partials)
         self.app.timer(interval=0.25)(self.on_tick)
         self.app.timer(interval=10.0)(self.on_status)
         self.recovery_stall: dict[Any, tuple[int, float]] = {}
@@ -322,9 +325,15 @@ class Job:
         await self._send_dead(dead)
         await self.app.producer.flush()
 
-    async def on_reports(self, records: list[RawRecord]) -> int:
-        """Count a batch of reports; send partials of closed slots; checkpoint; hold the rest."""
+    async def on_reports(self, records: list[RawRecord]) -> int | Rewind:
+        """Count a batch of reports; send partials of closed slots; checkpoint; hold the rest.
+        A batch that does not continue where the partition's state left off is not counted:
+        the partition is read again from there (:class:`~streams.ingest.ContinuityGuard`)."""
         p = records[0][2]
+        rewind = self.continuity.check(p, self.accumulator(p).next_offset, records)
+        if rewind is not None:
+            self.counters["rewinds"] += 1
+            return rewind
         if self.config.dynamic:
             return await self.on_reports_dynamic(p, records)
         acc = self.accumulator(p)
@@ -570,15 +579,18 @@ class Job:
             if saved:
                 coord.restore(saved)
                 log.info("coordinator resumes: next slot %s", coord.next_slot)
-            else:
-                await self._recover(coord)
+            await self._reconcile(coord)
             self.coordinator = coord
         return self.coordinator
 
-    async def _recover(self, coord: Coordinator | DynamicCoordinator) -> None:
-        """A coordinator without state whose stream already started (its state was lost with
-        the broker's last writes, or wiped) learns the nonce and every released slot from the
-        decisions and releases topics, so it never releases a slot again with another value."""
+    async def _reconcile(self, coord: Coordinator | DynamicCoordinator) -> None:
+        """Take from the decisions and releases topics what the coordinator's state lacks.
+
+        A coordinator without state whose stream already started (its state lost with the
+        broker's last writes, or wiped) learns the nonce and every released slot; one whose
+        state is older than the topics (the ``coordinator`` changelog lost writes that the
+        releases topic kept, or local state was reset) takes the slots released after it.
+        Either way no slot is ever released again, least of all with another value."""
         from streams.kafka_util import read_topic
 
         prefix = f"{self.config.stream}/".encode()
@@ -596,29 +608,50 @@ class Job:
                     out.setdefault(int(rest), value)  # the first, as analysts saw it
             return out
 
-        count = coord.recover(start, by_slot(decisions), by_slot(releases))
+        fresh = coord.start is None
+        if fresh:
+            count = coord.recover(start, by_slot(decisions), by_slot(releases))
+        else:
+            count = coord.adopt(by_slot(decisions), by_slot(releases))
+        if not count and not fresh:
+            return
         self.state[COORDINATOR_KEY.encode()] = coord.snapshot()
-        log.warning("coordinator state was missing for stream %s, which started at slot %s: "
-                    "recovered its nonce and %d released slots from the decisions and releases "
-                    "topics", self.config.stream, start["start"], count)
+        if fresh:
+            log.warning("coordinator state was missing for stream %s, which started at slot "
+                        "%s: recovered its nonce and %d released slots from the decisions and "
+                        "releases topics", self.config.stream, start["start"], count)
+        else:
+            log.warning("coordinator state of stream %s was behind the releases topic: took "
+                        "%d released slots from it, next slot %s", self.config.stream, count,
+                        coord.next_slot)
 
-    async def coordinate(self, stream: Any) -> None:
-        """Release each slot once all partitions closed it; record before emitting."""
-        async for value in stream:
-            coord = await self._coordinator()
-            await self._emit(coord, coord.unemitted())
+    async def on_partials(self, records: list[RawRecord]) -> Rewind | None:
+        """Release each slot once all partitions closed it; record before emitting. Takes the
+        partitions' messages in offset order, each once: a batch that skips records the
+        coordinator has not taken is not taken, and the topic is read again from there."""
+        coord = await self._coordinator()
+        if coord.input_offset is not None:
+            rewind = self.partials_continuity.check(0, coord.input_offset, records)
+            if rewind is not None:
+                self.counters["rewinds"] += 1
+                return rewind
+        await self._emit(coord, coord.unemitted())
+        for _key, value, _p, offset in records:
+            if coord.input_offset is not None and offset < coord.input_offset:
+                continue  # taken before a restart or a rewind
+            coord.input_offset = offset + 1
             try:
-                msg = orjson.loads(value)
-                new = coord.receive(msg)
+                new = coord.receive(orjson.loads(value))  # type: ignore[arg-type]
             except Exception as exc:  # noqa: BLE001 - no record may stop the releases
                 log.error("bad partial message skipped: %r", exc)
                 self.counters["bad_partials"] += 1
-                continue
+                new = []
             self.state[COORDINATOR_KEY.encode()] = coord.snapshot()
             await self.app.producer.flush()
             if new:
                 await self._emit(coord, new)
                 self.state[COORDINATOR_KEY.encode()] = coord.snapshot()
+        return None
 
     async def _emit(self, coord: Coordinator | DynamicCoordinator,
                     releases: list[tuple[int, bytes | None, bytes]]) -> None:

@@ -219,3 +219,106 @@ def bind_data_dir(data_dir: Path, prefix: str, stream: str) -> None:
 def _binding(binding: Mapping[str, str]) -> str:
     return (f"--prefix {shlex.quote(binding['prefix'])} "
             f"--stream {shlex.quote(binding['stream'])}")
+
+
+# -- local state against the broker ---------------------------------------------------------------
+
+#: Where Faust keeps a table's RocksDB store per partition, under the data directory.
+TABLES_DIR: Final = Path("v1") / "tables"
+#: The key under which Faust's RocksDB store records the changelog offset it has applied.
+_OFFSET_KEY: Final = b"__faust\0offset__"
+
+
+def local_offsets(data_dir: Path) -> dict[tuple[str, int], int]:
+    """``{(table, partition): changelog offset}`` that the worker's RocksDB stores in
+    ``data_dir`` have applied (read only; stores without an offset are left out)."""
+    from rocksdict import AccessType, Options, Rdict
+
+    out: dict[tuple[str, int], int] = {}
+    root = data_dir / TABLES_DIR
+    if not root.is_dir():
+        return out
+    for path in sorted(root.glob("*-*.db")):
+        table, _, part = path.name[:-len(".db")].rpartition("-")
+        if not part.isdigit():
+            continue
+        try:
+            db = Rdict(str(path), options=Options(raw_mode=True),
+                       access_type=AccessType.read_only())
+        except Exception as exc:  # noqa: BLE001 - a store that cannot be read is reported
+            raise StartupError(f"cannot read the table store {path}: {exc}; stop any worker "
+                               f"using --data-dir {data_dir}") from None
+        try:
+            value = db.get(_OFFSET_KEY)
+        finally:
+            db.close()
+        if value is not None:
+            out[(table, int(part))] = int(value)
+    return out
+
+
+def check_local_state(data_dir: Path, app_id: str, bootstrap: str, timeout: float) -> None:
+    """Refuse to start when the worker's local state is ahead of the broker.
+
+    A broker that lost its last acknowledged writes (a crash before they reached its disk)
+    leaves each table's changelog shorter than what the worker's RocksDB store had applied;
+    Faust would then refuse to recover the table and the worker would crash at every start.
+    This names the first such changelog partition with both offsets, and the way out:
+    ``--reset-local-state``, after which the tables are rebuilt from the changelogs and the
+    coordinator takes the slots already released from the ``releases`` topic.
+    """
+    held = local_offsets(data_dir)
+    if not held:
+        return
+    ends = asyncio.run(_changelog_ends(bootstrap, app_id, sorted({t for t, _ in held}),
+                                       timeout))
+    for (table, part), offset in sorted(held.items()):
+        topic = f"{app_id}-{table}-changelog"
+        end = ends.get((topic, part))
+        if end is not None and offset >= end:
+            raise StartupError(
+                f"the broker has lost writes that this worker's state holds: {topic}[{part}] "
+                f"ends before offset {end}, the state in {data_dir} has applied offset {offset}; "
+                f"restart the worker with --reset-local-state (its tables are rebuilt from the "
+                f"changelogs, released slots are taken from the releases topic)")
+
+
+async def _changelog_ends(bootstrap: str, app_id: str, tables: list[str],
+                          timeout: float) -> dict[tuple[str, int], int]:
+    from aiokafka import AIOKafkaConsumer, TopicPartition
+
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap,
+                                request_timeout_ms=int(timeout * 1000))
+    try:
+        with _quiet_kafka_logs():
+            await asyncio.wait_for(consumer.start(), timeout + _GRACE)
+            tps = []
+            for table in tables:
+                topic = f"{app_id}-{table}-changelog"
+                parts = consumer.partitions_for_topic(topic)
+                if parts is None:
+                    await consumer._client.force_metadata_update()  # noqa: SLF001
+                    parts = consumer.partitions_for_topic(topic)
+                tps += [TopicPartition(topic, p) for p in sorted(parts or ())]
+            if not tps:
+                return {}
+            ends = await asyncio.wait_for(consumer.end_offsets(tps), timeout + _GRACE)
+            return {(tp.topic, tp.partition): off for tp, off in ends.items()}
+    except (KafkaError, OSError, TimeoutError) as exc:
+        raise StartupError(f"cannot read the changelog offsets from the broker at {bootstrap} "
+                           f"({type(exc).__name__})") from None
+    finally:
+        with contextlib.suppress(Exception):
+            await consumer.stop()
+
+
+def reset_local_state(data_dir: Path) -> bool:
+    """Delete the worker's table stores under ``data_dir`` (its binding stays); returns whether
+    there was any. The worker rebuilds them from the changelog topics."""
+    import shutil
+
+    root = data_dir / TABLES_DIR
+    if not root.exists():
+        return False
+    shutil.rmtree(root)
+    return True

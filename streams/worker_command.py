@@ -29,6 +29,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         "starts, the worker checks that every topic exists with its partition "
                         "count and that --data-dir belongs to this --prefix and --stream, and "
                         "otherwise exits with status 2 and a one-line error")
+    p.add_argument("--reset-local-state", action="store_true",
+                   help="delete the worker's table stores in --data-dir before it starts (they "
+                        "are rebuilt from the changelog topics): the way out when the worker "
+                        "refuses to start because the broker lost writes its state holds")
     p.add_argument("--loglevel", default="info")
     p.set_defaults(func=run)
 
@@ -36,7 +40,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     """Check the deployment (exit status 2 with a one-line error), then run until stopped
     (SIGTERM or Ctrl-C)."""
-    from streams.startup import StartupError, bind_data_dir, check_topics
+    from streams.startup import (
+        StartupError,
+        bind_data_dir,
+        check_local_state,
+        check_topics,
+        reset_local_state,
+    )
     from streams.topics import Topics
 
     try:
@@ -53,6 +63,10 @@ def run(args: argparse.Namespace) -> int:
         # the topics first: a data directory is bound only once the deployment is known right
         check_topics(broker, topics, args.startup_timeout)
         bind_data_dir(args.data_dir, config.prefix, config.stream)
+        if args.reset_local_state and reset_local_state(args.data_dir):
+            print(f"pwevent worker: deleted the table stores in {args.data_dir}; they are "
+                  f"rebuilt from the changelog topics", file=sys.stderr)
+        check_local_state(args.data_dir, config.app_id(), broker, args.startup_timeout)
     except StartupError as exc:
         print(f"pwevent worker: error: {exc}", file=sys.stderr)
         return 2

@@ -39,15 +39,16 @@ def setup_topics(bootstrap: str, cfg: JobConfig) -> Topics:
     return topics
 
 
-def start_worker(bootstrap: str, cfg: JobConfig, data_dir: Path, log: Path) -> subprocess.Popen:
-    """``pwevent worker`` as a child process with the job's settings."""
+def start_worker(bootstrap: str, cfg: JobConfig, data_dir: Path, log: Path,
+                 *extra: str) -> subprocess.Popen:
+    """``pwevent worker`` as a child process with the job's settings (and ``extra`` flags)."""
     cmd = [sys.executable, "-m", "streams.cli", "worker", "--broker", bootstrap,
            "--prefix", cfg.prefix, "--partitions", str(cfg.partitions), "--stream", cfg.stream,
            "--mechanism", cfg.mechanism, "--cells", str(cfg.d), "--slot-ms", str(cfg.slot_ms),
            "--lateness-ms", str(cfg.lateness_ms), "--idle-close-ms", str(cfg.idle_close_ms),
            "--event-time", cfg.event_time,
            *([] if cfg.horizon_ms is None else ["--horizon-ms", str(cfg.horizon_ms)]),
-           "--data-dir", str(data_dir), "--loglevel", "info"]
+           "--data-dir", str(data_dir), "--loglevel", "info", *extra]
     env = dict(os.environ, PWEVENT_SECRET=cfg.secret)
     return subprocess.Popen(cmd, stdout=log.open("ab"), stderr=subprocess.STDOUT, env=env)
 

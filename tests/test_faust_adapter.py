@@ -75,6 +75,7 @@ def new_app(name: str, **settings: Any) -> faust.App:
 METHODS: list[tuple[type, str, bool, list[str] | str]] = [
     (Consumer, "_drain_messages", True, ["fetcher"]),  # overridden: the fetch loop
     (Consumer, "_wait_next_records", True, ["timeout"]),
+    (Consumer, "_getmany", True, ["active_partitions", "timeout"]),  # overridden: a deadline
     (Consumer, "_add_gap", True, ["tp", "offset_from", "offset_to"]),
     (Consumer, "_to_message", False, ["tp", "record"]),
     (Consumer, "on_start", True, []),  # overridden
@@ -90,7 +91,7 @@ METHODS: list[tuple[type, str, bool, list[str] | str]] = [
 ]
 
 #: Methods of :class:`streams.ingest.BatchConsumer` that Faust calls: the same parameters.
-OVERRIDES = ("_drain_messages", "on_start", "on_partitions_revoked")
+OVERRIDES = ("_drain_messages", "_getmany", "on_start", "on_partitions_revoked")
 
 
 @pytest.mark.parametrize(("owner", "name", "awaited", "params"), METHODS,

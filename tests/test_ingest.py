@@ -15,7 +15,15 @@ import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from streams.broker import EmbeddedBroker
-from streams.ingest import BatchIngest, RawRecord, ingest_settings, key_partition, produce_raw
+from streams.ingest import (
+    BatchIngest,
+    ContinuityGuard,
+    RawRecord,
+    Rewind,
+    ingest_settings,
+    key_partition,
+    produce_raw,
+)
 from streams.kafka_util import end_offsets
 from streams.topics import TopicSpec, create_topics
 
@@ -148,3 +156,85 @@ def test_batch_ingest_delivers_every_record_once_and_commits(broker: EmbeddedBro
         assert run2["side"] == []
         ends2 = asyncio.run(end_offsets(broker.bootstrap, topic, PARTITIONS))
         assert sum(run2["table"].values()) == sum(ends2.values())
+
+
+def test_continuity_guard_rewinds_once_per_gap() -> None:
+    guard = ContinuityGuard()
+    recs = [(b"k", b"v", 2, o) for o in (7, 8, 9)]
+    assert guard.check(2, 7, recs) is None  # continues where the state left off
+    assert guard.check(2, 3, recs[:0]) is None  # nothing new
+    assert guard.check(2, 9, recs) is None  # old records are filtered, 9 is next
+    assert guard.check(2, 5, recs) == Rewind(5)  # 5 and 6 were never delivered
+    assert guard.check(2, 5, recs) is None  # the same gap again: gone from the broker
+    assert (guard.rewinds, guard.skipped) == (1, 2)
+    assert guard.check(2, 5, recs) == Rewind(5)  # a later gap is rewound again
+
+
+def test_a_handler_rewinds_and_gets_the_records_again(broker: EmbeddedBroker) -> None:
+    """A handler that answers :class:`Rewind` gets the partition again from that offset, and
+    only what it kept is acknowledged before it."""
+    topic, group = "ingest.rewind", "ingest-rewind"
+    asyncio.run(create_topics(broker.bootstrap, [TopicSpec("reports", topic, 1)]))
+    sent = [(b"u%d" % i, b"%d" % i) for i in range(500)]
+    asyncio.run(produce_raw(broker.bootstrap, topic, sent, partitions=1))
+    with tempfile.TemporaryDirectory() as datadir:
+        app = faust.App(group, **ingest_settings(
+            broker=f"kafka://{broker.bootstrap}", store="memory://", web_enabled=False,
+            datadir=datadir, consumer_auto_offset_reset="earliest", topic_partitions=1,
+            broker_max_poll_records=100, broker_commit_interval=0.2))
+        kept: list[int] = []
+        done = asyncio.Event()
+        rewound: list[int] = []
+
+        async def handler(records: list[RawRecord]) -> Rewind | None:
+            offsets = [r[3] for r in records]
+            if not rewound and offsets[-1] >= 250:
+                rewound.append(offsets[0])  # state lost back to 180: read from there again
+                del kept[180:]
+                return Rewind(180)
+            kept.extend(offsets)
+            if offsets[-1] == len(sent) - 1:
+                done.set()
+            return None
+
+        BatchIngest(app, topic, handler)
+
+        async def main() -> None:
+            await app.start()
+            try:
+                await asyncio.wait_for(done.wait(), 40)
+                await asyncio.sleep(1.0)  # a commit interval
+            finally:
+                await app.stop()
+
+        asyncio.run(main())
+    assert rewound, "the handler rewound once"
+    assert kept == list(range(len(sent))), "every record once, in order, after the rewind"
+    committed = asyncio.run(committed_offsets(broker.bootstrap, group, topic, 1))
+    assert committed == {0: len(sent)}
+
+
+def test_a_fetch_that_never_returns_stops_the_worker(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A fetch handed to Faust's consumer thread that never comes back raises FetchStalled
+    (the worker then exits and is restarted) instead of holding its partitions for ever."""
+    from faust.transport.drivers import aiokafka as faust_aiokafka
+
+    from streams import ingest
+
+    async def never(self: Any, active_partitions: Any, timeout: float) -> dict:
+        await asyncio.sleep(3600)
+        return {}
+
+    async def answers(self: Any, active_partitions: Any, timeout: float) -> dict:
+        return {"tp": ["record"]}
+
+    monkeypatch.setattr(ingest, "FETCH_STALL_S", 0.2)
+    app = faust.App("ingest-stall", broker="kafka://127.0.0.1:9", web_enabled=False,
+                    **ingest_settings())
+    ingest.install_batch_consumer(app)
+    consumer = app.consumer
+    monkeypatch.setattr(faust_aiokafka.Consumer, "_getmany", answers)
+    assert asyncio.run(consumer._getmany(set(), 0.01)) == {"tp": ["record"]}
+    monkeypatch.setattr(faust_aiokafka.Consumer, "_getmany", never)
+    with pytest.raises(ingest.FetchStalled, match="did not answer a fetch"):
+        asyncio.run(consumer._getmany(set(), 0.01))

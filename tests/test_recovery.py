@@ -75,6 +75,45 @@ def test_a_coordinator_without_state_recovers_from_the_topics(name: str) -> None
     assert job.releases == whole.releases
 
 
+@pytest.mark.parametrize("name", ["pbd", "dpba"])
+def test_a_coordinator_state_behind_the_topics_takes_the_released_slots(name: str) -> None:
+    """The coordinator's state lost its last writes but the releases topic kept them: the
+    restored (older) state adopts the slots released since, and nothing changes."""
+    config = JobConfig(stream="s", mechanism=name, domain={"kind": "cells", "size": 3},
+                       slot_ms=SLOT_MS, partitions=2, secret="k", event_time="history")
+    reqs = [requirement(name, i, u) for i, u in enumerate(USERS)]
+    data = batches(16)
+    whole = InProcessJob(config)
+    whole.register(reqs)
+    for batch in data:
+        whole.feed(batch)
+    whole.finish()
+
+    job = InProcessJob(replace(config, nonce=whole.coordinator.nonce))
+    job.register(reqs)
+    for batch in data[:4]:
+        job.feed(batch)
+    old, behind = job.coordinator.snapshot(), len(job.releases)
+    for batch in data[4:8]:
+        job.feed(batch)
+    _start, decisions, releases = topics_of(job)
+    assert len(job.releases) > behind + 2
+    restored = make_coordinator(config)
+    restored.restore(old)
+    assert restored.adopt(decisions, releases) == len(job.releases) - behind
+    assert restored.unemitted() == []
+    assert restored.adopt(decisions, releases) == 0  # taken once
+    job.coordinator = restored
+    if config.dynamic:
+        job._deliver([m for acc in job.accumulators for m in acc.resend()])
+    for batch in data[8:]:
+        job.feed(batch)
+    job.finish()
+    slots = [orjson.loads(r)["slot"] for r in job.releases]
+    assert slots == list(range(len(slots))), "a slot released twice or skipped"
+    assert job.releases == whole.releases
+
+
 def test_the_job_recovers_a_lost_coordinator_state_from_the_topics(tmp_path) -> None:
     """On the embedded broker: the worker's data directory and the coordinator's changelog are
     wiped after slots were released; the restarted worker recovers the nonce and the released
