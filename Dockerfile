@@ -1,8 +1,28 @@
-# The pwevent image: the `pwevent` command and nothing else. Used by docker-compose.yml and by the
-# Kubernetes manifests in deploy/kubernetes/ (topic creation, workers, replay).
+# syntax=docker/dockerfile:1
+# The pwevent image: the `pwevent` command and the worker's dependencies, nothing else (none of
+# the eval or demo extras). Used by docker-compose.yml and by the Kubernetes manifests in
+# deploy/kubernetes/ (topic creation, workers, replay).
 #
 #   docker build -t pwevent:0.1.0 .
 #   docker run --rm pwevent:0.1.0 --help
+#
+# Two stages: `build` turns the sources into wheels (pwevent's and every dependency's, so that
+# anything without a binary wheel is built here); the runtime stage installs those wheels from a
+# read-only mount, offline, without compilers, and keeps no wheel in a layer. The mount needs
+# BuildKit, the default builder of Docker Engine 23+ and of Compose v2.
+
+FROM python:3.11-slim AS build
+
+ENV PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1
+
+# Only what the package is built from: the image never sees a local virtualenv, caches or data.
+WORKDIR /src
+COPY pyproject.toml README.md LICENSE ./
+COPY mechanisms ./mechanisms
+COPY streams ./streams
+RUN pip wheel --prefer-binary --wheel-dir /wheels .
+
 FROM python:3.11-slim
 
 ENV PYTHONDONTWRITEBYTECODE=1 \
@@ -10,13 +30,9 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 
-# Only what the package is built from: the image never sees a local virtualenv, caches or data.
-WORKDIR /src
-COPY pyproject.toml README.md ./
-COPY mechanisms ./mechanisms
-COPY streams ./streams
-RUN pip install . \
-    && rm -rf /src \
+# `pwevent` without extras: the worker's dependencies only, from the build stage's wheels.
+RUN --mount=type=bind,from=build,source=/wheels,target=/wheels \
+    pip install --no-index --find-links /wheels pwevent \
     && useradd --create-home --uid 10001 pwevent \
     && mkdir -p /data \
     && chown pwevent:pwevent /data

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Creates .venv/ and installs pwevent into it. `./setup.sh test` also installs what the tests
-# need (the test extras, and a JDK, used as the oracle of the TLNS generator, if none is present).
+# Creates .venv/ and installs pwevent into it with the demo extra (the embedded broker that
+# `pwevent demo` runs). `./setup.sh test` installs the test extra instead, which includes the demo
+# and eval extras, and a JDK, used as the oracle of the TLNS generator, if none is present.
 set -euo pipefail
 cd "$(dirname "$0")"
 if [ ! -x .venv/bin/python ]; then
@@ -18,5 +19,5 @@ if [ "${1:-}" = "test" ]; then
     fi
   fi
 else
-  .venv/bin/python -m pip install --quiet -e .
+  .venv/bin/python -m pip install --quiet -e '.[demo]'
 fi

@@ -12,9 +12,11 @@ experiments and is not for live use.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
-from mechanisms.exact_noise import GeneratorBits, exact_discrete_laplace
+from mechanisms.exact_noise import GeneratorBits, exact_discrete_laplace, rational_scale
 
 NOISE_KINDS = ("laplace", "discrete")
 
@@ -33,6 +35,22 @@ def noise_variance(eps: np.ndarray | float, kind: str = "laplace") -> np.ndarray
             return 2.0 / (e * e)
         alpha = np.exp(-e)
         return 2.0 * alpha / np.square(-np.expm1(-e))
+
+
+def noise_std(eps: float, kind: str = "laplace") -> float:
+    """Standard deviation of one draw of :func:`draw_noise` at ``eps``.
+
+    Laplace(1/eps): sqrt(2)/eps. Discrete Laplace: the sampler first rounds eps down to a
+    rational eps' (:func:`~mechanisms.exact_noise.rational_scale`) and draws k with probability
+    proportional to exp(-eps'|k|), whose variance is 2a/(1-a)^2 with a = exp(-eps').
+    """
+    _check(kind)
+    if not eps > 0 or not math.isfinite(eps):
+        raise ValueError(f"noise budget must be finite and > 0, got {eps!r}")
+    if kind == "laplace":
+        return math.sqrt(2.0) / eps
+    t, s = rational_scale(eps)
+    return math.sqrt(float(noise_variance(s / t, "discrete")))
 
 
 def draw_noise(

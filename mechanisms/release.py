@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from mechanisms.ledgers import BudgetLedger, Charge, SlotPlan
-from mechanisms.noise import draw_noise
+from mechanisms.noise import draw_noise, noise_std
 from mechanisms.obs import optimal_budget
 from mechanisms.sampling import sample_counts
 
@@ -94,6 +94,13 @@ class ReleaseRule:
         draw_noise(1.0, 0, np.random.default_rng(0), noise)  # validates the noise kind
         self.d, self.noise, self.test, self.sensitivity = d, noise, test, sensitivity
         self.obs = ObsCache(noise)
+
+    def noise_std(self, threshold: float) -> np.ndarray:
+        """Per cell, the standard deviation of the noise :meth:`decide` adds when it publishes
+        with ``threshold`` (its :attr:`Decision.threshold`, budgets already divided by the
+        sensitivity). The levels' counts are sampled and summed first and one noise value is
+        drawn per cell, so a cell's variance is that of one draw, whatever the levels."""
+        return np.full(self.d, noise_std(float(threshold), self.noise))
 
     def decide(
         self,

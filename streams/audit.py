@@ -55,7 +55,9 @@ __all__ = ["RELEASE_FIELDS", "AuditReport", "Record", "Violation", "audit", "reg
 #: Fields a release may carry; any other field is an exact-count leak.
 RELEASE_FIELDS: Final = frozenset({"stream", "slot", "start", "end", "mechanism", "published",
                                    "nullified", "histogram", "threshold", "users"})
-OPTIONAL_RELEASE_FIELDS: Final = frozenset({"schema_version", "noise"})
+#: Fields of format version 2 on: public values (configuration, requirements, the slot, the
+#: publish decisions), none of them data-dependent.
+OPTIONAL_RELEASE_FIELDS: Final = frozenset({"schema_version", "cells", "noise", "approximates"})
 TOLERANCE: Final = 1e-9
 MAX_SLOTS: Final = 10_000_000
 

@@ -58,7 +58,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--broker", metavar="HOST:PORT",
                    help="read the topics from this broker (default: $PWEVENT_BROKER)")
-    p.add_argument("--prefix", default="pwevent", help="topic name prefix (default: pwevent)")
+    p.add_argument("--prefix", default="pwevent", help="topic name prefix (default: %(default)s)")
     p.add_argument("--stream", required=True, metavar="NAME",
                    help="the stream to audit (decision and release keys <NAME>/<slot>)")
     p.add_argument("--partitions", type=int, metavar="N",
@@ -72,7 +72,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         "decisions.jsonl and releases.jsonl (one {partition, offset, key, "
                         "value} object per line), to audit again later with the file options")
     p.add_argument("--timeout", type=float, default=30.0, metavar="S",
-                   help="seconds allowed for reading the broker (default: 30)")
+                   help="seconds allowed for reading the broker (default: %(default)s)")
     p.set_defaults(func=run)
 
 
@@ -125,7 +125,10 @@ async def fetch_topics(bootstrap: str, names: Sequence[str],
     """Read topics from the beginning to their current end: ``{name: (partitions, rows)}``."""
     from aiokafka import AIOKafkaConsumer, TopicPartition
 
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False,
+    from streams.kafka_settings import client_options
+
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, **client_options(),
+                                enable_auto_commit=False,
                                 auto_offset_reset="earliest",
                                 request_timeout_ms=int(timeout * 1000))
 

@@ -41,8 +41,10 @@ def broker_binary() -> Path:
     """
     try:
         path = Path(str(resources.files("noida_db").joinpath("noida-db")))
-    except ModuleNotFoundError as exc:  # pragma: no cover - dependency is declared
-        raise BrokerError("the noida-db package is not installed") from exc
+    except ModuleNotFoundError as exc:  # the demo extra is not installed
+        raise BrokerError(
+            "the embedded broker needs the demo extra: pip install 'pwevent[demo]'"
+        ) from exc
     if not path.is_file():
         raise BrokerError(f"noida-db binary not found at {path}")
     mode = path.stat().st_mode
@@ -181,6 +183,7 @@ class EmbeddedBroker:
         """Start the broker and wait until it answers Kafka metadata requests."""
         if self.running:
             return self
+        broker_binary()  # a missing demo extra fails at once, not after every attempt
         last_error: Exception | None = None
         for _ in range(attempts if self._requested_port is None else 1):
             try:

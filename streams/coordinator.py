@@ -21,6 +21,8 @@ import orjson
 from mechanisms.engine import LevelEngine
 from mechanisms.randomness import slot_generator
 from streams.config import JobConfig
+from streams.formats import CELLS_INLINE_MAX, NOISE_DISTRIBUTIONS, RELEASE_VERSION
+from streams.records import BinDomain, CategoryDomain, Domain, GridDomain
 
 KEEP_RELEASED = 64
 log = logging.getLogger("pwevent.coordinator")
@@ -49,6 +51,9 @@ class ReleaseLog:
         self.released: dict[int, bytes] = {}
         self.decisions: dict[int, bytes] = {}
         self.emitted_through: int | None = None
+        #: the last slot published (what an approximated slot repeats); None: none yet
+        self.last_published: int | None = None
+        self.cells = release_cells(config)
         self.duplicates = 0
         self.next_slot: int | None = None
         #: the next offset of the ``slot-partials`` topic to take (the job's input position,
@@ -77,6 +82,8 @@ class ReleaseLog:
                 "stream": self.config.stream, "slot": slot, "published": release["published"],
                 "nullified": release["nullified"], "eps1": {}, "eps2": {}, "users": {}}
             self.replay_slot(slot, decision, release)
+            if release["published"]:
+                self.last_published = slot
             self.released[slot], self.decisions[slot] = releases[slot], orjson.dumps(decision)
             self.emitted_through = slot
             slot += 1
@@ -94,9 +101,22 @@ class ReleaseLog:
         return slot_generator(self.secret, self.config.stream, slot, self.nonce)
 
     def start_record(self) -> bytes:
-        """The stream's start record (decisions topic, key ``<stream>/start``)."""
+        """The stream's start record (decisions topic, key ``<stream>/start``); a domain of more
+        than ``CELLS_INLINE_MAX`` cells has its labels here, under ``config.cells``."""
+        config = self.config.public()
+        if isinstance(self.cells, dict):
+            config["cells"] = cell_labels(self.config.make_domain())
         return orjson.dumps({"stream": self.config.stream, "start": self.start,
-                             "nonce": self.nonce, "config": self.config.public()})
+                             "nonce": self.nonce, "config": config})
+
+    def release(self, slot: int, published: bool, nullified: bool, histogram: list,
+                threshold: float, users: int, noise_std: np.ndarray | None) -> dict:
+        """:func:`release_record` of a slot about to be recorded (``noise_std``: per cell, of
+        the noise added when published); an approximation names the publication it repeats."""
+        return release_record(self.config, slot, published, nullified, histogram, threshold,
+                              users, cells=self.cells,
+                              noise_std=noise_std if published else None,
+                              approximates=None if published else self.last_published)
 
     def begin(self, start: int) -> Emitted:
         """Fix the stream's first slot; returns the start record to emit."""
@@ -107,6 +127,8 @@ class ReleaseLog:
         """Keep a slot's release and decision; returns them encoded, to be emitted."""
         self.released[slot] = orjson.dumps(release)
         self.decisions[slot] = orjson.dumps(decision)
+        if release["published"]:
+            self.last_published = slot
         return slot, self.released[slot], self.decisions[slot]
 
     def unemitted(self) -> list[Emitted]:
@@ -144,6 +166,7 @@ class ReleaseLog:
             "emitted_through": self.emitted_through,
             "duplicates": self.duplicates,
             "input_offset": self.input_offset,
+            "last_published": self.last_published,
         }
 
     def load_log(self, doc: dict) -> None:
@@ -156,18 +179,64 @@ class ReleaseLog:
         self.emitted_through = doc["emitted_through"]
         self.duplicates = int(doc["duplicates"])
         self.input_offset = doc.get("input_offset")
+        if "last_published" in doc:
+            self.last_published = doc["last_published"]
+        else:  # a state saved before it was kept: the latest publication still recorded
+            self.last_published = max((s for s, r in self.released.items()
+                                        if orjson.loads(r)["published"]), default=None)
+
+
+def _edges(low: float, high: float, n: int) -> list[str]:
+    """``n`` equal-width intervals over ``[low, high]`` as labels; the last one is closed."""
+    cuts = [f"{x:.12g}" for x in np.linspace(low, high, n + 1).tolist()]
+    return [f"[{a}, {b}{']' if i == n - 1 else ')'}"
+            for i, (a, b) in enumerate(zip(cuts[:-1], cuts[1:], strict=True))]
+
+
+def cell_labels(domain: Domain) -> list[str]:
+    """Every cell's label, in cell order: the index (``"0"``), a bin (``"[0, 2.5)"``), a grid
+    cell (``"lon [0, 1) lat [5, 6)"``, cell = row * cols + col) or the domain's label."""
+    if isinstance(domain, CategoryDomain):
+        return list(domain.labels)
+    if isinstance(domain, BinDomain):
+        return _edges(domain.low, domain.high, domain.bins)
+    if isinstance(domain, GridDomain):
+        lon = _edges(domain.lon_min, domain.lon_max, domain.cols)
+        lat = _edges(domain.lat_min, domain.lat_max, domain.rows)
+        return [f"lon {x} lat {y}" for y in lat for x in lon]
+    return [str(i) for i in range(domain.size)]
+
+
+def release_cells(config: JobConfig) -> list[str] | dict:
+    """A release's ``cells``: the labels, or for a domain of more than ``CELLS_INLINE_MAX``
+    cells a reference to the stream's start record, which carries them."""
+    domain = config.make_domain()
+    if domain.size > CELLS_INLINE_MAX:
+        return {"ref": f"{config.stream}/start", "size": int(domain.size)}
+    return cell_labels(domain)
 
 
 def release_record(config: JobConfig, slot: int, published: bool, nullified: bool,
-                   histogram: list, threshold: float, users: int) -> dict:
-    """The record of one slot on the releases topic.
+                   histogram: list, threshold: float, users: int, *,
+                   cells: list[str] | dict | None = None, noise_std: np.ndarray | None = None,
+                   approximates: int | None = None) -> dict:
+    """The record of one slot on the releases topic (``streams/schemas/releases.json``).
 
-    Every field is the noisy histogram or a function of public inputs (the requirements, the
-    slot, the publish/approximate decision): exact counts of reports accepted or rejected never
-    leave the job in a release (they go to the log and to internal topics).
+    Every field is the noisy histogram or a function of public inputs (the configuration, the
+    requirements, the slot, the publish/approximate decision): exact counts of reports accepted
+    or rejected never leave the job in a release (they go to the log and to internal topics).
+    ``noise_std``: per cell, the standard deviation of the noise added (published slots only);
+    ``approximates``: the slot whose publication an unpublished slot repeats.
     """
     clock = config.clock
+    noise = None
+    if published:
+        if noise_std is None:
+            raise ValueError("a published release needs the noise it added")
+        noise = {"distribution": NOISE_DISTRIBUTIONS[config.noise],
+                 "scale": np.asarray(noise_std, dtype=np.float64).tolist()}
     return {
+        "schema_version": RELEASE_VERSION,
         "stream": config.stream,
         "slot": slot,
         "start": clock.start(slot),
@@ -178,6 +247,9 @@ def release_record(config: JobConfig, slot: int, published: bool, nullified: boo
         "histogram": histogram,
         "threshold": threshold,
         "users": users,
+        "cells": release_cells(config) if cells is None else cells,
+        "noise": noise,
+        "approximates": None if published else approximates,
     }
 
 
@@ -260,10 +332,13 @@ class Coordinator(ReleaseLog):
         rejected = sum(n for close, n in self.rejected.items() if close == slot)
         log.info("slot %d released (published %s, nullified %s): %d reports accepted, %d "
                  "records rejected", slot, rel.published, rel.nullified, part["accepted"],
-                 rejected)
-        release = release_record(self.config, slot, rel.published, rel.nullified,
-                                 rel.histogram.tolist(), rel.threshold,
-                                 int(sum(sizes.values())))
+                 rejected, extra={"slot": slot, "published": rel.published,
+                                  "nullified": rel.nullified, "accepted": part["accepted"],
+                                  "rejected": rejected})
+        release = self.release(slot, rel.published, rel.nullified, rel.histogram.tolist(),
+                               rel.threshold, int(sum(sizes.values())),
+                               self.engine.rule.noise_std(rel.threshold)
+                               if rel.published else None)
         decision = {
             "stream": self.config.stream,
             "slot": slot,

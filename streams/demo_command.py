@@ -31,15 +31,23 @@ from streams.sources import Source
 def add_parser(sub: argparse._SubParsersAction) -> None:
     """Register the ``demo`` sub-command."""
     p = sub.add_parser("demo", help="run the Kafka job end to end on this machine",
-                       description=__doc__.splitlines()[0])
-    p.add_argument("--broker", default=os.environ.get("PWEVENT_BROKER"),
-                   help="use this broker instead of starting the embedded one")
+                       description="Run the whole job on this machine, with the embedded "
+                                   "Kafka-protocol broker unless --broker names one.")
+    p.add_argument("--broker", default=os.environ.get("PWEVENT_BROKER"), metavar="HOST:PORT",
+                   help="use this broker instead of starting the embedded one "
+                        "(default: $PWEVENT_BROKER, else the embedded broker)")
     p.add_argument("--mechanism", default="pbd", choices=JOB_MECHANISMS,
-                   help="pbd (default); dpbd and dpba register dynamic requirements")
-    p.add_argument("--partitions", type=int, default=2)
-    p.add_argument("--slot-ms", type=int, default=1000)
-    p.add_argument("--rate", type=float, default=0.0, help="reports per second (0: fastest)")
-    p.add_argument("--timeout", type=float, default=180.0, help="give up after this many s")
+                   help="the job's mechanism; dpbd and dpba register dynamic requirements "
+                        "(default: %(default)s)")
+    p.add_argument("--partitions", type=int, default=2,
+                   help="partitions of the reports and requirements topics "
+                        "(default: %(default)s)")
+    p.add_argument("--slot-ms", type=int, default=1000,
+                   help="slot length in ms (default: %(default)s)")
+    p.add_argument("--rate", type=float, default=0.0,
+                   help="reports per second, 0 for as fast as possible (default: %(default)s)")
+    p.add_argument("--timeout", type=float, default=180.0,
+                   help="give up after this many seconds (default: %(default)s)")
     p.add_argument("--json-summary", action="store_true",
                    help="print the summary as one JSON object")
     add_source(p)
@@ -51,7 +59,10 @@ async def _follow_releases(bootstrap: str, topic: str, expected: int, deadline: 
     from aiokafka import AIOKafkaConsumer, TopicPartition
     from tqdm import tqdm
 
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False,
+    from streams.kafka_settings import client_options
+
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, **client_options(),
+                                enable_auto_commit=False,
                                 auto_offset_reset="earliest")
     await consumer.start()
     got: dict[int, dict] = {}
@@ -104,7 +115,7 @@ def _summary(source: Source, releases: dict[int, dict], sent: dict, seconds: flo
 
 def run(args: argparse.Namespace) -> int:  # noqa: C901 - one orchestration, step by step
     """Execute ``pwevent demo``."""
-    from streams.broker import EmbeddedBroker
+    from streams.broker import BrokerError, EmbeddedBroker, broker_binary
     from streams.kafka_util import wait_consumed
     from streams.topics import Topics, create_topics
 
@@ -112,9 +123,16 @@ def run(args: argparse.Namespace) -> int:  # noqa: C901 - one orchestration, ste
     show = not args.json_summary
     try:
         source = build_source(args)
-    except ValueError as exc:
+    except (ValueError, ImportError) as exc:
         print(f"pwevent demo: error: {exc}", file=sys.stderr)
         return 2
+    if not args.broker:
+        try:
+            broker_binary()
+        except BrokerError as exc:
+            print(f"pwevent demo: error: {exc} (or use a broker: --broker HOST:PORT)",
+                  file=sys.stderr)
+            return 2
     if args.partitions < 1 or args.slot_ms < 1:
         print("pwevent demo: error: --partitions and --slot-ms must be >= 1", file=sys.stderr)
         return 2

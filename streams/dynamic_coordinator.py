@@ -21,7 +21,7 @@ from mechanisms.dynamic_ledgers import UNIT, grid_table
 from mechanisms.ledgers import SlotPlan
 from mechanisms.release import ReleaseRule
 from streams.config import JobConfig
-from streams.coordinator import Emitted, ReleaseLog, log, release_record
+from streams.coordinator import Emitted, ReleaseLog, log
 from streams.dynamic_partition import GRID_BITS, parse_level_name
 
 
@@ -138,9 +138,9 @@ class DynamicCoordinator(ReleaseLog):
         log.info("slot %d released (published %s, nullified %s): %d reports accepted, %d "
                  "records rejected", slot, published, nullified, accepted,
                  sum(n for close, n in self.rejected.items() if close == slot))
-        release = release_record(self.config, slot, published, nullified,
-                                 decision.histogram.tolist(), decision.threshold,
-                                 int(size_vec.sum()))
+        release = self.release(slot, published, nullified, decision.histogram.tolist(),
+                               decision.threshold, int(size_vec.sum()),
+                               self.rule.noise_std(decision.threshold) if published else None)
         record = {
             "stream": self.config.stream,
             "slot": slot,

@@ -14,11 +14,13 @@ import sys
 import time
 from collections import defaultdict
 from concurrent.futures import ProcessPoolExecutor, as_completed
+from importlib.util import find_spec
 from pathlib import Path
 
 import numpy as np
 
 DATASETS = ("tlns", "sin", "log", "taxi", "foursquare")
+EVAL_EXTRA = "the eval extra: pip install 'pwevent[eval]'"
 FIELDS = ("dataset", "mechanism", "E", "w", "repeat", "amre", "ajsd", "mae", "fresh", "slots",
           "seconds", "ratio")
 
@@ -40,7 +42,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     from mechanisms.evaluation import EVALUATED, KNOWN
 
     p = sub.add_parser("evaluate", help="replay datasets through mechanisms and measure error",
-                       description=__doc__.splitlines()[0])
+                       description="Replay datasets through mechanisms and report AMRE, AJSD "
+                                   "and MAE: writes results.csv, summary.md (means over "
+                                   "repeats) and PNG plots of AMRE into --out.")
     p.add_argument("--dataset", required=True, type=lambda s: _list(str, s),
                    help=f"comma-separated, of {','.join(DATASETS)}")
     p.add_argument("--data", action="append", default=[], metavar="[NAME=]PATH",
@@ -48,32 +52,46 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         "foursquare (a folder with checkins.tsv.gz and pois.tsv.gz); "
                         "taxi=PATH or foursquare=PATH when both are evaluated")
     p.add_argument("--mechanisms", default=",".join(EVALUATED), type=lambda s: _list(str, s),
-                   help=f"comma-separated, of {','.join(KNOWN)}")
-    p.add_argument("--epsilon", default="0.2,0.4,0.6,0.8,1.0", type=lambda s: _list(float, s))
-    p.add_argument("--window", default="40,80,120,160,200", type=lambda s: _list(int, s))
+                   help=f"comma-separated, of {','.join(KNOWN)} (default: %(default)s)")
+    p.add_argument("--epsilon", default="0.2,0.4,0.6,0.8,1.0", type=lambda s: _list(float, s),
+                   help="comma-separated values of E, each run with w = --base-window "
+                        "(default: %(default)s)")
+    p.add_argument("--window", default="40,80,120,160,200", type=lambda s: _list(int, s),
+                   help="comma-separated values of w, each run with E = --base-epsilon "
+                        "(default: %(default)s)")
     p.add_argument("--base-epsilon", type=float, default=0.6,
-                   help="E used while w varies (default 0.6)")
+                   help="E used while w varies (default: %(default)s)")
     p.add_argument("--base-window", type=int, default=120,
-                   help="w used while E varies (default 120)")
+                   help="w used while E varies (default: %(default)s)")
     p.add_argument("--cross", action="store_true",
                    help="run every (E, w) pair instead of the two one-at-a-time sweeps")
     p.add_argument("--ratio-experiment", choices=("E", "w"), default=None,
                    help="Figures 11/12 instead of Tables 5/6: a share (--ratios) of users gets "
-                        "E = 1.0 (E) or w = 40 (w), the others (0.6, 120)")
-    p.add_argument("--ratios", default="0.1,0.3,0.5,0.7,0.9", type=lambda s: _list(float, s))
-    p.add_argument("--users", type=int, default=10_000, help="synthetic users (default 10000)")
+                        "E = 1.0 (E) or w = 40 (w), the others (0.6, 120) (default: off)")
+    p.add_argument("--ratios", default="0.1,0.3,0.5,0.7,0.9", type=lambda s: _list(float, s),
+                   help="comma-separated shares of users for --ratio-experiment "
+                        "(default: %(default)s)")
+    p.add_argument("--users", type=int, default=10_000,
+                   help="synthetic users (default: %(default)s)")
     p.add_argument("--slots", type=int, default=None,
-                   help="slots (synthetic default 10000; real data: all, or the first SLOTS)")
+                   help="evaluate the first SLOTS slots (default: 10000 synthetic slots, all "
+                        "of the real data)")
     p.add_argument("--start", action="append", default=[], metavar="[NAME=]TIME",
                    help="real data: first slot's time (taxi=TIME or foursquare=TIME when both "
-                        "are evaluated)")
+                        "are evaluated; default: the data's first report)")
     p.add_argument("--end", action="append", default=[], metavar="[NAME=]TIME",
-                   help="real data: last time included")
-    p.add_argument("--repeat", type=int, default=10)
-    p.add_argument("--seed", type=int, default=1)
-    p.add_argument("--noise", choices=("laplace", "discrete"), default="laplace")
-    p.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
-    p.add_argument("--out", required=True, type=Path)
+                   help="real data: last time included (default: the data's last report)")
+    p.add_argument("--repeat", type=int, default=10,
+                   help="repeats of every dataset and setting (default: %(default)s)")
+    p.add_argument("--seed", type=int, default=1,
+                   help="seed of the streams, requirements and noise (default: %(default)s)")
+    p.add_argument("--noise", choices=("laplace", "discrete"), default="laplace",
+                   help="continuous Laplace or discrete Laplace (two-sided geometric) noise "
+                        "(default: %(default)s)")
+    p.add_argument("--jobs", type=int, default=os.cpu_count() or 1,
+                   help="parallel processes (default: %(default)s, the number of CPUs)")
+    p.add_argument("--out", required=True, type=Path, metavar="DIR",
+                   help="directory for results.csv, summary.md and the plots")
     p.set_defaults(func=run)
 
 
@@ -207,9 +225,21 @@ def write_summary(rows: list[dict], args: argparse.Namespace, out: Path) -> None
     (out / "summary.md").write_text("\n".join(lines))
 
 
+def missing_extra(datasets: list[str]) -> str | None:
+    """Why the run cannot finish without the eval extra, or ``None`` when it can."""
+    if find_spec("matplotlib") is None:
+        return f"plots need {EVAL_EXTRA}"
+    if "foursquare" in datasets and find_spec("reverse_geocode") is None:
+        return f"the foursquare dataset needs {EVAL_EXTRA}"
+    return None
+
+
 def write_plots(rows: list[dict], args: argparse.Namespace, out: Path) -> list[Path]:
     """AMRE against E and against w, one line per mechanism, log scale."""
-    import matplotlib
+    try:
+        import matplotlib
+    except ImportError as exc:
+        raise ImportError(f"plots need {EVAL_EXTRA}") from exc
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -268,6 +298,9 @@ def run(args: argparse.Namespace) -> int:
             raise ValueError("--epsilon values must be > 0 and --window values >= 1")
         if args.ratio_experiment and any(not 0.0 <= r <= 1.0 for r in args.ratios):
             raise ValueError("--ratios must lie in [0, 1]")
+        missing = missing_extra(args.dataset)
+        if missing:
+            raise ValueError(missing)
         paths = _data_paths(args)
         real = [d for d in args.dataset if d in ("taxi", "foursquare")]
         starts = _per_dataset(args.start, real, "--start")
@@ -297,7 +330,7 @@ def run(args: argparse.Namespace) -> int:
                 rows.extend(fut.result())
                 bar.set_postfix_str(f"{ds} repeat {r} done", refresh=False)
                 bar.update()
-    except (ValueError, OSError) as exc:
+    except (ValueError, OSError, ImportError) as exc:
         bar.close()
         print(f"pwevent evaluate: error: {exc}", file=sys.stderr)
         return 2

@@ -24,7 +24,9 @@ descriptions. ``tests/test_formats.py`` checks both directions on generated docu
 Every schema carries its version twice: in ``$id`` (``.../schemas/v<n>/<topic>.json``) and as
 ``x-schema-version``. Output records (releases, decisions) allow additional properties, so a
 consumer validating against version 1 keeps accepting records that gained a field; a change that
-removes or retypes a field needs a new version.
+removes or retypes a field needs a new version. Releases are at version 2
+(:data:`RELEASE_VERSION`, also each release's ``schema_version``): version 1 had no
+``schema_version``, ``cells``, ``noise`` or ``approximates``.
 """
 
 from __future__ import annotations
@@ -39,6 +41,8 @@ from pathlib import Path
 from typing import Any, Final
 
 __all__ = [
+    "CELLS_INLINE_MAX",
+    "CELL_LABELS",
     "DEAD_LETTER",
     "DEAD_LETTERS",
     "DEAD_LETTER_BYTES_FIELDS",
@@ -47,7 +51,9 @@ __all__ = [
     "DYNAMIC_FIELDS",
     "FIXED_FIELDS",
     "FORMATS",
+    "NOISE_DISTRIBUTIONS",
     "RELEASES",
+    "RELEASE_VERSION",
     "REPORT",
     "REPORTS",
     "REPORT_FIELDS",
@@ -467,15 +473,32 @@ REQUIREMENTS: Final = Format("requirements", "requirement", REQUIREMENT)
 
 # -- releases -----------------------------------------------------------------------------------
 
+#: The release format's version: 1 had no ``schema_version``, ``cells``, ``noise`` or
+#: ``approximates``; additive changes keep the version.
+RELEASE_VERSION: Final = 2
+#: A domain of more cells than this names its cell labels by reference in releases (they are in
+#: the stream's start record on the decisions topic, under ``config.cells``).
+CELLS_INLINE_MAX: Final = 1000
+#: The ``noise.distribution`` of each ``noise`` setting of the job.
+NOISE_DISTRIBUTIONS: Final = {"discrete": "discrete_laplace", "laplace": "laplace"}
+
+CELL_LABELS: Final = Array(items=Str(), min_items=1,
+                           description="Every cell's label, in histogram order.")
+
 RELEASES: Final = Format(
     "releases",
     "release",
     Record(
         (
+            Field("schema_version", Int(minimum=2, description=f"The release format's version "
+                                        f"({RELEASE_VERSION} here; absent in version 1). A "
+                                        "later version may add fields: read the ones you know, "
+                                        "ignore the others.")),
             Field("stream", STREAM),
             Field("slot", Int()),
             Field("start", Int(description="Slot start, epoch ms (inclusive).")),
-            Field("end", Int(description="Slot end, epoch ms (exclusive).")),
+            Field("end", Int(description="Slot end, epoch ms (exclusive); also the record's "
+                                         "Kafka timestamp.")),
             Field("mechanism", Str(min_length=1)),
             Field("published", Bool(description="true: a fresh noisy histogram; false: the last "
                                                 "one, approximating this slot.")),
@@ -485,13 +508,73 @@ RELEASES: Final = Format(
             Field("threshold", Num(minimum=0, description="The OBS threshold of the publication "
                                                          "budgets (0 when none applied).")),
             Field("users", Int(minimum=0, description="Registered users charged at this slot.")),
+            Field(
+                "cells",
+                OneOf(
+                    (
+                        CELL_LABELS,
+                        Record(
+                            (
+                                Field("ref", Str(min_length=1, description="The key of the "
+                                                 "stream's start record (\"<stream>/start\") "
+                                                 "on the decisions topic, whose config.cells "
+                                                 "holds the labels.")),
+                                Field("size", Int(minimum=1, description="How many cells.")),
+                            ),
+                            additional=True,
+                            description=f"A domain of more than {CELLS_INLINE_MAX} cells: the "
+                            "labels by reference.",
+                        ),
+                    ),
+                    description="The configured domain's cell labels, in histogram order: a "
+                    "cell index (\"0\", \"1\", ...), a bin \"[low, high)\", a grid cell "
+                    "\"lon [a, b) lat [c, d)\" or a label; by reference for a large domain.",
+                ),
+            ),
+            Field(
+                "noise",
+                OneOf(
+                    (
+                        Record(
+                            (
+                                Field("distribution", Str(min_length=1, description="\""
+                                      "discrete_laplace\" (integer k with probability "
+                                      "proportional to a^|k|, 0 < a < 1, variance "
+                                      "2a/(1-a)^2) or \"laplace\" (density proportional to "
+                                      "exp(-|x|/b), variance 2b^2); zero-mean, drawn "
+                                      "independently per cell.")),
+                                Field("scale", Array(items=Num(exclusive_minimum=0), min_items=1,
+                                                     description="Per cell, in histogram "
+                                                     "order: the standard deviation of the noise "
+                                                     "added (for a count summed over several "
+                                                     "noisy terms, the square root of the sum "
+                                                     "of their variances).")),
+                            ),
+                            additional=True,
+                            description="Published: the noise added to the sampled counts in "
+                            "this slot.",
+                        ),
+                        Null(description="Not published: no noise was drawn in this slot, the "
+                             "histogram repeats the publication of slot approximates."),
+                    ),
+                    description="The noise added in this slot, from the configuration and the "
+                    "publication threshold alone. It does not cover the Sampling Mechanism's "
+                    "thinning of users whose budget is below the threshold.",
+                ),
+            ),
+            Field("approximates", Int(nullable=True, description="Not published: the slot whose "
+                                      "publication the histogram repeats (null: none yet, the "
+                                      "histogram is all zeros). Published: null.")),
         ),
         additional=True,
-        description="One private histogram per released slot (key = \"<stream>/<slot>\"). Every "
-        "field is the noisy histogram or a function of public inputs (requirements, slot, the "
-        "publish/approximate decision): no exact count of reports accepted or rejected. "
-        "Consumers must ignore fields they do not know.",
+        description="One private histogram per released slot (key = \"<stream>/<slot>\"; "
+        "Kafka timestamp = end). Every field is the noisy histogram or a function of public "
+        "inputs (configuration, requirements, slot, the publish/approximate decision): no exact "
+        "count of reports accepted or rejected. A release emitted again (after a restart) is "
+        "byte-identical: keep the first per key. Consumers must ignore fields they do not "
+        "know.",
     ),
+    version=RELEASE_VERSION,
 )
 
 # -- slot partials ------------------------------------------------------------------------------
@@ -619,6 +702,7 @@ DECISIONS: Final = Format(
                                 Field("noise", Enum(("discrete", "laplace")), required=False),
                                 Field("slot_ms", Int(minimum=1), required=False),
                                 Field("origin_ms", Int(), required=False),
+                                Field("cells", CELL_LABELS, required=False),
                             ),
                             additional=True,
                         ),
@@ -628,7 +712,8 @@ DECISIONS: Final = Format(
                 description="Key = \"<stream>/start\": the stream's first slot (where every "
                 "dynamic ledger starts), the nonce drawn when the stream started (it keys the "
                 "stream's randomness with the secret) and the job's public parameters, for "
-                "auditors.",
+                f"auditors; config.cells holds the cell labels of a domain of more than "
+                f"{CELLS_INLINE_MAX} cells (its releases refer to them).",
             ),
             Record(
                 (

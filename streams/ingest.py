@@ -98,6 +98,8 @@ from faust.types import TP, AppT, TopicT
 from faust.types.tuples import Message, ack_lock
 from mode.utils.futures import notify
 
+from streams.kafka_settings import client_options
+
 __all__ = [
     "BatchConsumer",
     "BatchHandler",
@@ -491,6 +493,7 @@ class RawProducer:
         self.topic, self.partitions = topic, partitions
         self.producer = AIOKafkaProducer(
             bootstrap_servers=bootstrap,
+            **client_options(),
             linger_ms=linger_ms,
             max_batch_size=batch_bytes,
             enable_idempotence=True,

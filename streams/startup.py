@@ -28,6 +28,7 @@ from typing import Final
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import KafkaError
 
+from streams.kafka_settings import client_options
 from streams.topics import Topics
 
 __all__ = [
@@ -134,7 +135,7 @@ async def _partition_counts(bootstrap: str, timeout: float) -> dict[str, int]:
     delay = 0.2
     while True:
         remaining = deadline - loop.time()
-        admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap,
+        admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, **client_options(),
                                     request_timeout_ms=max(100, int(remaining * 1000)))
         try:
             await asyncio.wait_for(admin.start(), remaining + _GRACE)
@@ -287,7 +288,7 @@ async def _changelog_ends(bootstrap: str, app_id: str, tables: list[str],
                           timeout: float) -> dict[tuple[str, int], int]:
     from aiokafka import AIOKafkaConsumer, TopicPartition
 
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap,
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, **client_options(),
                                 request_timeout_ms=int(timeout * 1000))
     try:
         with _quiet_kafka_logs():

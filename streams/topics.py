@@ -32,6 +32,8 @@ from typing import Final
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
+from streams.kafka_settings import client_options
+
 __all__ = [
     "DAY_MS",
     "TOPIC_KEYS",
@@ -190,7 +192,8 @@ async def create_topics(
     table changelogs rely on the declared layout.
     """
     specs = list(specs)
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=int(timeout * 1000))
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, **client_options(),
+                                request_timeout_ms=int(timeout * 1000))
     await asyncio.wait_for(admin.start(), timeout)
     try:
         response = await admin.create_topics(
@@ -223,7 +226,8 @@ async def describe_topics(
 ) -> dict[str, tuple[int, dict[str, str]]]:
     """Return ``{name: (partitions, explicitly set configs)}`` for existing topics."""
     names = list(names)
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=int(timeout * 1000))
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, **client_options(),
+                                request_timeout_ms=int(timeout * 1000))
     await asyncio.wait_for(admin.start(), timeout)
     try:
         partitions = await _partition_counts(admin, names)

@@ -11,19 +11,23 @@ from streams.job_args import add_broker, need_broker
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     """Register the ``topics`` sub-command."""
-    p = sub.add_parser("topics", help="create the job's topics")
-    p.add_argument("action", choices=("create", "describe"))
+    p = sub.add_parser("topics", help="create the job's topics",
+                       description="Create the job's topics (idempotent) or describe them.")
+    p.add_argument("action", choices=("create", "describe"),
+                   help="create the topics that do not exist yet, or describe them")
     add_broker(p)
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     """Create or describe the topics."""
+    from streams.kafka_settings import current
     from streams.topics import TopicError, Topics, create_topics, describe_topics
 
     try:
         broker = need_broker(args, "topics")
-        topics = Topics(prefix=args.prefix, partitions=args.partitions)
+        topics = Topics(prefix=args.prefix, partitions=args.partitions,
+                        replication=current().replication_factor)
         if args.action == "create":
             created = asyncio.run(create_topics(broker, topics.specs()))
             for spec in topics.specs():

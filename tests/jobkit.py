@@ -48,7 +48,7 @@ def start_worker(bootstrap: str, cfg: JobConfig, data_dir: Path, log: Path,
            "--lateness-ms", str(cfg.lateness_ms), "--idle-close-ms", str(cfg.idle_close_ms),
            "--event-time", cfg.event_time,
            *([] if cfg.horizon_ms is None else ["--horizon-ms", str(cfg.horizon_ms)]),
-           "--data-dir", str(data_dir), "--loglevel", "info", *extra]
+           "--data-dir", str(data_dir), "--loglevel", "info", "--metrics-port", "0", *extra]
     env = dict(os.environ, PWEVENT_SECRET=cfg.secret)
     return subprocess.Popen(cmd, stdout=log.open("ab"), stderr=subprocess.STDOUT, env=env)
 

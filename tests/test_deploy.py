@@ -50,8 +50,9 @@ JOB_FLAGS = (
     "--slot-ms",
 )
 
-#: Parsed settings that may differ between workers (everything else must be equal).
-PER_WORKER = frozenset({"data_dir", "loglevel"})
+#: Parsed settings that may differ between workers (everything else must be equal): where state
+#: lives, and how a worker is operated (its logs, its metrics server).
+PER_WORKER = frozenset({"data_dir", "loglevel", "log_format", "metrics_port", "metrics_host"})
 
 #: Parsed settings the other commands (topic creation, replay) must share with the workers when
 #: they have them: the topic layout, and how event times are cut into slots.
@@ -428,6 +429,88 @@ def test_compose_workers_start_after_the_topics_exist() -> None:
         assert worker.compose_service is not None
         depends = worker.compose_service["depends_on"]
         assert depends[topics]["condition"] == "service_completed_successfully", worker.where
+
+
+# -- tests: operating the workers -------------------------------------------------------------
+
+
+def worker_workloads() -> list[tuple[dict[str, Any], dict[str, Any], int]]:
+    """Each Kubernetes worker: its workload, its container, its metrics port."""
+    out = []
+    for worker in workers(kubernetes_invocations()):
+        assert worker.kubernetes is not None
+        workload, container = worker.kubernetes
+        out.append((workload, container, parse(worker).metrics_port))
+    return out
+
+
+def test_compose_workers_serve_metrics_and_are_health_checked() -> None:
+    published: set[str] = set()
+    for worker in workers(compose_invocations()):
+        service = worker.compose_service
+        assert service is not None
+        port = parse(worker).metrics_port
+        assert port > 0, worker.where
+        assert str(port) in [str(p) for p in service.get("expose", [])], worker.where
+        targets = [str(p).rsplit(":", 1) for p in service.get("ports", [])]
+        hosts = [p[0] for p in targets if p[-1] == str(port)]
+        assert len(hosts) == 1, f"{worker.where}: publish the metrics port once"
+        assert hosts[0] not in published, f"{worker.where}: host port {hosts[0]} taken twice"
+        published.add(hosts[0])
+        check = " ".join(str(t) for t in service["healthcheck"]["test"])
+        assert f"127.0.0.1:{port}/healthz" in check, worker.where
+
+
+def http_probe(container: dict[str, Any], kind: str) -> tuple[str, int | None]:
+    """Path and port number of a container's HTTP probe (a named port resolved)."""
+    get = container[kind]["httpGet"]
+    port = get["port"]
+    if isinstance(port, str):
+        port = {p.get("name"): p["containerPort"] for p in container.get("ports", [])}.get(port)
+    return get["path"], port
+
+
+def test_kubernetes_workers_are_probed_and_scraped() -> None:
+    found = worker_workloads()
+    assert found
+    for workload, container, port in found:
+        where = f"{workload['kind']}/{workload['metadata']['name']}"
+        assert port > 0, where
+        ports = {p.get("name"): p["containerPort"] for p in container.get("ports", [])}
+        assert port in ports.values(), f"{where}: no containerPort {port}"
+        assert http_probe(container, "livenessProbe") == ("/healthz", port), where
+        assert http_probe(container, "readinessProbe") == ("/readyz", port), where
+        if "startupProbe" in container:
+            assert http_probe(container, "startupProbe") == ("/healthz", port), where
+        annotations = workload["spec"]["template"]["metadata"].get("annotations", {})
+        assert annotations.get("prometheus.io/scrape") == "true", where
+        assert annotations.get("prometheus.io/port") == str(port), where
+        assert annotations.get("prometheus.io/path") == "/metrics", where
+
+
+def test_a_disruption_budget_covers_exactly_the_workers() -> None:
+    budgets = [(path, doc) for path, doc in load_kubernetes()
+               if doc["kind"] == "PodDisruptionBudget"]
+    assert len(budgets) == 1, budgets
+    path, pdb = budgets[0]
+    assert pdb["apiVersion"] == "policy/v1", path
+    assert pdb["spec"].get("maxUnavailable") == 1, path
+    assert "minAvailable" not in pdb["spec"], path
+    selector = pdb["spec"]["selector"]["matchLabels"]
+    assert selector, path
+
+    def name(doc: dict[str, Any]) -> tuple[str, str]:
+        return doc["kind"], doc["metadata"]["name"]
+
+    worker_names = {name(workload) for workload, _container, _port in worker_workloads()}
+    selected = set()
+    for _path, doc in load_kubernetes():
+        if pod_spec(doc) is None or doc["kind"] == "CronJob":
+            continue
+        labels = doc["spec"]["template"]["metadata"].get("labels", {})
+        if all(labels.get(k) == v for k, v in selector.items()):
+            selected.add(name(doc))
+    assert selected == worker_names, (path, selected)
 
 
 # -- tests: the secret -----------------------------------------------------------------------------

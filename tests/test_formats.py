@@ -102,12 +102,18 @@ def test_check_and_write(tmp_path, capsys) -> None:
 # -- open output records, strict where they were strict -----------------------------------------
 
 
+V1_RELEASE = {"stream": "s", "slot": 3, "start": 300, "end": 400, "mechanism": "pba",
+              "published": True, "nullified": False, "histogram": [1.5, -0.5],
+              "threshold": 0.5, "users": 4}
+RELEASE = {"schema_version": 2, **V1_RELEASE, "cells": ["a", "b"],
+           "noise": {"distribution": "laplace", "scale": [2.83, 2.83]}, "approximates": None}
+
+
 def test_output_records_allow_new_fields() -> None:
-    release = {"stream": "s", "slot": 3, "start": 300, "end": 400, "mechanism": "pba",
-               "published": True, "nullified": False, "histogram": [1.5, -0.5],
-               "threshold": 0.0, "users": 4}
+    release = RELEASE
     validator("releases").validate(release)
-    validator("releases").validate({**release, "noise": "discrete", "schema_version": 2})
+    validator("releases").validate({**release, "future_field": {"x": 1}, "schema_version": 3})
+    validator("releases").validate({**release, "noise": {**release["noise"], "seed": None}})
     assert json_schema("releases")["additionalProperties"] is True
     decision = {"stream": "s", "slot": 3, "published": True, "nullified": False,
                 "eps1": {"4:1.0": 0.1}, "eps2": {"4:1.0": 0.2}, "users": {"4:1.0": 4}}
@@ -137,6 +143,29 @@ def test_input_and_internal_records_stay_as_strict_as_before() -> None:
         assert variant["additionalProperties"] is False
     good = orjson.loads(dead_letter("t", 0, 0, None, None, Reason.LATE, ""))
     assert not validator("dead-letters").is_valid({**good, "extra": 1})
+
+
+def test_releases_are_version_2_and_say_so() -> None:
+    schema = json_schema("releases")
+    assert schema["x-schema-version"] == formats.RELEASE_VERSION == 2
+    assert schema["$id"].endswith("/v2/releases.json")
+    assert schema["properties"]["schema_version"]["minimum"] == 2
+    assert set(schema["required"]) == set(V1_RELEASE) | {"schema_version", "cells", "noise",
+                                                         "approximates"}
+    # version 2 requires its fields: a version-1 record is not a version-2 one
+    assert not validator("releases").is_valid(V1_RELEASE)
+    unpublished = {**RELEASE, "published": False, "noise": None, "approximates": 2}
+    validator("releases").validate(unpublished)
+    validator("releases").validate({**unpublished, "approximates": None})
+    validator("releases").validate({**RELEASE, "cells": {"ref": "s/start", "size": 5000}})
+    for bad in ({"cells": []}, {"cells": {"size": 3}}, {"noise": {"scale": [1.0]}},
+                {"noise": {"distribution": "laplace", "scale": [0.0, 1.0]}},
+                {"noise": {"distribution": "laplace", "scale": []}},
+                {"approximates": "2"}, {"schema_version": 1}):
+        assert not validator("releases").is_valid({**RELEASE, **bad}), bad
+    scale = schema["properties"]["noise"]["oneOf"][0]["properties"]["scale"]
+    assert "standard deviation" in scale["description"]
+    assert formats.NOISE_DISTRIBUTIONS == {"discrete": "discrete_laplace", "laplace": "laplace"}
 
 
 # -- the validator takes its constants from the formats -----------------------------------------
@@ -176,10 +205,11 @@ def test_limits_are_the_schemas_limits() -> None:
 
 def test_other_modules_agree_with_the_formats() -> None:
     """Modules outside records.py that name format fields: the audit and the start record."""
-    from streams.audit import RELEASE_FIELDS
+    from streams.audit import OPTIONAL_RELEASE_FIELDS, RELEASE_FIELDS
     from streams.config import NEIGHBOURING, JobConfig
 
-    assert set(json_schema("releases")["required"]) == RELEASE_FIELDS
+    # the audit takes every release field for public, and only those
+    assert set(json_schema("releases")["required"]) == RELEASE_FIELDS | OPTIONAL_RELEASE_FIELDS
     config = json_schema("decisions")["oneOf"][1]["properties"]["config"]
     assert tuple(config["properties"]["neighbouring"]["enum"]) == NEIGHBOURING
     for noise in config["properties"]["noise"]["enum"]:
@@ -188,7 +218,8 @@ def test_other_modules_agree_with_the_formats() -> None:
                                        noise="laplace", origin_ms=-5)):
         validator("decisions").validate({"stream": "s", "start": 0, "nonce": "ab",
                                          "config": cfg.public()})
-        assert set(cfg.public()) == set(config["properties"])
+        # and the cell labels of a large domain, which its releases refer to
+        assert set(cfg.public()) | {"cells"} == set(config["properties"])
 
 
 # -- time strings -------------------------------------------------------------------------------

@@ -25,7 +25,8 @@ from streams.pipeline import InProcessJob
 
 USERS = [f"u{i}" for i in range(24)]
 RELEASE_FIELDS = {"stream", "slot", "start", "end", "mechanism", "published", "nullified",
-                  "histogram", "threshold", "users"}
+                  "histogram", "threshold", "users", "schema_version", "cells", "noise",
+                  "approximates"}
 
 
 def cfg(**kw) -> JobConfig:
@@ -54,21 +55,32 @@ def reasons(job: InProcessJob) -> list[str]:
 
 def test_releases_carry_nothing_exact_about_the_data() -> None:
     """Two streams that differ by one report give releases that differ at most in the noisy
-    histogram: no field counts the reports accepted or rejected."""
+    histogram: no field counts the reports accepted or rejected. The noise scale is a function
+    of the threshold and the configuration, the cells of the configuration, and approximates
+    of the earlier publish decisions."""
     reqs = requirement_records(USERS, [4] * 24, [1.0] * 24)
     batches = [slot_reports(USERS, t, 3) for t in range(6)]
     fewer = [list(b) for b in batches]
     fewer[2] = fewer[2][1:] + [report("stranger", 2500, 0)]  # one report less, one rejected
-    for name in ("pbd", "uniform", "dpbd"):
-        config = cfg(mechanism=name)
-        r = requirement_records(USERS, [4] * 24, [1.0] * 24) if name != "dpbd" else [
+    for name, noise in (("pbd", "discrete"), ("uniform", "laplace"), ("dpbd", "discrete"),
+                        ("dpba", "laplace")):
+        config = cfg(mechanism=name, noise=noise)
+        r = requirement_records(USERS, [4] * 24, [1.0] * 24) if not config.dynamic else [
             (u.encode(), orjson.dumps({"user": u, "wB": 4, "EB": 1.0, "wF": 4, "EF": 1.0}))
             for u in USERS]
         a = releases(run(config, r, batches, 6000))
         b = releases(run(config, r, fewer, 6000))
         assert len(a) == len(b) == 6
+        rule, last = ReleaseRule(config.d, noise), None
         for x, y in zip(a, b, strict=True):
             assert set(x) == RELEASE_FIELDS
+            assert x["cells"] == ["0", "1", "2"]
+            if x["published"]:
+                assert x["noise"]["scale"] == rule.noise_std(x["threshold"]).tolist()
+                assert x["approximates"] is None
+                last = x["slot"]
+            else:
+                assert x["noise"] is None and x["approximates"] == last
             x.pop("histogram"), y.pop("histogram")
             assert x == y, name
     assert reqs  # the fixed requirement records were built
@@ -255,9 +267,10 @@ def test_a_removed_users_report_does_not_move_public_counts() -> None:
                 job.register([(b"u0", None)])
         job.finish(6000)
         docs = [orjson.loads(r) for r in job.releases]
-        out.append([(d["users"], d["published"], d["threshold"]) for d in docs])
+        out.append([(d["users"], d["published"], d["threshold"], d["noise"], d["approximates"])
+                    for d in docs])
     assert out[0] == out[1]
-    assert [users for users, _p, _t in out[0]] == [24, 24, 24, 23, 23, 23]
+    assert [row[0] for row in out[0]] == [24, 24, 24, 23, 23, 23]
 
 
 def test_replace_neighbours_double_the_noise() -> None:
@@ -276,6 +289,16 @@ def test_replace_neighbours_double_the_noise() -> None:
         assert two.threshold == one.threshold and two.dissimilarity == one.dissimilarity
         assert np.array_equal(two.histogram, one.histogram)
     assert cfg(neighbouring="replace").sensitivity == 2 and cfg().sensitivity == 1
+    # and the releases say so: twice the Laplace scale for the same requirements
+    reqs = requirement_records(USERS, [4] * 24, [1.0] * 24)
+    batches = [slot_reports(USERS, t, 3) for t in range(3)]
+    scales = []
+    for neighbouring in ("add-remove", "replace"):
+        docs = releases(run(cfg(mechanism="uniform", noise="laplace",
+                                neighbouring=neighbouring), reqs, batches, 3000))
+        assert all(doc["published"] for doc in docs)
+        scales.append(np.array([doc["noise"]["scale"] for doc in docs]))
+    assert np.allclose(scales[1], 2 * scales[0])
 
 
 def test_decisions_carry_projected_users_per_level() -> None:
