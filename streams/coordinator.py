@@ -22,6 +22,7 @@ from mechanisms.engine import LevelEngine
 from mechanisms.randomness import slot_generator
 from streams.config import JobConfig
 from streams.formats import CELLS_INLINE_MAX, NOISE_DISTRIBUTIONS, RELEASE_VERSION
+from streams.partition import secret_check
 from streams.records import BinDomain, CategoryDomain, Domain, GridDomain
 
 KEEP_RELEASED = 64
@@ -107,7 +108,9 @@ class ReleaseLog:
         if isinstance(self.cells, dict):
             config["cells"] = cell_labels(self.config.make_domain())
         return orjson.dumps({"stream": self.config.stream, "start": self.start,
-                             "nonce": self.nonce, "config": config})
+                             "nonce": self.nonce,
+                             "secret_check": secret_check(self.secret, self.config.stream),
+                             "config": config})
 
     def release(self, slot: int, published: bool, nullified: bool, histogram: list,
                 threshold: float, users: int, noise_std: np.ndarray | None) -> dict:

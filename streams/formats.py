@@ -688,6 +688,10 @@ DECISIONS: Final = Format(
                     Field("stream", STREAM),
                     Field("start", Int()),
                     Field("nonce", Str(pattern="^[0-9a-f]+$")),
+                    Field("secret_check", Str(pattern="^[0-9a-f]{16}$", description="HMAC-SHA256 "
+                          "under the deployment secret of a fixed message and the stream, cut to "
+                          "16 hex digits: a worker started with another secret refuses to run."),
+                          required=False),
                     Field(
                         "config",
                         Record(

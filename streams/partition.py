@@ -45,6 +45,14 @@ def _watermark_mac(secret: bytes, stream: str, partition: int, ms: int) -> str:
     return hmac.new(secret, message, hashlib.sha256).hexdigest()
 
 
+def secret_check(secret: bytes, stream: str) -> str:
+    """A public fingerprint of the deployment secret for ``stream`` (the start record carries
+    it): HMAC-SHA256 of a fixed message, 16 hex digits. Like the watermarks' signatures it tells
+    nothing about the secret, but lets a worker see that it was given another one."""
+    message = b"\0".join((b"pwevent-secret-check", stream.encode()))
+    return hmac.new(secret, message, hashlib.sha256).hexdigest()[:16]
+
+
 def watermark_record(ms: int, secret: bytes, stream: str, partition: int) -> bytes:
     """The value of a control record that moves ``partition``'s watermark to ``ms``, signed
     with the deployment secret (HMAC-SHA256 over the stream, the partition and ``ms``)."""

@@ -323,3 +323,41 @@ def reset_local_state(data_dir: Path) -> bool:
         return False
     shutil.rmtree(root)
     return True
+
+
+# -- the deployment secret ------------------------------------------------------------------------
+
+
+def check_secret(bootstrap: str, decisions_topic: str, stream: str, secret: bytes,
+                 timeout: float) -> None:
+    """Refuse to start with a secret other than the one ``stream`` started with.
+
+    The stream's start record (key ``<stream>/start`` on the decisions topic) carries a
+    fingerprint of the secret (:func:`streams.partition.secret_check`). A worker with another
+    secret would refuse the watermarks that the other workers sign and draw other noise; it
+    stops here with one line instead. A stream that has not started yet passes."""
+    import orjson
+
+    from streams.kafka_util import read_topic
+    from streams.partition import secret_check
+
+    try:
+        with _quiet_kafka_logs():
+            records = asyncio.run(read_topic(bootstrap, decisions_topic, idle=0.3,
+                                             limit=timeout))
+    except (KafkaError, OSError, TimeoutError) as exc:
+        raise StartupError(f"cannot read {decisions_topic} from the broker at {bootstrap} "
+                           f"({type(exc).__name__})") from None
+    key = f"{stream}/start".encode()
+    start = next((v for k, v in records if k == key), None)
+    if start is None:
+        return
+    try:
+        expected = orjson.loads(start).get("secret_check")
+    except (orjson.JSONDecodeError, AttributeError):
+        return
+    if expected is not None and expected != secret_check(secret, stream):
+        raise StartupError(
+            f"the secret differs from the one stream {stream!r} started with (its start record "
+            f"on {decisions_topic}): give every worker the deployment's secret (--secret or "
+            f"PWEVENT_SECRET)")

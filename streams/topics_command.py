@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
 import sys
+
+from aiokafka.errors import KafkaError
 
 from streams.job_args import add_broker, need_broker
 
@@ -24,6 +27,8 @@ def run(args: argparse.Namespace) -> int:
     from streams.kafka_settings import current
     from streams.topics import TopicError, Topics, create_topics, describe_topics
 
+    logging.getLogger("aiokafka").addHandler(logging.NullHandler())  # failures: one line
+    broker = args.broker
     try:
         broker = need_broker(args, "topics")
         topics = Topics(prefix=args.prefix, partitions=args.partitions,
@@ -39,5 +44,10 @@ def run(args: argparse.Namespace) -> int:
                 print(f"{name}: {info}")
     except (ValueError, TopicError, OSError) as exc:
         print(f"pwevent topics: error: {exc}", file=sys.stderr)
+        return 2
+    except KafkaError as exc:
+        print(f"pwevent topics: error: cannot reach the broker at {broker}: "
+              f"{type(exc).__name__}: check --broker and that the broker is running",
+              file=sys.stderr)
         return 2
     return 0

@@ -55,6 +55,7 @@ def run(args: argparse.Namespace) -> int:
         StartupError,
         bind_data_dir,
         check_local_state,
+        check_secret,
         check_topics,
         reset_local_state,
     )
@@ -80,6 +81,8 @@ def run(args: argparse.Namespace) -> int:
             print(f"pwevent worker: deleted the table stores in {args.data_dir}; they are "
                   f"rebuilt from the changelog topics", file=sys.stderr)
         check_local_state(args.data_dir, config.app_id(), broker, args.startup_timeout)
+        check_secret(broker, topics.decisions, config.stream, config.secret_bytes(),
+                     args.startup_timeout)
     except StartupError as exc:
         print(f"pwevent worker: error: {exc}", file=sys.stderr)
         return 2

@@ -178,3 +178,42 @@ def test_a_partly_created_deployment_names_the_missing_topic():
     assert problem == ("topic p.dead-letters does not exist on the broker at h:1 (expected 1 "
                        "partition, found none): create the missing topics with `pwevent topics "
                        "create --broker h:1 --prefix p --partitions 2`")
+
+
+def test_another_secret_than_the_stream_started_with_is_one_line(broker, tmp_path: Path):
+    """The stream's start record carries a fingerprint of the secret: a worker with another
+    secret stops before it joins; with the right one it passes this check."""
+    from streams.config import JobConfig
+    from streams.coordinator import Coordinator
+    from streams.ingest import produce_raw
+
+    topics = Topics(prefix="secret", partitions=2)
+    asyncio.run(create_topics(broker.bootstrap, topics.specs()))
+    config = JobConfig(stream="s", mechanism="pbd", domain={"kind": "cells", "size": 3},
+                       slot_ms=1000, partitions=2, secret="another-secret", prefix="secret")
+    coord = Coordinator(config)
+    coord.begin(0)
+    asyncio.run(produce_raw(broker.bootstrap, topics.decisions,
+                            [(b"s/start", coord.start_record())], partitions=1))
+    code, lines, _took = run_worker(broker.bootstrap, "secret", tmp_path / "data")
+    assert code == 2
+    assert lines == [f"pwevent worker: error: the secret differs from the one stream 's' started "
+                     f"with (its start record on {topics.decisions}): give every worker the "
+                     f"deployment's secret (--secret or PWEVENT_SECRET)"]
+    from streams.startup import check_secret
+
+    # the right secret passes, and so does a stream that has not started
+    check_secret(broker.bootstrap, topics.decisions, "s", b"another-secret", 10)
+    check_secret(broker.bootstrap, topics.decisions, "other", SECRET.encode(), 10)
+    with pytest.raises(StartupError, match="the secret differs"):
+        check_secret(broker.bootstrap, topics.decisions, "s", SECRET.encode(), 10)
+
+
+def test_topics_create_without_a_broker_is_one_line(tmp_path: Path):
+    cmd = [sys.executable, "-m", "streams.cli", "topics", "create", "--broker",
+           f"127.0.0.1:{free_port()}", "--prefix", "nobroker"]
+    run = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 2
+    lines = [line for line in run.stderr.strip().splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith(
+        "pwevent topics: error: cannot reach the broker at 127.0.0.1:"), lines
