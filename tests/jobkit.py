@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import subprocess
@@ -12,7 +13,9 @@ from dataclasses import replace
 from pathlib import Path
 
 import orjson
+from aiokafka.admin import AIOKafkaAdminClient
 
+from streams.broker import broker_binary, free_port
 from streams.config import JobConfig
 from streams.ingest import RawProducer
 from streams.kafka_util import read_topic, wait_consumed
@@ -273,3 +276,56 @@ def spy_deliveries(job: InProcessJob) -> list[dict]:
 
     job._deliver = spy  # type: ignore[method-assign]
     return said
+
+
+class RestartableBroker:
+    """The embedded broker's executable on a fixed port and data directory, so that a test can
+    stop it (SIGTERM, then SIGKILL, by pid) and start it again with the data it kept."""
+
+    def __init__(self, root: Path) -> None:
+        self.data = root / "data"
+        self.data.mkdir(parents=True)
+        self.log = root / "broker.log"
+        self.port = free_port()
+        self.proc: subprocess.Popen | None = None
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def start(self, timeout: float = 20.0) -> None:
+        with self.log.open("ab") as log:
+            self.proc = subprocess.Popen(
+                [str(broker_binary()), "start", "--only", "kafka", "--host", "127.0.0.1",
+                 "--kafka-port", str(self.port), "--data-dir", str(self.data)],
+                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + timeout
+        while not asyncio.run(_answers(self.bootstrap)):
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError(f"broker did not start: {self.log.read_text()[-2000:]}")
+            time.sleep(0.1)
+
+    def stop(self) -> None:
+        proc, self.proc = self.proc, None
+        if proc is None or proc.poll() is not None:
+            return
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+
+
+async def _answers(bootstrap: str) -> bool:
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=1000)
+    try:
+        await asyncio.wait_for(admin.start(), 2)
+        await asyncio.wait_for(admin.list_topics(), 2)
+        return True
+    except Exception:  # noqa: BLE001 - not up yet
+        return False
+    finally:
+        with contextlib.suppress(Exception):
+            await admin.close()

@@ -4,11 +4,8 @@ budgets the metrics are made of, on the job's own classes."""
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import io
 import logging
-import signal
 import subprocess
 import time
 import urllib.error
@@ -20,8 +17,8 @@ from pathlib import Path
 import numpy as np
 import orjson
 import pytest
-from aiokafka.admin import AIOKafkaAdminClient
 from jobkit import (
+    RestartableBroker,
     close_through,
     config,
     dynamic_requirements,
@@ -38,7 +35,7 @@ from jobkit import (
 from prometheus_client.parser import text_string_to_metric_families
 
 from mechanisms.ledgers import AbsorptionLedger, DistributionLedger, SampleLedger, UniformLedger
-from streams.broker import EmbeddedBroker, broker_binary, free_port
+from streams.broker import EmbeddedBroker, free_port
 from streams.observe import JsonFormatter, accepted_since, json_logging_config, window_spend
 from streams.pipeline import InProcessJob
 
@@ -93,60 +90,6 @@ def wait_ready(port: int, worker: subprocess.Popen, timeout: float) -> tuple[int
         return got if got[0] == 200 else None
 
     return wait_until(ready, timeout) or get(f"http://127.0.0.1:{port}/readyz")  # type: ignore[return-value]
-
-
-class RestartableBroker:
-    """The embedded broker's executable on a fixed port and data directory, so that a test can
-    stop it (SIGTERM, then SIGKILL, by pid) and start it again with the data it kept (as in
-    tests/test_replay.py)."""
-
-    def __init__(self, root: Path) -> None:
-        self.data = root / "data"
-        self.data.mkdir(parents=True)
-        self.log = root / "broker.log"
-        self.port = free_port()
-        self.proc: subprocess.Popen | None = None
-
-    @property
-    def bootstrap(self) -> str:
-        return f"127.0.0.1:{self.port}"
-
-    def start(self, timeout: float = 20.0) -> None:
-        with self.log.open("ab") as log:
-            self.proc = subprocess.Popen(
-                [str(broker_binary()), "start", "--only", "kafka", "--host", "127.0.0.1",
-                 "--kafka-port", str(self.port), "--data-dir", str(self.data)],
-                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + timeout
-        while not asyncio.run(_answers(self.bootstrap)):
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                self.stop()
-                raise RuntimeError(f"broker did not start: {self.log.read_text()[-2000:]}")
-            time.sleep(0.1)
-
-    def stop(self) -> None:
-        proc, self.proc = self.proc, None
-        if proc is None or proc.poll() is not None:
-            return
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(10)
-
-
-async def _answers(bootstrap: str) -> bool:
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=1000)
-    try:
-        await asyncio.wait_for(admin.start(), 2)
-        await asyncio.wait_for(admin.list_topics(), 2)
-        return True
-    except Exception:  # noqa: BLE001 - not up yet
-        return False
-    finally:
-        with contextlib.suppress(Exception):
-            await admin.close()
 
 
 # -- a live worker ---------------------------------------------------------------------------
