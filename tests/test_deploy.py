@@ -513,6 +513,23 @@ def test_a_disruption_budget_covers_exactly_the_workers() -> None:
     assert selected == worker_names, (path, selected)
 
 
+def test_only_prometheus_reaches_the_workers_metrics() -> None:
+    """The metrics hold exact counts: a NetworkPolicy admits nothing but the monitoring
+    namespace's Prometheus, and only on the metrics port the workers serve."""
+    policies = [(path, doc) for path, doc in load_kubernetes() if doc["kind"] == "NetworkPolicy"]
+    assert len(policies) == 1, policies
+    path, policy = policies[0]
+    spec = policy["spec"]
+    assert spec["policyTypes"] == ["Ingress"], path
+    assert spec["podSelector"]["matchLabels"] == {"app.kubernetes.io/name": "pwevent-worker"}
+    ports = {port for _workload, _container, port in worker_workloads()}
+    (rule,) = spec["ingress"]
+    assert {p["port"] for p in rule["ports"]} == ports, (path, ports)
+    (peer,) = rule["from"]
+    assert peer["podSelector"]["matchLabels"] == {"app.kubernetes.io/name": "prometheus"}
+    assert "namespaceSelector" in peer, path
+
+
 # -- tests: the secret -----------------------------------------------------------------------------
 
 
