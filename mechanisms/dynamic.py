@@ -22,10 +22,11 @@ from mechanisms.dynamic_ledgers import (
 )
 from mechanisms.ledgers import SlotPlan
 from mechanisms.mechanism import Release
+from mechanisms.registry import histogram_dtype, names
 from mechanisms.release import ReleaseRule
 from mechanisms.requirements import validate_budgets, validate_windows
 
-DYNAMIC_MECHANISMS = ("dpbd", "dpba")
+DYNAMIC_MECHANISMS = names(family="dynamic")
 FIELDS = ("wB", "EB", "wF", "EF")
 
 
@@ -176,7 +177,7 @@ class DynamicMechanism:
         self.rng = rng if rng is not None else np.random.default_rng()
         self.directory = _Directory()
         self._extra: dict[str, tuple] = {}
-        dtype = np.float64 if noise == "laplace" else np.int64
+        dtype = histogram_dtype(noise)
         self.last = np.zeros(self.d, dtype=dtype)
         self._applied = 0
         # (ledger version, level of each column, level of each user, bincount keys)

@@ -14,6 +14,7 @@ import numpy as np
 
 from mechanisms.ledgers import SlotPlan
 from mechanisms.mechanism import _LEDGERS, HOMOGENEOUS
+from mechanisms.registry import histogram_dtype
 from mechanisms.release import ReleaseRule, release_slot
 
 
@@ -56,7 +57,7 @@ class LevelEngine:
         self.rule = ReleaseRule(d, noise, "scale" if name in ("bd", "ba") else "obs", sensitivity)
         self.ledger = _LEDGERS[name](np.zeros(0, dtype=np.int64), np.zeros(0))
         self.row_of: dict[str, int] = {}
-        self.last = np.zeros(self.d, dtype=np.float64 if noise == "laplace" else np.int64)
+        self.last = np.zeros(self.d, dtype=histogram_dtype(noise))
 
     @property
     def released(self) -> int:

@@ -19,11 +19,12 @@ from mechanisms.ldp_ids import LDP_IDS, LdpIds
 from mechanisms.mechanism import FIXED_MECHANISMS, create_mechanism
 from mechanisms.metrics import ajsd, amre, mae
 from mechanisms.mtsp_ldp import MtspLdp
+from mechanisms.registry import REGISTRY
 from mechanisms.requirements import FixedRequirements
 from mechanisms.spas import Spas
 
 EVALUATED = ("bd", "ba", "spas", "plbu", "pbd", "pba", "dpbd", "dpba")
-KNOWN = (*FIXED_MECHANISMS, "spas", "plbu", "dpbd", "dpba", *LDP_IDS, "mtsp")
+KNOWN = tuple(REGISTRY)
 
 Step = Callable[[np.ndarray], tuple[np.ndarray, bool]]
 

@@ -14,19 +14,21 @@ from mechanisms.ledgers import (
     SampleLedger,
     UniformLedger,
 )
+from mechanisms.registry import histogram_dtype, names, specs
 from mechanisms.release import ReleaseRule, release_slot
 from mechanisms.requirements import FixedRequirements, validate_budgets, validate_windows
 
-FIXED_MECHANISMS = ("pbd", "pba", "bd", "ba", "uniform", "sample")
-_LEDGERS: dict[str, type[BudgetLedger]] = {
-    "pbd": DistributionLedger,
-    "pba": AbsorptionLedger,
-    "bd": DistributionLedger,
-    "ba": AbsorptionLedger,
+FIXED_MECHANISMS = names(family="central")
+#: The budget ledger of each ledger kind of :mod:`mechanisms.registry`.
+LEDGER_CLASSES: dict[str, type[BudgetLedger]] = {
+    "distribution": DistributionLedger,
+    "absorption": AbsorptionLedger,
     "uniform": UniformLedger,
     "sample": SampleLedger,
 }
-HOMOGENEOUS = frozenset({"bd", "ba", "uniform", "sample"})
+_LEDGERS: dict[str, type[BudgetLedger]] = {
+    s.name: LEDGER_CLASSES[s.ledger] for s in specs(family="central") if s.ledger}
+HOMOGENEOUS = frozenset(names(family="central", homogeneous=True))
 
 
 @dataclass(frozen=True)
@@ -87,7 +89,7 @@ class Mechanism:
         self._level_of: dict[tuple[int, float], int] = {}
         self.level_of_user = np.zeros(0, dtype=np.int64)
         self.ledger = _LEDGERS[name](np.zeros(0, dtype=np.int64), np.zeros(0))
-        dtype = np.float64 if noise == "laplace" else np.int64
+        dtype = histogram_dtype(noise)
         self.last = np.zeros(self.d, dtype=dtype)
         self._keys = np.zeros(0, dtype=np.int64)
         self._sizes = np.zeros(0, dtype=np.int64)

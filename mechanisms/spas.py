@@ -30,6 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from mechanisms.noise import draw_noise
+from mechanisms.registry import histogram_dtype
 from mechanisms.windows import WindowSum
 
 _TOL = 1e-12
@@ -85,7 +86,7 @@ class Spas:
         self.instance: _Instance | None = None
         self.published_budget = WindowSum(self.w)
         self.query_budget = WindowSum(self.w)
-        dtype = np.float64 if noise == "laplace" else np.int64
+        dtype = histogram_dtype(noise)
         self.last = np.zeros(self.d, dtype=dtype)
         # fresh publications of the last 2w slots: their slots and histograms
         self.sample_slots = np.zeros(0, dtype=np.int64)

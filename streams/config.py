@@ -6,11 +6,11 @@ import os
 from dataclasses import dataclass, field
 
 from mechanisms.dynamic import DYNAMIC_MECHANISMS
-from mechanisms.mechanism import FIXED_MECHANISMS
+from mechanisms.registry import names
 from streams.records import CellDomain, Domain, domain_from_config
 from streams.slotting import SlotClock
 
-JOB_MECHANISMS = (*FIXED_MECHANISMS, *DYNAMIC_MECHANISMS)
+JOB_MECHANISMS = names(in_job=True)
 NEIGHBOURING = ("add-remove", "replace")
 EVENT_TIME = ("live", "history")
 

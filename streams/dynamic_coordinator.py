@@ -19,6 +19,7 @@ import orjson
 
 from mechanisms.dynamic_ledgers import UNIT, grid_table
 from mechanisms.ledgers import SlotPlan
+from mechanisms.registry import histogram_dtype
 from mechanisms.release import ReleaseRule
 from streams.config import JobConfig
 from streams.coordinator import Emitted, ReleaseLog, log
@@ -33,7 +34,7 @@ class DynamicCoordinator(ReleaseLog):
         self.d = config.d
         self.rule = ReleaseRule(self.d, config.noise, "obs", config.sensitivity)
         self.table = grid_table(GRID_BITS)
-        self.last = np.zeros(self.d, dtype=np.float64 if config.noise == "laplace" else np.int64)
+        self.last = np.zeros(self.d, dtype=histogram_dtype(config.noise))
         self.closed: dict[int, int] = {}
         self.first: dict[int, int | None] = {}
         self.plans: dict[int, dict[int, dict]] = {}

@@ -14,6 +14,7 @@ from mechanisms.randomness import slot_generator
 from streams.config import JobConfig
 from streams.dynamic_coordinator import DynamicCoordinator
 from streams.dynamic_partition import SUSPENDED, DynamicAccumulator, DynamicRegistry
+from streams.partition import secret_check
 from streams.pipeline import InProcessJob
 from streams.records import load_schema
 
@@ -249,7 +250,8 @@ def test_messages_and_records_match_the_schemas() -> None:
             partials.validate(orjson.loads(orjson.dumps(m)))
     start = orjson.loads(job.coordinator.start_record())
     decisions.validate(start)
-    assert start == {"stream": "s", "start": 0, "nonce": "5eed", "config": config.public()}
+    assert start == {"stream": "s", "start": 0, "nonce": "5eed",
+                     "secret_check": secret_check(b"k", "s"), "config": config.public()}
     for rec in job.coordinator.decisions.values():
         decisions.validate(orjson.loads(rec))
     assert job.declarations  # every user's first declaration, at the stream's start
