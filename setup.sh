@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Creates .venv/ and installs pwevent into it with the demo extra (the embedded broker that
 # `pwevent demo` runs). `./setup.sh test` installs the test extra instead, which includes the demo
-# and eval extras, and a JDK, used as the oracle of the TLNS generator, if none is present.
+# and eval extras, a JDK, used as the oracle of the TLNS generator, if none is present, and
+# Debian's headless Chromium and chromedriver, which render the dashboard in its tests, if
+# /usr/bin/chromium or /usr/bin/chromedriver is missing.
 set -euo pipefail
 cd "$(dirname "$0")"
 if [ ! -x .venv/bin/python ]; then
@@ -15,6 +17,20 @@ if [ "${1:-}" = "test" ]; then
       apt-get update -qq && apt-get install -y -qq default-jdk-headless >/dev/null
     else
       echo "setup.sh: the tests need a JDK (javac and java) on PATH" >&2
+      exit 1
+    fi
+  fi
+  if [ ! -x /usr/bin/chromium ] || [ ! -x /usr/bin/chromedriver ]; then
+    if command -v apt-get >/dev/null 2>&1; then
+      sudo=""
+      if [ "$(id -u)" -ne 0 ]; then
+        sudo="sudo"
+      fi
+      $sudo apt-get update -qq
+      $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+        chromium chromium-driver >/dev/null
+    else
+      echo "setup.sh: the dashboard tests need Chromium and chromedriver (/usr/bin/chromium)" >&2
       exit 1
     fi
   fi

@@ -8,6 +8,7 @@ import sys
 
 from streams import (
     audit_command,
+    dashboard_command,
     demo_command,
     evaluate_command,
     plan_command,
@@ -37,7 +38,7 @@ def version() -> str:
 
 #: The sub-commands that talk to Kafka: they take the connection flags of
 #: :mod:`streams.kafka_settings`.
-KAFKA_COMMANDS = ("demo", "replay", "topics", "worker", "audit", "releases")
+KAFKA_COMMANDS = ("demo", "replay", "topics", "worker", "audit", "releases", "dashboard")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -61,6 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
     worker_command.add_parser(sub)
     audit_command.add_parser(sub)
     releases_command.add_parser(sub)
+    dashboard_command.add_parser(sub)
     from streams import kafka_settings
 
     for name in KAFKA_COMMANDS:

@@ -2,7 +2,9 @@
 
 Starts the embedded Kafka-protocol broker (unless ``--broker`` or ``PWEVENT_BROKER`` names
 one), creates the topics, starts a worker, registers the users, replays a stream, follows the
-``releases`` topic with live progress, prints a summary, and stops everything it started.
+``releases`` topic with live progress, prints a summary, and stops everything it started. With
+``--dashboard`` it also serves the stream's live page (:mod:`streams.dashboard`) and keeps serving
+it after the replay, until Ctrl-C or for ``--dashboard-seconds``.
 """
 
 from __future__ import annotations
@@ -18,12 +20,14 @@ import tempfile
 import time
 from contextlib import ExitStack
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import orjson
 
 from mechanisms.dynamic import DYNAMIC_MECHANISMS
 from streams.config import JOB_MECHANISMS
+from streams.dashboard import DEFAULT_PORT
 from streams.replay_command import add_source, build_source, produce
 from streams.sources import Source
 
@@ -50,6 +54,16 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="give up after this many seconds (default: %(default)s)")
     p.add_argument("--json-summary", action="store_true",
                    help="print the summary as one JSON object")
+    p.add_argument("--dashboard", action="store_true",
+                   help="also serve the live dashboard of the demo's stream, with the worker's "
+                        "metrics, print its URL, and keep serving it after the replay until "
+                        "Ctrl-C")
+    p.add_argument("--dashboard-port", type=int, default=DEFAULT_PORT, metavar="PORT",
+                   help="port of the dashboard on 127.0.0.1, 0 for a free one "
+                        f"(default: {DEFAULT_PORT})")
+    p.add_argument("--dashboard-seconds", type=float, default=None, metavar="S",
+                   help="with --dashboard, stop serving this many seconds after the replay "
+                        "(default: serve until Ctrl-C)")
     add_source(p)
     p.set_defaults(func=run, slots=30, register_timeout=0.0)
 
@@ -113,9 +127,49 @@ def _summary(source: Source, releases: dict[int, dict], sent: dict, seconds: flo
     }
 
 
+def _print_summary(args: argparse.Namespace, summary: dict) -> None:
+    if args.json_summary:
+        print(orjson.dumps(summary).decode(), flush=True)
+    else:
+        print(f"\n{summary['slots_released']}/{summary['slots_expected']} slots released, "
+              f"{summary['reports_sent']:,} reports sent, {summary['reports_rejected']} rejected, "
+              f"AMRE {summary['amre'] if summary['amre'] is None else round(summary['amre'], 2)}"
+              f", {summary['seconds']} s", flush=True)
+
+
+def _keep_serving(url: str, seconds: float | None, quiet: bool) -> None:
+    """Keep the dashboard (and the worker behind its metrics) up until Ctrl-C or ``seconds``."""
+    until = "Ctrl-C" if seconds is None else f"{seconds:g} s have passed"
+    print(f"serving the dashboard at {url} until {until}", file=sys.stderr if quiet else
+          sys.stdout, flush=True)
+    try:
+        if seconds is None:
+            while True:
+                time.sleep(3600)
+        time.sleep(max(seconds, 0.0))
+    except KeyboardInterrupt:
+        pass
+
+
+def _stop_worker_with(worker: subprocess.Popen, broker: Any, timeout: float = 20.0) -> None:
+    """SIGTERM the worker and wait for it; kill it when the embedded ``broker`` (``None``: an
+    outside one) is gone, as after a terminal's Ctrl-C, which reaches the broker too: a worker
+    cannot stop cleanly without its broker."""
+    if worker.poll() is not None:
+        return
+    worker.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while worker.poll() is None:
+        if time.monotonic() > deadline or (broker is not None and not broker.running):
+            worker.kill()
+            break
+        time.sleep(0.1)
+    worker.wait()
+
+
 def run(args: argparse.Namespace) -> int:  # noqa: C901 - one orchestration, step by step
     """Execute ``pwevent demo``."""
-    from streams.broker import BrokerError, EmbeddedBroker, broker_binary
+    from streams.broker import BrokerError, EmbeddedBroker, broker_binary, free_port
     from streams.kafka_util import wait_consumed
     from streams.topics import Topics, create_topics
 
@@ -136,18 +190,23 @@ def run(args: argparse.Namespace) -> int:  # noqa: C901 - one orchestration, ste
     if args.partitions < 1 or args.slot_ms < 1:
         print("pwevent demo: error: --partitions and --slot-ms must be >= 1", file=sys.stderr)
         return 2
+    dashboard = getattr(args, "dashboard", False)
+    if dashboard and not 0 <= args.dashboard_port <= 65535:
+        print("pwevent demo: error: --dashboard-port must lie in [0, 65535]", file=sys.stderr)
+        return 2
     prefix = "pwevent" if not args.broker else f"pwevent-demo-{int(time.time())}"
     secret = secrets.token_hex(16)
     stream = "demo"
     with ExitStack() as stack:
         workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="pwevent-demo-")))
+        embedded = None
         if args.broker:
             bootstrap = args.broker
         else:
             if show:
                 print("starting the embedded broker ...", flush=True)
-            broker = stack.enter_context(EmbeddedBroker())
-            bootstrap = broker.bootstrap
+            embedded = stack.enter_context(EmbeddedBroker())
+            bootstrap = embedded.bootstrap
         topics = Topics(prefix=prefix, partitions=args.partitions)
         asyncio.run(create_topics(bootstrap, topics.specs()))
         worker_log = (workdir / "worker.log").open("wb")
@@ -157,8 +216,31 @@ def run(args: argparse.Namespace) -> int:  # noqa: C901 - one orchestration, ste
                "--mechanism", args.mechanism, "--cells", str(source.d or 2),
                "--slot-ms", str(args.slot_ms), "--data-dir", str(workdir / "data"),
                "--idle-close-ms", "1000", "--event-time", "history", "--loglevel", "warning"]
+        url = server = None
+        if dashboard:
+            from streams.dashboard import BackgroundDashboard
+
+            metrics_port = free_port()
+            cmd += ["--metrics-host", "127.0.0.1", "--metrics-port", str(metrics_port)]
+            server = BackgroundDashboard(
+                bootstrap, topics.releases, stream=stream, decisions_topic=topics.decisions,
+                metrics_urls=[f"http://127.0.0.1:{metrics_port}/metrics"],
+                port=args.dashboard_port)
+            try:
+                url = server.start()
+            except OSError as exc:
+                why = os.strerror(exc.errno) if exc.errno else str(exc)
+                print(f"pwevent demo: error: the dashboard cannot listen on 127.0.0.1:"
+                      f"{args.dashboard_port} ({why}); choose another --dashboard-port",
+                      file=sys.stderr)
+                return 2
+            stack.callback(server.stop)
+            print(f"dashboard: {url}", flush=True)
         env = dict(os.environ, PWEVENT_SECRET=secret)
-        worker = subprocess.Popen(cmd, stdout=worker_log, stderr=subprocess.STDOUT, env=env)
+        # with --dashboard, Ctrl-C ends the demo: the worker, in a session of its own, does not
+        # get the terminal's SIGINT but is stopped below like at any other end
+        worker = subprocess.Popen(cmd, stdout=worker_log, stderr=subprocess.STDOUT, env=env,
+                                  start_new_session=dashboard)
 
         def stop_worker() -> None:
             if worker.poll() is None:
@@ -199,11 +281,12 @@ def run(args: argparse.Namespace) -> int:  # noqa: C901 - one orchestration, ste
         if worker.poll() is not None and len(releases) < source.slots:
             print("pwevent demo: the worker stopped early; its log:\n"
                   + _log_excerpt(workdir / "worker.log"), file=sys.stderr)
-    if args.json_summary:
-        print(orjson.dumps(summary).decode())
-    else:
-        print(f"\n{summary['slots_released']}/{summary['slots_expected']} slots released, "
-              f"{summary['reports_sent']:,} reports sent, {summary['reports_rejected']} rejected, "
-              f"AMRE {summary['amre'] if summary['amre'] is None else round(summary['amre'], 2)}"
-              f", {summary['seconds']} s")
+        if url is not None:
+            _print_summary(args, summary)
+            _keep_serving(url, args.dashboard_seconds, args.json_summary)
+            if server is not None:
+                server.stop()  # before the worker and the broker it follows
+            _stop_worker_with(worker, embedded)
+    if url is None:
+        _print_summary(args, summary)
     return 0 if summary["slots_released"] == summary["slots_expected"] else 1

@@ -20,8 +20,8 @@ REQS = FixedRequirements.from_arrays([f"u{i}" for i in range(12)], [2, 3, 4] * 4
 
 def test_names_are_unique_and_tables_derive_from_the_registry():
     assert len(REGISTRY) == len({s.name for s in REGISTRY.values()})
-    assert KNOWN == tuple(REGISTRY)
-    assert JOB_MECHANISMS == names(in_job=True)
+    assert tuple(REGISTRY) == KNOWN
+    assert names(in_job=True) == JOB_MECHANISMS
     with pytest.raises(ValueError, match="unknown mechanism 'xyz'"):
         spec("xyz")
 
