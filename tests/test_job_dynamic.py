@@ -30,6 +30,7 @@ from jobkit import (
 
 from streams.broker import EmbeddedBroker
 from streams.kafka_util import read_topic
+from streams.partition import secret_check
 from streams.pipeline import InProcessJob
 from streams.topics import Topics
 
@@ -70,7 +71,8 @@ def test_dpba_job_releases_every_slot_once_equal_to_in_process(broker, tmp_path:
     records = decision_records(broker.bootstrap, topics)
     keys = [k for k, _v in records]
     assert keys[0] == b"s/start" and orjson.loads(records[0][1]) == {
-        "stream": "s", "start": 0, "nonce": nonce, "config": cfg.public()}
+        "stream": "s", "start": 0, "nonce": nonce,
+        "secret_check": secret_check(cfg.secret_bytes(), "s"), "config": cfg.public()}
     decided = [orjson.loads(v) for k, v in records[1:] if b"/declared/" not in k]
     assert sorted(d["slot"] for d in decided) == list(range(15))
     declared = [orjson.loads(v) for k, v in records if b"/declared/" in k]
