@@ -270,6 +270,8 @@ def run(args: argparse.Namespace) -> int:  # noqa: C901 - one orchestration, ste
             print("pwevent demo: error: the worker did not register the users in time; see "
                   "its log:\n" + _log_excerpt(workdir / "worker.log"), file=sys.stderr)
             return 1
+        # the replay signs the watermark that closes the last slot of the demo's stream
+        args.secret, args.stream = secret, stream
         sent = asyncio.run(produce(args, source, bootstrap, show_progress=show))
         releases = asyncio.run(_follow_releases(bootstrap, topics.releases, source.slots,
                                                 deadline, show))
