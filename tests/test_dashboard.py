@@ -178,11 +178,22 @@ def _check_render(png: bytes, state: dict, out: Path) -> Image.Image:
 
 
 def _children(parent: int) -> dict[int, str]:
-    """The processes ``parent`` started that still run: pid to command line."""
-    out = subprocess.run(["ps", "-eo", "pid=,ppid=,args="], capture_output=True,
-                         text=True).stdout
-    rows = [line.split(None, 2) for line in out.splitlines()]
-    return {int(pid): args for pid, ppid, args in rows if int(ppid) == parent}
+    """The processes ``parent`` started that still run: pid to full command line.
+
+    Read from ``/proc`` rather than ``ps``, which cuts command lines to the terminal's width.
+    """
+    found: dict[int, str] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            args = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode().strip()
+        except (OSError, IndexError, ValueError):
+            continue
+        if ppid == parent:
+            found[int(entry.name)] = args
+    return found
 
 
 def _wait_for_line(path: Path, prefix: str, proc: subprocess.Popen, timeout: float) -> str:
