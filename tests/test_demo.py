@@ -10,7 +10,7 @@ from streams.broker import broker_binary
 
 
 def _brokers_running() -> set[int]:
-    out = subprocess.run(["ps", "-eo", "pid=,args="], capture_output=True, text=True).stdout
+    out = subprocess.run(["ps", "-eww", "-o", "pid=,args="], capture_output=True, text=True).stdout
     binary = str(broker_binary())
     return {int(line.split(None, 1)[0]) for line in out.splitlines() if binary in line}
 
