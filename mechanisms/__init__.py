@@ -4,14 +4,14 @@ Each mechanism is a per-level budget ledger (:mod:`mechanisms.ledgers`) plus a g
 rule (:mod:`mechanisms.release`) run on aggregates with the Sampling Mechanism.
 """
 
-from mechanisms.ledgers import BudgetLedger, Charge, SlotPlan
-from mechanisms.mechanism import (
+from mechanisms.central import (
     FIXED_MECHANISMS,
-    Mechanism,
+    FixedMechanism,
     Release,
     create_mechanism,
     ledger_for,
 )
+from mechanisms.ledgers import BudgetLedger, Charge, SlotPlan
 from mechanisms.noise import draw_noise, noise_variance
 from mechanisms.obs import optimal_budget
 from mechanisms.release import ReleaseRule
@@ -23,7 +23,7 @@ __all__ = [
     "BudgetLedger",
     "Charge",
     "FixedRequirements",
-    "Mechanism",
+    "FixedMechanism",
     "Release",
     "ReleaseRule",
     "SlotPlan",

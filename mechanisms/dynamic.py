@@ -1,7 +1,7 @@
 """Dynamic personalised requirements: DPBD and DPBA (papers/000 section 5).
 
 A user's declaration (wB, EB, wF, EF) holds from its slot until the user's next declaration.
-:class:`DynamicMechanism` steps one slot at a time like :class:`mechanisms.mechanism.Mechanism`:
+:class:`DynamicMechanism` steps one slot at a time like :class:`mechanisms.central.FixedMechanism`:
 the per-user ledger (:mod:`mechanisms.dynamic_ledgers`) plans each user's eps1 and eps2, rounded
 down onto a fixed grid, and the release rule runs on a (levels, d) count matrix where a level is
 one distinct (eps1, eps2) pair of grid values.
@@ -20,9 +20,9 @@ from mechanisms.dynamic_ledgers import (
     DynamicLedger,
     DynamicSlotPlan,
 )
-from mechanisms.ledgers import SlotPlan
-from mechanisms.mechanism import Release
-from mechanisms.registry import histogram_dtype, names
+from mechanisms.ledgers import Charge, SlotPlan
+from mechanisms.mechanism import Mechanism, Release
+from mechanisms.registry import names
 from mechanisms.release import ReleaseRule
 from mechanisms.requirements import validate_budgets, validate_windows
 
@@ -173,21 +173,28 @@ class DynamicMechanism:
         self.d = int(d)
         self.requirements = requirements
         self.ledger = _ledger(self.name, max_window or requirements.max_window, grid_bits)
-        self.rule = ReleaseRule(self.d, noise, "obs")
+        self.levels = GridLevels(self.ledger)
+        self.mechanism = Mechanism(self.levels, ReleaseRule(self.d, noise, "obs"))
         self.rng = rng if rng is not None else np.random.default_rng()
         self.directory = _Directory()
         self._extra: dict[str, tuple] = {}
-        dtype = histogram_dtype(noise)
-        self.last = np.zeros(self.d, dtype=dtype)
         self._applied = 0
-        # (ledger version, level of each column, level of each user, bincount keys)
-        self._levels: tuple[int, np.ndarray, np.ndarray, np.ndarray] | None = None
         self._declared_at = set(np.unique(requirements.slot).tolist())
 
     @property
     def slot(self) -> int:
         """The next slot to be released (from 1)."""
         return self.ledger.slot
+
+    @property
+    def rule(self) -> ReleaseRule:
+        """The release rule."""
+        return self.mechanism.rule
+
+    @property
+    def last(self) -> np.ndarray:
+        """The last published histogram."""
+        return self.mechanism.last
 
     @property
     def users(self) -> list[str]:
@@ -257,10 +264,10 @@ class DynamicMechanism:
 
     def level_counts(self, cells: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Plan the slot and count reports per level: (counts, level_codes, level_of_user)."""
-        return self._level_counts(cells)[:3]
+        counts, _, level_of_user = self._group(cells)
+        return counts, self.levels.codes, level_of_user
 
-    def _level_counts(self, cells: np.ndarray) -> tuple[np.ndarray, ...]:
-        """(counts, level_codes, level_of_user, users per level) of the planned slot."""
+    def _group(self, cells: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         self._apply()
         cells = np.asarray(cells)
         n = self.n
@@ -274,22 +281,65 @@ class DynamicMechanism:
                 f"user {self.users[i]!r}: field cell={int(cells[i])} outside [0, {self.d}) "
                 "(-1 means no report)"
             )
+        return self.levels.group(cells, self.d)
+
+    def step(self, cells: np.ndarray) -> Release:
+        """Release the next slot from one cell per declared user (-1: no report)."""
+        counts, sizes, level_of_user = self._group(cells)
+        plan = self.levels.plan()
+        decision, charge = self.mechanism.release(counts, sizes, self.rng, plan)
+        return Release(
+            slot=charge.slot,
+            histogram=decision.histogram,
+            published=charge.published,
+            nullified=charge.nullified,
+            threshold=decision.threshold,
+            dissimilarity=decision.dissimilarity,
+            level_eps1=charge.eps1,
+            level_eps2=charge.eps2,
+            level_of_user=level_of_user,
+            reports=int(counts.sum()),
+            projected=plan.projected,
+        )
+
+
+class GridLevels:
+    """A dynamic ledger seen as levels: the users grouped by the grid codes of their planned
+    (eps1, eps2), so the release rule runs on a (levels, d) matrix as under fixed requirements.
+
+    :meth:`group` plans the slot and counts a slot's cells per level; :meth:`plan` and
+    :meth:`commit` are then the :class:`~mechanisms.mechanism.Ledger` of those levels.
+    """
+
+    def __init__(self, ledger: DynamicLedger) -> None:
+        self.ledger = ledger
+        self.codes = np.zeros((2, 0), dtype=np.int64)
+        # (ledger version, level of each column, level of each user, bincount keys)
+        self._cache: tuple[int, np.ndarray, np.ndarray, np.ndarray] | None = None
+
+    @property
+    def slot(self) -> int:
+        """The next slot (from 1)."""
+        return self.ledger.slot
+
+    def group(self, cells: np.ndarray, d: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(reports per (level, cell), users per level, level of each user) of the planned slot;
+        ``cells`` are checked already."""
         ledger = self.ledger
         plan = ledger.plan_columns()
-        k = ledger.k
         code1, code2 = plan.stored1, plan.stored2
         width2 = int(code2.max(initial=0)) + 1
         pair = code1.astype(np.int64) * width2 + code2
-        size = ledger.size[:k]
-        if k <= 4096:
+        size = ledger.size[: ledger.k]
+        if ledger.k <= 4096:
             pairs = np.unique(pair[size > 0])
             level_of_col = np.searchsorted(pairs, pair)
         else:
             present = np.bincount(pair, weights=size, minlength=1) > 0
             pairs = np.flatnonzero(present)
             level_of_col = np.take(np.cumsum(present) - 1, pair)
-        width = self.d + 1
-        cached = self._levels
+        width = d + 1
+        cached = self._cache
         if (
             cached is not None
             and cached[0] == ledger.version
@@ -302,45 +352,30 @@ class DynamicMechanism:
             level_of_user = np.take(level_of_col.astype(narrow), ledger.group)
             keys = np.multiply(level_of_user, width, dtype=np.int64)
             keys += 1
-            self._levels = (ledger.version, level_of_col, level_of_user, keys)
+            self._cache = (ledger.version, level_of_col, level_of_user, keys)
         # one entry per user (column 0: no report), so a level's row sums to its users
         table = np.bincount(keys + cells, minlength=pairs.size * width).reshape(-1, width)
-        sizes = table.sum(axis=1)
-        return table[:, 1:], np.stack([pairs // width2, pairs % width2]), level_of_user, sizes
+        self.codes = np.stack([pairs // width2, pairs % width2])
+        return table[:, 1:], table.sum(axis=1), level_of_user
 
-    def step(self, cells: np.ndarray) -> Release:
-        """Release the next slot from one cell per declared user (-1: no report)."""
-        counts, codes, level_of_user, sizes = self._level_counts(cells)
+    def plan(self) -> SlotPlan:
+        """The grouped levels' budgets, read from their grid codes."""
         table = self.ledger.table
         assert table is not None
-        level_eps1, level_eps2 = table[codes[0]] * UNIT, table[codes[1]] * UNIT
-        ledger = self.ledger
-        col_plan = ledger.plan_columns()
-        plan = SlotPlan(
-            ledger.slot,
-            level_eps1,
-            level_eps2,
-            nullified=col_plan.nullified,
-            projected=ledger.projected_count(),
+        return SlotPlan(
+            self.ledger.slot,
+            table[self.codes[0]] * UNIT,
+            table[self.codes[1]] * UNIT,
+            nullified=self.ledger.plan_columns().nullified,
+            projected=self.ledger.projected_count(),
         )
-        decision = self.rule.decide(plan, counts, sizes, self.last, self.rng)
-        slot, nullified = ledger.slot, col_plan.nullified
-        published = ledger.commit_columns(decision.published)
-        if decision.published:
-            self.last = decision.histogram
-        return Release(
-            slot=slot,
-            histogram=decision.histogram,
-            published=published,
-            nullified=nullified,
-            threshold=decision.threshold,
-            dissimilarity=decision.dissimilarity,
-            level_eps1=level_eps1,
-            level_eps2=level_eps2 if published else np.zeros_like(level_eps2),
-            level_of_user=level_of_user,
-            reports=int(counts.sum()),
-            projected=plan.projected,
-        )
+
+    def commit(self, published: bool) -> Charge:
+        """Commit the users' ledger; the charge is per grouped level."""
+        plan = self.plan()
+        published = self.ledger.commit_columns(published)
+        eps2 = plan.eps2 if published else np.zeros_like(plan.eps2)
+        return Charge(plan.slot, plan.eps1, eps2, published, plan.nullified)
 
 
 def dynamic_ledger(name: str, max_window: int, grid_bits: int | None = None) -> DynamicLedger:

@@ -12,10 +12,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from mechanisms.ledgers import SlotPlan
-from mechanisms.mechanism import _LEDGERS, HOMOGENEOUS
-from mechanisms.registry import histogram_dtype
-from mechanisms.release import ReleaseRule, release_slot
+from mechanisms.central import _LEDGERS, HOMOGENEOUS
+from mechanisms.mechanism import Mechanism
+from mechanisms.release import ReleaseRule
 
 
 def level_key(w: int, E: float) -> str:
@@ -47,17 +46,28 @@ class LevelRelease:
 
 
 class LevelEngine:
-    """Ledger plus release rule over named levels; ``step`` releases the next slot."""
+    """The fixed-requirement :class:`~mechanisms.mechanism.Mechanism` over named levels;
+    ``step`` releases the next slot."""
 
     def __init__(self, name: str, d: int, noise: str = "discrete", sensitivity: int = 1) -> None:
         if name not in _LEDGERS:
             raise ValueError(f"unknown mechanism {name!r}; choose from {sorted(_LEDGERS)}")
         self.name, self.d, self.noise = name, int(d), noise
         self.homogeneous = name in HOMOGENEOUS
-        self.rule = ReleaseRule(d, noise, "scale" if name in ("bd", "ba") else "obs", sensitivity)
+        rule = ReleaseRule(d, noise, "scale" if name in ("bd", "ba") else "obs", sensitivity)
         self.ledger = _LEDGERS[name](np.zeros(0, dtype=np.int64), np.zeros(0))
+        self.mechanism = Mechanism(self.ledger, rule)
         self.row_of: dict[str, int] = {}
-        self.last = np.zeros(self.d, dtype=histogram_dtype(noise))
+
+    @property
+    def rule(self) -> ReleaseRule:
+        """The release rule."""
+        return self.mechanism.rule
+
+    @property
+    def last(self) -> np.ndarray:
+        """The last published histogram."""
+        return self.mechanism.last
 
     @property
     def released(self) -> int:
@@ -92,12 +102,8 @@ class LevelEngine:
             matrix = np.array([np.asarray(counts.get(k, zero), dtype=np.int64) for k in keys],
                               dtype=np.int64).reshape(len(keys), self.d)
             size_vec = np.array([sizes[k] for k in keys], dtype=np.int64)
-        plan = self.ledger.plan()
-        sub = SlotPlan(plan.slot, plan.eps1[rows], plan.eps2[rows], plan.nullified, plan.adaptive)
-        decision, charge = release_slot(self.ledger, self.rule, sub, matrix, size_vec, self.last,
-                                        rng)
-        if decision.published:
-            self.last = decision.histogram
+        plan = self.ledger.plan().take(rows)
+        decision, charge = self.mechanism.release(matrix, size_vec, rng, plan)
         return LevelRelease(
             slot=charge.slot,
             histogram=decision.histogram,
@@ -114,9 +120,7 @@ class LevelEngine:
         state from the decisions and releases topics)."""
         for key in sizes:
             self.ensure_level(key)
-        charge = self.ledger.commit(published)
-        if charge.published:
-            self.last = np.asarray(histogram, dtype=self.last.dtype)
+        self.mechanism.adopt(published, histogram)
 
     def state(self) -> dict:
         """A JSON-able snapshot."""
@@ -129,4 +133,4 @@ class LevelEngine:
             raise ValueError(f"state of {state['name']!r} given to engine {self.name!r}")
         self.ledger.load_state(state["ledger"])
         self.row_of = dict(state["rows"])
-        self.last = np.asarray(state["last"], dtype=self.last.dtype)
+        self.mechanism.load_last(state["last"])

@@ -32,6 +32,11 @@ class SlotPlan:
     adaptive: bool = True
     projected: int = 0
 
+    def take(self, rows: np.ndarray) -> SlotPlan:
+        """The plan of the levels ``rows`` only (the levels a slot's counts cover)."""
+        return SlotPlan(self.slot, self.eps1[rows], self.eps2[rows], self.nullified,
+                        self.adaptive, self.projected)
+
 
 @dataclass
 class Charge:

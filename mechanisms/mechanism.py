@@ -1,34 +1,62 @@
-"""A mechanism = a budget ledger + the release rule, stepping one slot at a time."""
+"""The one mechanism interface: a budget ledger, the release rule and the last publication.
+
+Every mechanism of the product steps one slot at a time through :class:`Stepper`: one cell per
+user (-1: no report) in, one :class:`Released` slot out. The mechanisms of the papers are a
+:class:`Ledger` that plans each level's budgets and commits the rule's decision, plus the
+release rule (:mod:`mechanisms.release`); :class:`Mechanism` holds the two with the last
+publication, and is what the library (:mod:`mechanisms.central`, :mod:`mechanisms.dynamic`), the
+evaluation and the job's coordinator all run. Where the ledger lives differs (per level in the
+coordinator for fixed requirements, per user in the partitions for dynamic ones); the release
+does not.
+
+A ledger is anything that plans and commits; here one level of window 2 and budget 1 under
+PBD, stepped twice on 3 users who all report cell 0:
+
+>>> import numpy as np
+>>> from mechanisms.ledgers import DistributionLedger
+>>> from mechanisms.release import ReleaseRule
+>>> mech = Mechanism(DistributionLedger(np.array([2]), np.array([1.0])), ReleaseRule(2, "discrete"))
+>>> rng = np.random.default_rng(0)
+>>> decision, charge = mech.release(np.array([[3, 0]]), np.array([3]), rng)
+>>> charge.slot, charge.eps1.tolist(), charge.published == decision.published
+(1, [0.25], True)
+>>> mech.slot
+2
+"""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 
-from mechanisms.ledgers import (
-    AbsorptionLedger,
-    BudgetLedger,
-    DistributionLedger,
-    SampleLedger,
-    UniformLedger,
-)
-from mechanisms.registry import histogram_dtype, names, specs
-from mechanisms.release import ReleaseRule, release_slot
-from mechanisms.requirements import FixedRequirements, validate_budgets, validate_windows
+from mechanisms.ledgers import Charge, SlotPlan
+from mechanisms.registry import histogram_dtype
+from mechanisms.release import Decision, ReleaseRule
 
-FIXED_MECHANISMS = names(family="central")
-#: The budget ledger of each ledger kind of :mod:`mechanisms.registry`.
-LEDGER_CLASSES: dict[str, type[BudgetLedger]] = {
-    "distribution": DistributionLedger,
-    "absorption": AbsorptionLedger,
-    "uniform": UniformLedger,
-    "sample": SampleLedger,
-}
-_LEDGERS: dict[str, type[BudgetLedger]] = {
-    s.name: LEDGER_CLASSES[s.ledger] for s in specs(family="central") if s.ledger}
-HOMOGENEOUS = frozenset(names(family="central", homogeneous=True))
+
+@runtime_checkable
+class Ledger(Protocol):
+    """Plans a slot's budgets per level and commits the release rule's decision.
+
+    The fixed ledgers (:mod:`mechanisms.ledgers`) hold one level per requirement; the dynamic
+    ones (:mod:`mechanisms.dynamic_ledgers`) one per user, grouped into levels of equal budgets
+    by :class:`mechanisms.dynamic.GridLevels`.
+    """
+
+    @property
+    def slot(self) -> int:
+        """The slot the next :meth:`plan` is for (from 1)."""
+        ...
+
+    def plan(self) -> SlotPlan:
+        """Each level's eps1 and eps2 for the next slot, and whether it is nullified."""
+        ...
+
+    def commit(self, published: bool) -> Charge:
+        """Record the decision for the planned slot; returns what it charged."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -62,175 +90,101 @@ class Release:
         return self.level_eps2[self.level_of_user]
 
 
-class Mechanism:
-    """A fixed-requirement mechanism over registered users and a domain of ``d`` cells.
+@runtime_checkable
+class Released(Protocol):
+    """What every mechanism releases for a slot (its release types add their own details)."""
 
-    ``step(cells)`` takes one cell index per registered user (-1: no report) and returns the
-    slot's :class:`Release`. Randomness comes from ``rng`` (inject a seeded generator in tests,
-    a per-slot counter-based one in the job via :meth:`step_counts`).
+    slot: int
+    histogram: np.ndarray
+    published: bool
+
+
+@runtime_checkable
+class Stepper(Protocol):
+    """The step interface every mechanism implements: one slot's cells to its release."""
+
+    def step(self, cells: np.ndarray) -> Released:
+        """Release the next slot from one cell per user (-1: no report)."""
+        ...
+
+
+class PlannedLedger:
+    """A ledger kept elsewhere: the plan is handed in, the commit only reports its charge.
+
+    The job's coordinator under dynamic requirements uses it: the partitions hold the users'
+    ledgers and send each slot's plan; they commit the decision when they read it back.
     """
 
-    def __init__(
-        self,
-        name: str,
-        requirements: FixedRequirements,
-        d: int,
-        rng: np.random.Generator | None = None,
-        noise: str = "laplace",
-    ) -> None:
-        if name not in _LEDGERS:
-            raise ValueError(f"unknown mechanism {name!r}; choose from {FIXED_MECHANISMS}")
-        self.name = name
-        self.d = int(d)
-        self.rng = rng if rng is not None else np.random.default_rng()
-        self.rule = ReleaseRule(d, noise, "scale" if name in ("bd", "ba") else "obs")
-        self.users: list[str] = []
-        self._index: dict[str, int] = {}
-        self._level_of: dict[tuple[int, float], int] = {}
-        self.level_of_user = np.zeros(0, dtype=np.int64)
-        self.ledger = _LEDGERS[name](np.zeros(0, dtype=np.int64), np.zeros(0))
-        dtype = histogram_dtype(noise)
-        self.last = np.zeros(self.d, dtype=dtype)
-        self._keys = np.zeros(0, dtype=np.int64)
-        self._sizes = np.zeros(0, dtype=np.int64)
-        self.register(requirements.users, requirements.w, requirements.E)
+    def __init__(self) -> None:
+        self._plan: SlotPlan | None = None
 
     @property
-    def n(self) -> int:
-        """Number of registered users."""
-        return len(self.users)
+    def slot(self) -> int:
+        """The slot of the plan handed in."""
+        if self._plan is None:
+            raise ValueError("no plan was handed in")
+        return self._plan.slot
+
+    def hand_in(self, plan: SlotPlan) -> None:
+        """The plan of the next slot."""
+        self._plan = plan
+
+    def plan(self) -> SlotPlan:
+        """The plan handed in."""
+        if self._plan is None:
+            raise ValueError("no plan was handed in")
+        return self._plan
+
+    def commit(self, published: bool) -> Charge:
+        """What the slot charged; the plan is used up."""
+        plan = self.plan()
+        published = bool(published) and not plan.nullified
+        eps2 = plan.eps2.copy() if published else np.zeros_like(plan.eps2)
+        self._plan = None
+        return Charge(plan.slot, plan.eps1.copy(), eps2, published, plan.nullified)
+
+
+class Mechanism:
+    """A ledger, the release rule and the last publication: releases one slot at a time.
+
+    :meth:`release` runs the rule on a (levels, d) count matrix under the ledger's plan (or a
+    plan given, such as the ledger's plan restricted to the levels that have users), commits
+    the decision and keeps the histogram when it was published: an approximated slot releases
+    the last publication again.
+    """
+
+    def __init__(self, ledger: Ledger, rule: ReleaseRule) -> None:
+        self.ledger = ledger
+        self.rule = rule
+        self.last = np.zeros(rule.d, dtype=histogram_dtype(rule.noise))
 
     @property
     def slot(self) -> int:
         """The next slot to be released (from 1)."""
         return self.ledger.slot
 
-    def level_sizes(self) -> np.ndarray:
-        """Registered users per level."""
-        return self._sizes
-
-    def register(
-        self, users: Sequence[str], w: Sequence[int] | np.ndarray, E: Sequence[float] | np.ndarray
-    ) -> None:
-        """Register new users with their requirements; all are checked before any is added.
-
-        A user joining later joins the level of its requirement: it has spent nothing, so what
-        the level's ledger allows is within its own window budget too. Homogeneous baselines
-        tighten their single level to the strictest requirement seen.
-        """
-        users_t = [str(u) for u in users]
-        w64 = validate_windows(users_t, np.asarray(w))
-        E64 = validate_budgets(users_t, np.asarray(E))
-        if w64.shape != (len(users_t),) or E64.shape != (len(users_t),):
-            raise ValueError("users, w and E must have one entry per user")
-        seen = set(self._index)
-        for u in users_t:
-            if u in seen:
-                raise ValueError(f"user {u!r}: already registered")
-            seen.add(u)
-        if not users_t:
-            return
-        if self.name in HOMOGENEOUS:
-            levels = self._tighten(int(w64.max()), float(E64.min()), len(users_t))
-        else:
-            levels = np.empty(len(users_t), dtype=np.int64)
-            for key in set(zip(w64.tolist(), E64.tolist(), strict=True)):
-                if key not in self._level_of:
-                    self._level_of[key] = self.ledger.add_level(*key)
-            lookup = self._level_of
-            levels[:] = [lookup[k] for k in zip(w64.tolist(), E64.tolist(), strict=True)]
-        for u in users_t:
-            self._index[u] = len(self.users)
-            self.users.append(u)
-        self.level_of_user = np.concatenate([self.level_of_user, levels])
-        self._keys = self.level_of_user * (self.d + 1) + 1
-        self._sizes = np.bincount(self.level_of_user, minlength=self.ledger.levels)
-
-    def _tighten(self, w: int, E: float, count: int) -> np.ndarray:
-        return np.full(count, self.ledger.strictest_level(w, E), dtype=np.int64)
-
-    def validate_cells(self, cells: np.ndarray) -> np.ndarray:
-        """Check one integer cell per user in [-1, d); raises ``ValueError`` naming the user."""
-        cells = np.asarray(cells)
-        if cells.shape != (self.n,):
-            raise ValueError(f"expected one cell per registered user ({self.n}), got {cells.shape}")
-        if cells.dtype.kind not in "iu":
-            raise ValueError(f"cells must be integers, got dtype {cells.dtype}")
-        if self.n and (cells.min() < -1 or cells.max() >= self.d):
-            i = int(np.flatnonzero((cells < -1) | (cells >= self.d))[0])
-            raise ValueError(
-                f"user {self.users[i]!r}: field cell={int(cells[i])} outside [0, {self.d}) "
-                "(-1 means no report)"
-            )
-        return cells
-
-    def level_counts(self, cells: np.ndarray) -> np.ndarray:
-        """Reports per (level, cell): a (levels, d) int64 matrix."""
-        cells = self.validate_cells(cells)
-        width = self.d + 1
-        flat = np.bincount(self._keys + cells, minlength=self.ledger.levels * width)
-        return flat.reshape(self.ledger.levels, width)[:, 1:]
-
-    def step(self, cells: np.ndarray) -> Release:
-        """Release the next slot from one cell index per registered user (-1: no report)."""
-        return self.step_counts(self.level_counts(cells))
-
-    def step_counts(
-        self, counts: np.ndarray, rng: np.random.Generator | None = None
-    ) -> Release:
-        """Release the next slot from per-(level, cell) counts, then commit the ledger."""
-        counts = np.asarray(counts)
-        if counts.shape != (self.ledger.levels, self.d) or counts.dtype.kind not in "iu":
-            raise ValueError(
-                f"counts must be an integer ({self.ledger.levels}, {self.d}) matrix, "
-                f"got {counts.dtype} {counts.shape}"
-            )
-        if (counts < 0).any():
-            raise ValueError("counts must be >= 0")
-        sizes = self.level_sizes()
-        decision, charge = release_slot(self.ledger, self.rule, self.ledger.plan(), counts, sizes,
-                                        self.last, rng or self.rng)
-        if decision.published:
+    def release(
+        self,
+        counts: np.ndarray,
+        sizes: np.ndarray,
+        rng: np.random.Generator,
+        plan: SlotPlan | None = None,
+    ) -> tuple[Decision, Charge]:
+        """Release the next slot from reports per (level, cell) and users per level."""
+        plan = self.ledger.plan() if plan is None else plan
+        decision = self.rule.decide(plan, counts, sizes, self.last, rng)
+        charge = self.ledger.commit(decision.published)
+        if charge.published:
             self.last = decision.histogram
-        return Release(
-            slot=charge.slot,
-            histogram=decision.histogram,
-            published=charge.published,
-            nullified=charge.nullified,
-            threshold=decision.threshold,
-            dissimilarity=decision.dissimilarity,
-            level_eps1=charge.eps1,
-            level_eps2=charge.eps2,
-            level_of_user=self.level_of_user,
-            reports=int(counts.sum()),
-        )
+        return decision, charge
 
+    def adopt(self, published: bool, histogram: np.ndarray | list) -> Charge:
+        """Advance through a slot already released elsewhere (its decision and histogram)."""
+        charge = self.ledger.commit(published)
+        if charge.published:
+            self.last = np.asarray(histogram, dtype=self.last.dtype)
+        return charge
 
-def create_mechanism(
-    name: str,
-    requirements: FixedRequirements,
-    d: int,
-    rng: np.random.Generator | None = None,
-    noise: str = "laplace",
-) -> Mechanism:
-    """Build one of ``FIXED_MECHANISMS`` over the given users.
-
-    Three users with windows 4, 2 and 3 and a budget of 1 each; a slot takes one cell per user
-    (-1: no report). PBA's first slot spends each user's dissimilarity budget E/(2w):
-
-    >>> import numpy as np
-    >>> req = FixedRequirements(("a", "b", "c"), np.array([4, 2, 3]), np.array([1.0, 1.0, 1.0]))
-    >>> mech = create_mechanism("pba", req, d=2, rng=np.random.default_rng(0), noise="discrete")
-    >>> release = mech.step(np.array([0, 1, -1]))
-    >>> release.slot, release.eps1.round(4).tolist()
-    (1, [0.125, 0.25, 0.1667])
-    >>> release.histogram.dtype.kind  # integer noise: counts carry no floating-point bits
-    'i'
-    """
-    return Mechanism(name.lower(), requirements, d, rng, noise)
-
-
-def ledger_for(name: str, requirements: FixedRequirements) -> tuple[BudgetLedger, np.ndarray]:
-    """A mechanism's ledger over the requirements' levels, and each user's level."""
-    mech = Mechanism(name, requirements, 1)
-    return mech.ledger, mech.level_of_user
+    def load_last(self, histogram: np.ndarray | list) -> None:
+        """Restore the last publication (from a saved state)."""
+        self.last = np.asarray(histogram, dtype=self.last.dtype)

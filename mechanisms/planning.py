@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from mechanisms.mechanism import ledger_for
+from mechanisms.central import ledger_for
 from mechanisms.requirements import FixedRequirements
 
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from mechanisms.ledgers import BudgetLedger, Charge, SlotPlan
+from mechanisms.ledgers import SlotPlan
 from mechanisms.noise import draw_noise, noise_std
 from mechanisms.obs import optimal_budget
 from mechanisms.sampling import sample_counts
@@ -130,16 +130,3 @@ class ReleaseRule:
         histogram = sampled + draw_noise(theta2, self.d, rng, self.noise)
         return Decision(True, histogram, theta2, dis)
 
-
-def release_slot(
-    ledger: BudgetLedger,
-    rule: ReleaseRule,
-    plan: SlotPlan,
-    counts: np.ndarray,
-    sizes: np.ndarray,
-    last: np.ndarray,
-    rng: np.random.Generator,
-) -> tuple[Decision, Charge]:
-    """Run the rule on ``plan`` (the ledger's plan, or a view of its levels) and commit it."""
-    decision = rule.decide(plan, counts, sizes, last, rng)
-    return decision, ledger.commit(decision.published)

@@ -111,7 +111,12 @@ class Spas:
                 self.instance = _Instance(rho, eps_i / 2.0, eps_i / 2.0)
         return self.instance
 
-    def step(self, counts: np.ndarray) -> SpasRelease:
+    def step(self, cells: np.ndarray) -> SpasRelease:
+        """Release the next slot from one cell per user (-1: no report)."""
+        cells = np.asarray(cells)
+        return self.step_counts(np.bincount(cells[cells >= 0], minlength=self.d))
+
+    def step_counts(self, counts: np.ndarray) -> SpasRelease:
         """Release the next slot from the true histogram ``counts`` (d,)."""
         counts = np.asarray(counts)
         if counts.shape != (self.d,):

@@ -8,8 +8,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from mechanisms.central import create_mechanism
 from mechanisms.evaluation import KNOWN, make_step
-from mechanisms.mechanism import create_mechanism
+from mechanisms.mechanism import Released, Stepper
 from mechanisms.registry import REGISTRY, histogram_dtype, names, spec
 from mechanisms.requirements import FixedRequirements
 from streams.config import JOB_MECHANISMS, JobConfig
@@ -29,10 +30,12 @@ def test_names_are_unique_and_tables_derive_from_the_registry():
 @pytest.mark.parametrize("name", list(REGISTRY))
 def test_every_registered_mechanism_runs(name: str):
     rng = np.random.default_rng(1)
-    step = make_step(name, REQS, 3, rng, noise="laplace")
+    mech = make_step(name, REQS, 3, rng, noise="laplace")
+    assert isinstance(mech, Stepper)
     cells = rng.integers(-1, 3, size=REQS.n)
-    histogram, _fresh = step(cells)
-    assert histogram.shape == (3,) and np.all(np.isfinite(histogram))
+    release = mech.step(cells)
+    assert isinstance(release, Released) and release.slot == 1
+    assert release.histogram.shape == (3,) and np.all(np.isfinite(release.histogram))
 
 
 @pytest.mark.parametrize("name", list(REGISTRY))

@@ -27,7 +27,7 @@ def test_spas_every_window_within_budget(w, E, T, seed, jumpy):
     for t in range(T):
         base = 1000 * (t % 7) if jumpy else 50
         counts = rng.poisson(base + 1, 4)
-        rel = spas.step(counts)
+        rel = spas.step_counts(counts)
         assert rel.charged >= 0
         assert 1 <= rel.samples_per_window <= w
         charges.append(rel.charged)
@@ -41,7 +41,7 @@ def test_spas_publishes_on_jumps_and_tracks_them():
     released = []
     for t in range(200):
         level = 5000 if (t // 50) % 2 else 100
-        released.append(spas.step(np.array([level, level])).histogram.copy())
+        released.append(spas.step_counts(np.array([level, level])).histogram.copy())
     released = np.array(released)
     # each flat stretch ends close to its level
     assert abs(released[49, 0] - 100) < 200
@@ -52,7 +52,7 @@ def test_spas_rejects_bad_parameters():
     with pytest.raises(ValueError, match="SPAS needs"):
         Spas(0, 1.0, 2, np.random.default_rng(0))
     with pytest.raises(ValueError, match="histogram of 2 cells"):
-        Spas(5, 1.0, 2, np.random.default_rng(0)).step(np.array([1, 2, 3]))
+        Spas(5, 1.0, 2, np.random.default_rng(0)).step_counts(np.array([1, 2, 3]))
 
 
 @pytest.mark.parametrize("eps", [0.5, 2.0])

@@ -1,0 +1,60 @@
+"""Every mechanism of :mod:`mechanisms.registry` built from one call, behind one step interface.
+
+``build(name, requirements, d, rng, noise)`` returns a :class:`~mechanisms.mechanism.Stepper`:
+``step(cells)`` takes one cell per user (-1: no report) and returns the slot's release, which
+always has ``slot``, ``histogram`` and ``published``. The central mechanisms take
+:class:`~mechanisms.requirements.FixedRequirements`, the dynamic ones
+:class:`~mechanisms.dynamic.DynamicRequirements`; the homogeneous baselines run at the
+strictest requirement.
+
+>>> import numpy as np
+>>> from mechanisms.registry import names
+>>> req = FixedRequirements(("a", "b", "c"), np.array([4, 2, 3]), np.array([1.0, 1.0, 1.0]))
+>>> released = {}
+>>> for name in names(family="central") + names(family="baseline") + names(family="local"):
+...     mech = build(name, req, 2, np.random.default_rng(0))
+...     released[name] = mech.step(np.array([0, 1, -1]))
+>>> sorted({(r.slot, r.histogram.shape) for r in released.values()})
+[(1, (2,))]
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from mechanisms.central import create_mechanism
+from mechanisms.dynamic import DynamicMechanism, DynamicRequirements
+from mechanisms.ldp import Plbu
+from mechanisms.ldp_ids import LdpIds
+from mechanisms.mechanism import Stepper
+from mechanisms.mtsp_ldp import MtspLdp
+from mechanisms.registry import spec
+from mechanisms.requirements import FixedRequirements
+from mechanisms.spas import Spas
+
+
+def build(
+    name: str,
+    requirements: FixedRequirements | DynamicRequirements,
+    d: int,
+    rng: np.random.Generator,
+    noise: str = "laplace",
+) -> Stepper:
+    """The mechanism ``name`` over ``requirements`` and ``d`` cells (module doc)."""
+    s = spec(name.lower())
+    if s.family == "dynamic":
+        if not isinstance(requirements, DynamicRequirements):
+            raise ValueError(f"{s.name} takes dynamic requirements (DynamicRequirements)")
+        return DynamicMechanism(s.name, requirements, d, rng, noise)
+    if not isinstance(requirements, FixedRequirements):
+        raise ValueError(f"{s.name} takes fixed requirements (FixedRequirements)")
+    if s.family == "central":
+        return create_mechanism(s.name, requirements, d, rng, noise)
+    if s.name == "plbu":
+        return Plbu(requirements, d, rng)
+    w, E = requirements.strictest()
+    if s.name == "spas":
+        return Spas(w, E, d, rng, noise)
+    if s.name == "mtsp":
+        return MtspLdp(w, E, requirements.n, d, rng)
+    return LdpIds(s.name, w, E, requirements.n, d, rng)
