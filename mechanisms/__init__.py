@@ -1,6 +1,6 @@
 """Personalised w-event differential privacy mechanisms: pure numpy, no I/O.
 
-Each mechanism is a per-level budget ledger (:mod:`mechanisms.ledgers`) plus a global release
+Each mechanism is a per-level budget ledger (:mod:`mechanisms.ledgers.fixed`) plus a global release
 rule (:mod:`mechanisms.release`) run on aggregates with the Sampling Mechanism.
 """
 
@@ -11,7 +11,8 @@ from mechanisms.central import (
     create_mechanism,
     ledger_for,
 )
-from mechanisms.ledgers import BudgetLedger, Charge, SlotPlan
+from mechanisms.ledgers.fixed import BudgetLedger
+from mechanisms.ledgers.plan import Charge, SlotPlan
 from mechanisms.noise import draw_noise, noise_variance
 from mechanisms.obs import optimal_budget
 from mechanisms.release import ReleaseRule

@@ -22,15 +22,15 @@ from __future__ import annotations
 
 import numpy as np
 
+from mechanisms.baselines.ldp import Plbu
+from mechanisms.baselines.ldp_ids import LdpIds
+from mechanisms.baselines.mtsp_ldp import MtspLdp
+from mechanisms.baselines.spas import Spas
 from mechanisms.central import create_mechanism
 from mechanisms.dynamic import DynamicMechanism, DynamicRequirements
-from mechanisms.ldp import Plbu
-from mechanisms.ldp_ids import LdpIds
 from mechanisms.mechanism import Stepper
-from mechanisms.mtsp_ldp import MtspLdp
 from mechanisms.registry import spec
 from mechanisms.requirements import FixedRequirements
-from mechanisms.spas import Spas
 
 
 def build(

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from mechanisms.ledgers import (
+from mechanisms.ledgers.fixed import (
     AbsorptionLedger,
     BudgetLedger,
     DistributionLedger,

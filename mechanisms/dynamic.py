@@ -2,7 +2,7 @@
 
 A user's declaration (wB, EB, wF, EF) holds from its slot until the user's next declaration.
 :class:`DynamicMechanism` steps one slot at a time like :class:`mechanisms.central.FixedMechanism`:
-the per-user ledger (:mod:`mechanisms.dynamic_ledgers`) plans each user's eps1 and eps2, rounded
+the per-user ledger (:mod:`mechanisms.ledgers.dynamic`) plans each user's eps1 and eps2, rounded
 down onto a fixed grid, and the release rule runs on a (levels, d) count matrix where a level is
 one distinct (eps1, eps2) pair of grid values.
 """
@@ -14,13 +14,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from mechanisms.dynamic_ledgers import (
+from mechanisms.ledgers.dynamic import (
     DYNAMIC_LEDGERS,
     UNIT,
     DynamicLedger,
     DynamicSlotPlan,
 )
-from mechanisms.ledgers import Charge, SlotPlan
+from mechanisms.ledgers.plan import Charge, SlotPlan
 from mechanisms.mechanism import Mechanism, Release
 from mechanisms.registry import names
 from mechanisms.release import ReleaseRule

@@ -13,7 +13,7 @@ A ledger is anything that plans and commits; here one level of window 2 and budg
 PBD, stepped twice on 3 users who all report cell 0:
 
 >>> import numpy as np
->>> from mechanisms.ledgers import DistributionLedger
+>>> from mechanisms.ledgers.fixed import DistributionLedger
 >>> from mechanisms.release import ReleaseRule
 >>> mech = Mechanism(DistributionLedger(np.array([2]), np.array([1.0])), ReleaseRule(2, "discrete"))
 >>> rng = np.random.default_rng(0)
@@ -31,7 +31,7 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
-from mechanisms.ledgers import Charge, SlotPlan
+from mechanisms.ledgers.plan import Charge, SlotPlan
 from mechanisms.registry import histogram_dtype
 from mechanisms.release import Decision, ReleaseRule
 
@@ -40,8 +40,8 @@ from mechanisms.release import Decision, ReleaseRule
 class Ledger(Protocol):
     """Plans a slot's budgets per level and commits the release rule's decision.
 
-    The fixed ledgers (:mod:`mechanisms.ledgers`) hold one level per requirement; the dynamic
-    ones (:mod:`mechanisms.dynamic_ledgers`) one per user, grouped into levels of equal budgets
+    The fixed ledgers (:mod:`mechanisms.ledgers.fixed`) hold one level per requirement; the dynamic
+    ones (:mod:`mechanisms.ledgers.dynamic`) one per user, grouped into levels of equal budgets
     by :class:`mechanisms.dynamic.GridLevels`.
     """
 

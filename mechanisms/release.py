@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from mechanisms.ledgers import SlotPlan
+from mechanisms.ledgers.plan import SlotPlan
 from mechanisms.noise import draw_noise, noise_std
 from mechanisms.obs import optimal_budget
 from mechanisms.sampling import sample_counts

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Final
 import numpy as np
 
 from mechanisms.dynamic import dynamic_ledger
-from mechanisms.dynamic_ledgers import UNIT, grid_table
+from mechanisms.ledgers.dynamic import UNIT, grid_table
 from streams.dynamic_partition import GRID_BITS, level_name
 
 if TYPE_CHECKING:

@@ -17,8 +17,8 @@ from collections import Counter
 import numpy as np
 import orjson
 
-from mechanisms.dynamic_ledgers import UNIT, grid_table
-from mechanisms.ledgers import SlotPlan
+from mechanisms.ledgers.dynamic import UNIT, grid_table
+from mechanisms.ledgers.plan import SlotPlan
 from mechanisms.registry import histogram_dtype
 from mechanisms.release import ReleaseRule
 from streams.config import JobConfig

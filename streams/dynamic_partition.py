@@ -43,7 +43,7 @@ import numpy as np
 import orjson
 
 from mechanisms.dynamic import dynamic_ledger
-from mechanisms.dynamic_ledgers import DynamicLedger
+from mechanisms.ledgers.dynamic import DynamicLedger
 from streams.admission import admit_requirement
 from streams.config import JobConfig
 from streams.partition import PartitionAccumulator

@@ -39,7 +39,7 @@ def _list(kind: type, text: str) -> list:
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     """Register the ``evaluate`` sub-command."""
-    from mechanisms.evaluation import EVALUATED, KNOWN
+    from mechanisms.evaluation.runs import EVALUATED, KNOWN
 
     p = sub.add_parser("evaluate", help="replay datasets through mechanisms and measure error",
                        description="Replay datasets through mechanisms and report AMRE, AJSD "
@@ -136,10 +136,10 @@ def _data_paths(args: argparse.Namespace) -> dict[str, str]:
 
 def load_cells(dataset: str, args: dict, repeat: int) -> tuple[np.ndarray, int]:
     """A (T, n) cell matrix and the domain size for one task."""
-    from mechanisms import datasets
+    from mechanisms.evaluation import datasets
 
     if dataset in ("tlns", "sin", "log"):
-        from mechanisms.evaluation import synthetic_cells
+        from mechanisms.evaluation.runs import synthetic_cells
 
         T = args["slots"] or 10_000
         probs = getattr(datasets, f"{dataset}_probabilities")(T)
@@ -161,8 +161,8 @@ def load_cells(dataset: str, args: dict, repeat: int) -> tuple[np.ndarray, int]:
 
 def run_task(dataset: str, repeat: int, args: dict) -> list[dict]:
     """Every mechanism and setting on one dataset and repeat."""
-    from mechanisms.evaluation import make_step, run_stream, true_histograms
-    from mechanisms.experiments import paper_requirements, ratio_requirements
+    from mechanisms.evaluation.experiments import paper_requirements, ratio_requirements
+    from mechanisms.evaluation.runs import make_step, run_stream, true_histograms
 
     cells, d = load_cells(dataset, args, repeat)
     true = true_histograms(cells, d)
@@ -283,7 +283,7 @@ def run(args: argparse.Namespace) -> int:
     """Execute ``pwevent evaluate``; returns the exit status."""
     from tqdm import tqdm
 
-    from mechanisms.evaluation import KNOWN
+    from mechanisms.evaluation.runs import KNOWN
 
     try:
         bad = [d for d in args.dataset if d not in DATASETS]

@@ -15,7 +15,7 @@ from typing import IO, Literal
 
 import numpy as np
 
-from mechanisms.datasets import StreamData
+from mechanisms.evaluation.datasets import StreamData
 
 __all__ = ["load_foursquare", "load_taxi"]
 

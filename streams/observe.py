@@ -43,7 +43,7 @@ from prometheus_client import (
     generate_latest,
 )
 
-from mechanisms.ledgers import (
+from mechanisms.ledgers.fixed import (
     AbsorptionLedger,
     BudgetLedger,
     DistributionLedger,

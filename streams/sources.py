@@ -10,8 +10,8 @@ from typing import Any
 import numpy as np
 import orjson
 
-from mechanisms.datasets import log_probabilities, sin_probabilities, tlns_probabilities
-from mechanisms.experiments import dynamic_rows, paper_requirements
+from mechanisms.evaluation.datasets import log_probabilities, sin_probabilities, tlns_probabilities
+from mechanisms.evaluation.experiments import dynamic_rows, paper_requirements
 from mechanisms.requirements import FixedRequirements
 
 SYNTHETIC = {"sin": sin_probabilities, "log": log_probabilities, "tlns": tlns_probabilities}

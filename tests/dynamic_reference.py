@@ -1,6 +1,6 @@
 """Reference oracle: the per-user DPBD and DPBA ledgers, one column per user.
 
-A frozen copy of the per-user implementation that :mod:`mechanisms.dynamic_ledgers` replaced with
+A frozen copy of the per-user implementation that :mod:`mechanisms.ledgers.dynamic` replaced with
 state per requirement history; the tests check that both charge and decide identically.
 
 Every user may declare at any slot a backward requirement (wB, EB) on the window ending at that
@@ -32,7 +32,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from mechanisms.ledgers import Charge, SlotPlan
+from mechanisms.ledgers.plan import Charge, SlotPlan
 
 UNIT = 2.0**-40
 MAX_BUDGET = 4096.0
@@ -193,7 +193,7 @@ class DynamicLedger:
 
     ``declare`` sets requirements effective from the next planned slot (registering new users,
     whose indices must continue ``0..n-1``); ``plan`` and ``commit`` work as in
-    :class:`mechanisms.ledgers.BudgetLedger`, one entry per user.
+    :class:`mechanisms.ledgers.fixed.BudgetLedger`, one entry per user.
     """
 
     name = ""

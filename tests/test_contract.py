@@ -31,7 +31,7 @@ from jobkit import (
 )
 
 from mechanisms.exact_noise import rational_scale
-from mechanisms.ledgers import SlotPlan
+from mechanisms.ledgers.plan import SlotPlan
 from mechanisms.noise import noise_std
 from mechanisms.release import ReleaseRule
 from streams.broker import EmbeddedBroker

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mechanisms.datasets import (
+from mechanisms.evaluation.datasets import (
     JavaRandom,
     StreamData,
     fdlibm_log,

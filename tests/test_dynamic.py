@@ -15,7 +15,7 @@ from mechanisms.dynamic import (
     dynamic_ledger,
     plan_dynamic,
 )
-from mechanisms.dynamic_ledgers import DYNAMIC_LEDGERS, MAX_BUDGET, grid_table
+from mechanisms.ledgers.dynamic import DYNAMIC_LEDGERS, MAX_BUDGET, grid_table
 
 NULL = (1, MAX_BUDGET, 1, 0.0)  # the requirement a suspended user holds
 
@@ -546,7 +546,7 @@ def test_mechanism_matches_per_user_oracle() -> None:
 
 def test_rescans_in_chunks_match_the_oracle(monkeypatch) -> None:
     # a scan matrix of at most 8 entries: DPBA's rescans run over one run at a time
-    import mechanisms.dynamic_ledgers as dl
+    import mechanisms.ledgers.dynamic as dl
 
     monkeypatch.setattr(dl, "_SCAN_CELLS", 8)
     rng = np.random.default_rng(2)

@@ -303,7 +303,7 @@ def test_checkpoints_are_cut_into_records_and_replaced_whole() -> None:
 def test_replayed_sources_declare_the_dynamic_requirements_of_evaluate() -> None:
     """`pwevent demo/replay --mechanism dpbd|dpba` register what `pwevent evaluate` gives
     DPBD and DPBA; the fixed mechanisms keep {user, w, E}."""
-    from mechanisms.experiments import dynamic_rows
+    from mechanisms.evaluation.experiments import dynamic_rows
     from streams.records import DynamicRequirement, FixedRequirement, parse_requirement
     from streams.sources import make_source
 

@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from mechanisms.dynamic import DynamicRequirements
-from mechanisms.dynamic_ledgers import DYNAMIC_LEDGERS, MAX_BUDGET, DynamicLedger
+from mechanisms.ledgers.dynamic import DYNAMIC_LEDGERS, MAX_BUDGET, DynamicLedger
 
 MERGE_EVERY = 4
 NULL = (1, MAX_BUDGET, 1, 0.0)  # what ``DynamicLedger.suspend`` declares

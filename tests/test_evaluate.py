@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mechanisms.evaluation import make_step, run_stream, synthetic_cells, true_histograms
-from mechanisms.experiments import E_GRID, W_GRID, paper_requirements, ratio_requirements
+from mechanisms.evaluation.experiments import E_GRID, W_GRID, paper_requirements, ratio_requirements
+from mechanisms.evaluation.runs import make_step, run_stream, synthetic_cells, true_histograms
 from streams.cli import main
 
 FIXTURES = Path(__file__).parent / "fixtures"

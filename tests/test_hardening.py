@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from jobkit import report, requirement_records, slot_reports
 
-from mechanisms.ledgers import SlotPlan
+from mechanisms.ledgers.plan import SlotPlan
 from mechanisms.release import ReleaseRule
 from streams.config import JobConfig
 from streams.ingest import key_partition

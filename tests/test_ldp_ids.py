@@ -5,10 +5,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mechanisms.evaluation import KNOWN, make_step, run_stream, synthetic_cells, true_histograms
-from mechanisms.experiments import paper_requirements
-from mechanisms.ldp import oue_variance
-from mechanisms.ldp_ids import BUDGET_DIVISION, LDP_IDS, POPULATION_DIVISION, LdpIds
+from mechanisms.baselines.ldp import oue_variance
+from mechanisms.baselines.ldp_ids import BUDGET_DIVISION, LDP_IDS, POPULATION_DIVISION, LdpIds
+from mechanisms.evaluation.experiments import paper_requirements
+from mechanisms.evaluation.runs import (
+    KNOWN,
+    make_step,
+    run_stream,
+    synthetic_cells,
+    true_histograms,
+)
 
 from support import local_stream as stream
 from support import window_sums

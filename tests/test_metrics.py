@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from mechanisms.metrics import ajsd, amre, mae
+from mechanisms.evaluation.metrics import ajsd, amre, mae
 
 RELEASED = [[1.0, 2.0], [3.0, 4.0]]
 TRUE = [[0.0, 2.0], [3.0, 6.0]]

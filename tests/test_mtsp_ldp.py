@@ -6,11 +6,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mechanisms.evaluation import KNOWN, make_step, run_stream, synthetic_cells, true_histograms
-from mechanisms.experiments import paper_requirements
-from mechanisms.ldp_ids import LdpIds
-from mechanisms.mtsp_ldp import MtspLdp, allocate
-from mechanisms.private_tree import (
+from mechanisms.baselines.ldp_ids import LdpIds
+from mechanisms.baselines.mtsp_ldp import MtspLdp, allocate
+from mechanisms.baselines.private_tree import (
     Partition,
     adaptive_partition,
     build_tree,
@@ -26,11 +24,19 @@ from mechanisms.private_tree import (
     real_nodes,
     variance_factors,
 )
-from mechanisms.stream_queries import (
+from mechanisms.baselines.stream_queries import (
     counting_query,
     event_monitor,
     period_counts,
     range_query,
+)
+from mechanisms.evaluation.experiments import paper_requirements
+from mechanisms.evaluation.runs import (
+    KNOWN,
+    make_step,
+    run_stream,
+    synthetic_cells,
+    true_histograms,
 )
 
 from support import local_stream as stream

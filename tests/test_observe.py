@@ -34,7 +34,12 @@ from jobkit import (
 )
 from prometheus_client.parser import text_string_to_metric_families
 
-from mechanisms.ledgers import AbsorptionLedger, DistributionLedger, SampleLedger, UniformLedger
+from mechanisms.ledgers.fixed import (
+    AbsorptionLedger,
+    DistributionLedger,
+    SampleLedger,
+    UniformLedger,
+)
 from streams.broker import EmbeddedBroker, free_port
 from streams.observe import JsonFormatter, accepted_since, json_logging_config, window_spend
 from streams.pipeline import InProcessJob

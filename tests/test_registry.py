@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from mechanisms.central import create_mechanism
-from mechanisms.evaluation import KNOWN, make_step
+from mechanisms.evaluation.runs import KNOWN, make_step
 from mechanisms.mechanism import Released, Stepper
 from mechanisms.registry import REGISTRY, histogram_dtype, names, spec
 from mechanisms.requirements import FixedRequirements

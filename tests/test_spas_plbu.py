@@ -6,8 +6,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mechanisms import FixedRequirements
-from mechanisms.ldp import Plbu, grr_frequencies, grr_variance, oue_frequencies, oue_variance
-from mechanisms.spas import Spas
+from mechanisms.baselines.ldp import (
+    Plbu,
+    grr_frequencies,
+    grr_variance,
+    oue_frequencies,
+    oue_variance,
+)
+from mechanisms.baselines.spas import Spas
 
 from support import window_sums
 

@@ -16,9 +16,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mechanisms.datasets import tlns_probabilities
-from mechanisms.metrics import amre
-from mechanisms.spas import Spas, SpasRelease
+from mechanisms.baselines.spas import Spas, SpasRelease
+from mechanisms.evaluation.datasets import tlns_probabilities
+from mechanisms.evaluation.metrics import amre
 
 
 class RecordingRng:

@@ -3,7 +3,7 @@ population-division versions LPU, LPD, LPA.
 
 They are homogeneous: one window ``w`` and budget ``E`` for every user (the evaluation gives them
 the strictest requirement, as it does BD, BA and SPAS). Each is the split of docs/design.md: a
-budget ledger of :mod:`mechanisms.ledgers` with a single level, and a local release rule.
+budget ledger of :mod:`mechanisms.ledgers.fixed` with a single level, and a local release rule.
 
 - Budget division (LBU, LSP, LBD, LBA): a collection *round* asks every user holding a value to
   report with the round's budget through OUE (papers/002 2.3). The ledger is that of Uniform,
@@ -31,8 +31,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from mechanisms.ldp import oue_frequencies, oue_variance
-from mechanisms.ledgers import (
+from mechanisms.baselines.ldp import oue_frequencies, oue_variance
+from mechanisms.ledgers.fixed import (
     AbsorptionLedger,
     BudgetLedger,
     DistributionLedger,

@@ -2,7 +2,7 @@
 
 Every function reads released trees only, so it costs no privacy budget (post-processing).
 ``trees`` is a (T, 2D - 1) array, one released tree per slot in heap order (see
-:mod:`mechanisms.private_tree`) holding counts of users, oldest first; the last row is the
+:mod:`mechanisms.baselines.private_tree`) holding counts of users, oldest first; the last row is the
 current slot t. :attr:`mechanisms.mtsp_ldp.MtspRelease.tree_counts` gives one row.
 
 The excerpt of papers/002 lost the formulas of event monitoring; from its prose, alpha is the
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from mechanisms.private_tree import minimum_cover
+from mechanisms.baselines.private_tree import minimum_cover
 
 
 def _trees(trees: np.ndarray) -> tuple[np.ndarray, int]:

@@ -13,9 +13,9 @@ import numpy as np
 
 from mechanisms.build import build
 from mechanisms.dynamic import DynamicRequirements
-from mechanisms.experiments import dynamic_rows
+from mechanisms.evaluation.experiments import dynamic_rows
+from mechanisms.evaluation.metrics import ajsd, amre, mae
 from mechanisms.mechanism import Stepper
-from mechanisms.metrics import ajsd, amre, mae
 from mechanisms.registry import REGISTRY, spec
 from mechanisms.requirements import FixedRequirements
 

@@ -1,12 +1,12 @@
 """MTSP-LDP (papers/002 section 3): a private binary tree released at every slot under w-event
 local DP, with private dissimilarity estimation (M1), Optimal privacy Budget Allocation (OBA,
 M2) and a data-adaptive tree publication (M3). The budget-free streaming queries (M4) over the
-released trees are in :mod:`mechanisms.stream_queries`; trees are in
-:mod:`mechanisms.private_tree`.
+released trees are in :mod:`mechanisms.baselines.stream_queries`; trees are in
+:mod:`mechanisms.baselines.private_tree`.
 
-Homogeneous, like :mod:`mechanisms.ldp_ids`: one window ``w`` and budget ``E`` for all n users,
-one cell per user per slot (-1: no value), reports simulated on aggregates. At slot t, with N_t
-users holding a value and T^o_{t-1} the last released tree (all zeros before the first):
+Homogeneous, like :mod:`mechanisms.baselines.ldp_ids`: one window ``w`` and budget ``E`` for all n
+users, one cell per user per slot (-1: no value), reports simulated on aggregates. At slot t, with
+N_t users holding a value and T^o_{t-1} the last released tree (all zeros before the first):
 
 - M1: every user holding a value reports once into a tree estimate with eps1 = E/(2w),
   population division over the h levels (papers/002 2.4). dis_t is the mean over the observed
@@ -61,8 +61,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from mechanisms.ldp import oue_variance
-from mechanisms.private_tree import (
+from mechanisms.baselines.ldp import oue_variance
+from mechanisms.baselines.private_tree import (
     adaptive_partition,
     dissimilarity,
     estimate_tree,

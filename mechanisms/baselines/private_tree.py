@@ -9,8 +9,8 @@ others lie in the padding, hold no user and are known to be 0, so nobody reports
 
 Node values are frequencies: the fraction of the users holding a value whose value lies in the
 node's interval (the root is 1 by definition). Reports are simulated on aggregates, as in
-:mod:`mechanisms.ldp_ids`: a level's group of reporters is a uniformly random subset of the
-users holding a value, drawn from the cell counts as a multivariate hypergeometric sample.
+:mod:`mechanisms.baselines.ldp_ids`: a level's group of reporters is a uniformly random subset of
+the users holding a value, drawn from the cell counts as a multivariate hypergeometric sample.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from mechanisms.ldp import oue_frequencies, oue_variance
+from mechanisms.baselines.ldp import oue_frequencies, oue_variance
 
 
 def height(d: int) -> int:
