@@ -24,7 +24,7 @@ import numpy as np
 
 from mechanisms.dynamic import dynamic_ledger
 from mechanisms.dynamic_ledgers import UNIT, grid_table
-from streams.dynamic_partition import GRID_BITS, level_name
+from streams.slot_protocol import GRID_BITS, level_name
 
 if TYPE_CHECKING:
     from streams.audit import AuditReport, Record
