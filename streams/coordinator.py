@@ -79,15 +79,15 @@ class Coordinator:
             raise ValueError(f"message from partition {p}, but the job has "
                              f"{self.config.partitions}")
         if kind(message) == "plan":
-            if not self.placement.take_plan(p, message, self.next_slot):  # type: ignore
+            if not self.placement.take_plan(p, message, self.next_slot):
                 self.duplicates += 1
         else:
-            through = int(message["closed_through"])  # type: ignore[typeddict-item]
+            through = int(message["closed_through"])
             known = self.closed.get(p)
             if known is not None and through <= known:
                 self.duplicates += 1
                 return []
-            self.placement.take_closure(p, message, known, self.next_slot)  # type: ignore
+            self.placement.take_closure(p, message, known, self.next_slot)
             self.rejected[through] += int(message.get("rejected", 0))
             self.closed[p] = through
         out: list[Emitted] = []
@@ -153,7 +153,7 @@ class Coordinator:
 
     def replay_slot(self, slot: int, decision: dict, release: dict) -> None:
         """Take one slot already released (see :meth:`recover`)."""
-        self.placement.replay(slot, decision, release["histogram"])  # type: ignore[arg-type]
+        self.placement.replay(slot, decision, release["histogram"])
         self.next_slot = slot + 1
 
     def slot_rng(self, slot: int) -> np.random.Generator:
@@ -166,7 +166,7 @@ class Coordinator:
         config = self.config.public()
         if isinstance(self.cells, dict):
             config["cells"] = cell_labels(self.config.make_domain())
-        record: Start = {"stream": self.config.stream, "start": self.start,  # type: ignore
+        record: Start = {"stream": self.config.stream, "start": self.start,
                          "nonce": self.nonce,
                          "secret_check": secret_check(self.secret, self.config.stream),
                          "config": config}

@@ -113,7 +113,7 @@ class CoordinatorLedgerRelease(ReleasePlacement):
 
     def take_closure(self, p: int, message: Partial | Closure, known: int | None,
                      next_slot: int | None) -> None:
-        for slot_text, part in message["slots"].items():  # type: ignore[typeddict-item]
+        for slot_text, part in message["slots"].items():
             slot = int(slot_text)
             if known is not None and slot <= known:
                 continue
@@ -126,7 +126,7 @@ class CoordinatorLedgerRelease(ReleasePlacement):
                 bucket["counts"][key] = arr if prev is None else prev + arr
             bucket["accepted"] += int(part["accepted"])
         self.users.setdefault(p, {})[int(message["closed_through"])] = dict(
-            message["users"])  # type: ignore[typeddict-item]
+            message["users"])
 
     def first_slot(self, closed: dict[int, int]) -> int | None:
         if len(closed) < self.config.partitions or not self.pending:
@@ -213,7 +213,7 @@ class PartitionLedgerRelease(ReleasePlacement):
 
     def take_closure(self, p: int, message: Partial | Closure, known: int | None,
                      next_slot: int | None) -> None:
-        first = message["first"]  # type: ignore[typeddict-item]
+        first = message["first"]
         self.first[p] = None if first is None else int(first)
 
     def take_plan(self, p: int, message: Plan, next_slot: int | None) -> bool:

@@ -468,13 +468,13 @@ class Job:
         futures = []
         notes = [m for m in messages if kind(m) == "declared"]
         for note in notes:
-            key = declaration_key(note).encode()  # type: ignore[arg-type]
+            key = declaration_key(note).encode()
             futures.append(await self.app.producer.send(self.topics.decisions, key,
-                                                        encode(note), 0, None, None))  # type: ignore
+                                                        encode(note), 0, None, None))
         key = partials_key(self.config.stream, p)
         for msg in (m for m in messages if kind(m) != "declared"):
             futures.append(await self.app.producer.send(self.topics.slot_partials, key,
-                                                        encode(msg), 0, None, None))  # type: ignore
+                                                        encode(msg), 0, None, None))
         return futures
 
     async def _send_dead(self, dead: list[DeadLetter], wait: bool = True) -> list[Any]:
@@ -659,7 +659,7 @@ class Job:
                 continue  # taken before a restart or a rewind
             coord.input_offset = offset + 1
             try:
-                new = coord.receive(decode(value))  # type: ignore[arg-type]
+                new = coord.receive(decode(value))
             except Exception as exc:  # noqa: BLE001 - no record may stop the releases
                 log.error("bad partial message skipped: %r", exc)
                 self.counters["bad_partials"] += 1

@@ -273,7 +273,7 @@ class PartitionAccumulator:
     def _closed_messages(self) -> list[dict]:
         """The messages due after the watermark moved: a closure when slots closed, and what
         the placement has to say besides."""
-        return self._close() + self.placement.due()  # type: ignore[operator]
+        return self._close() + self.placement.due()
 
     def idle_watermark(self) -> int | None:
         """The watermark that closes every slot up to the one of the largest event time seen."""
@@ -305,13 +305,13 @@ class PartitionAccumulator:
             del self.seen[s]
         self.closed_through = last
         self.rejected = 0
-        return [message]  # type: ignore[list-item]
+        return [message]
 
     # -- the conversation with the coordinator (a placement's) -----------------------------
 
     def on_control(self, doc: Control) -> list[dict]:
         """Act on one control message of the coordinator (a start or a decision)."""
-        return self.placement.on_control(doc)  # type: ignore[return-value]
+        return self.placement.on_control(doc)
 
     def resend(self) -> list[dict]:
         """The messages to send again after a restart (the coordinator drops repeats)."""

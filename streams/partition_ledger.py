@@ -123,8 +123,8 @@ class PartitionLedger(Placement):
 
     def on_control(self, doc: Control) -> list[Plan | Declared]:
         if "start" in doc:
-            return self.on_start(int(doc["start"]))  # type: ignore[typeddict-item]
-        return self.on_decision(int(doc["slot"]), bool(doc["published"]))  # type: ignore
+            return self.on_start(int(doc["start"]))
+        return self.on_decision(int(doc["slot"]), bool(doc["published"]))
 
     def resend(self) -> list:
         out = [self.outbox["closed"]] if "closed" in self.outbox else []

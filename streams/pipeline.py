@@ -75,11 +75,11 @@ class InProcessJob:
         while queue:
             msg = queue.popleft()
             if kind(msg) == "declared":  # a declaration record: to the decisions topic
-                self.declarations.append(encode(msg))  # type: ignore[arg-type]
+                self.declarations.append(encode(msg))
                 continue
-            for _slot, release, decision in self.coordinator.receive(msg):  # type: ignore
+            for _slot, release, decision in self.coordinator.receive(msg):
                 if release is not None:
                     self.releases.append(release)
                 doc = control(orjson.loads(decision), self.config.stream)
                 for acc in self.accumulators if doc is not None else []:
-                    queue.extend(acc.on_control(doc))  # type: ignore[arg-type]
+                    queue.extend(acc.on_control(doc))

@@ -133,7 +133,7 @@ def decode(value: bytes) -> PartitionMessage:
     doc = orjson.loads(value)
     if not isinstance(doc, dict) or "partition" not in doc or kind(doc) == "declared":
         raise ValueError("a slot-partials record is a partition's message")
-    return doc  # type: ignore[return-value]
+    return doc
 
 
 def control(doc: object, stream: str) -> Control | None:
@@ -141,7 +141,7 @@ def control(doc: object, stream: str) -> Control | None:
     ``None`` for another stream's record or a declaration record."""
     if not isinstance(doc, dict) or doc.get("stream") != stream or "declared" in doc:
         return None
-    return doc  # type: ignore[return-value]
+    return doc
 
 
 def partials_key(stream: str, partition: int) -> bytes:
