@@ -9,9 +9,9 @@ well, each record once by offset) and releases each slot once to ``releases`` (w
 messages hold and in which order a partition checkpoints and sends.
 
 Durability. A partition's accumulator is checkpointed into the ``checkpoints`` table (RocksDB,
-with a changelog) whenever it has sent messages (under the coordinator's ledger right after the
-partial of a slot close is sent), and only the records that the
-checkpoint covers are acknowledged; after a crash the partition resumes from its checkpoint and
+with a changelog) whenever it has messages for the coordinator (under the coordinator's ledger
+right after the partial of a slot close is sent), and only the records that the checkpoint
+covers are acknowledged; after a crash the partition resumes from its checkpoint and
 re-reads the rest, which reproduces the same partials. The coordinator's state (ledger, pending
 counts, recorded releases) is written to the ``coordinator`` table for every partial before any
 release it caused is emitted; a restarted coordinator re-emits recorded releases that it had not
@@ -19,10 +19,10 @@ confirmed and never recomputes a released slot. Dead letters are delivered at le
 
 Under the partitions' ledgers (dynamic mechanisms, DPBD, DPBA) each partition keeps its users'
 ledger in its checkpoint and converses with the coordinator slot by slot
-(:class:`~streams.placement.PartitionLedger`): every worker reads the whole ``decisions`` topic
-with a consumer of its own and hands each record to its partitions. Their state is checkpointed
-before the messages it implies are sent, and those messages are sent again when a partition
-resumes.
+(:class:`~streams.partition_ledger.PartitionLedger`): every worker reads the whole
+``decisions`` topic with a consumer of its own and hands each record to its partitions. Their
+state is checkpointed before the messages it implies are sent, and those messages are sent
+again when a partition resumes.
 """
 
 from __future__ import annotations
