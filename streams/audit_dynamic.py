@@ -23,8 +23,8 @@ from typing import TYPE_CHECKING, Any, Final
 import numpy as np
 
 from mechanisms.dynamic import dynamic_ledger
-from mechanisms.ledgers.dynamic import UNIT, grid_table
-from streams.dynamic_partition import GRID_BITS, level_name
+from mechanisms.ledgers.columns import UNIT, grid_table
+from streams.slot_protocol import GRID_BITS, level_name
 
 if TYPE_CHECKING:
     from streams.audit import AuditReport, Record

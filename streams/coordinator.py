@@ -1,11 +1,13 @@
-"""The job's coordinator: gathers partials from every partition and releases each slot once.
+"""The job's coordinator: takes every partition's messages and releases each slot once.
 
-A slot is released when every partition of the reports topic has closed it. The first slot is
-the earliest slot any partition counted a report in; from there every slot is released in
-order, including slots nobody reported in (every registered user is charged at every slot,
-docs/design.md, privacy decision 2). Randomness for slot t comes from generators keyed by the
-secret and (stream, nonce, t) (privacy decision 5). A release is recorded in the state before
-it is emitted, and a slot already released is never computed again.
+The :class:`Coordinator` reads the messages of :mod:`streams.slot_protocol`, drops repeats,
+and releases slots in order from the stream's first slot on, including slots nobody reported in
+(every registered user is charged at every slot, docs/design.md, privacy decision 2). When the
+stream starts, when a slot is ready and how it is released depend on where the budget ledger
+lives, which its placement (:mod:`streams.coordinator_placement`) decides. Randomness for slot t
+comes from generators keyed by the secret and (stream, nonce, t) (privacy decision 5). A release
+is recorded in the state before it is emitted, and a slot already released is never computed
+again.
 """
 
 from __future__ import annotations
@@ -18,12 +20,12 @@ from collections import Counter
 import numpy as np
 import orjson
 
-from mechanisms.engine import LevelEngine
 from mechanisms.randomness import slot_generator
 from streams.config import JobConfig
+from streams.coordinator_placement import ReleasePlacement, release_placement
 from streams.formats import CELLS_INLINE_MAX, NOISE_DISTRIBUTIONS, RELEASE_VERSION
-from streams.partition import secret_check
 from streams.records import BinDomain, CategoryDomain, Domain, GridDomain
+from streams.slot_protocol import Decision, PartitionMessage, Start, kind, secret_check
 
 KEEP_RELEASED = 64
 log = logging.getLogger("pwevent.coordinator")
@@ -32,10 +34,13 @@ log = logging.getLogger("pwevent.coordinator")
 Emitted = tuple[int, bytes | None, bytes]  # slot, release (None: the start record), decision
 
 
-class ReleaseLog:
-    """What a coordinator keeps of its releases: the stream's start and nonce, and releases and
-    decisions recorded before they are emitted, and how far emission went. A restarted
-    coordinator re-emits what it recorded and never computes a released slot again.
+class Coordinator:
+    """Releases each slot once from the partitions' messages; ``placement`` (by default the
+    one ``config``'s mechanism needs) takes their contents and runs the mechanism.
+
+    It keeps the stream's start and nonce, releases and decisions recorded before they are
+    emitted, and how far emission went. A restarted coordinator re-emits what it recorded and
+    never computes a released slot again.
 
     The nonce is drawn when the stream starts (a fresh coordinator state) and kept in the
     state, so a restarted coordinator draws the same noise for a slot it already computed,
@@ -43,8 +48,11 @@ class ReleaseLog:
     noise. It is published in the start record; without the secret it reveals nothing.
     """
 
-    def __init__(self, config: JobConfig) -> None:
+    def __init__(self, config: JobConfig, placement: ReleasePlacement | None = None) -> None:
         self.config = config
+        self.placement = placement or release_placement(config)
+        self.closed: dict[int, int] = {}  # per partition, how far it closed
+        self.rejected: Counter[int] = Counter()  # records rejected, per closure
         self.secret = config.secret_bytes()
         self.nonce = config.nonce or secrets.token_hex(16)
         self.start: int | None = None
@@ -60,6 +68,56 @@ class ReleaseLog:
         #: the next offset of the ``slot-partials`` topic to take (the job's input position,
         #: kept with the state so that a record skipped by the consumer is noticed)
         self.input_offset: int | None = None
+
+    # -- receiving and releasing -----------------------------------------------------------
+
+    def receive(self, message: PartitionMessage) -> list[Emitted]:
+        """Take one message of a partition; returns the new (slot, release, decision) records
+        to emit (a ``None`` release: the start record)."""
+        p = int(message["partition"])
+        if not 0 <= p < self.config.partitions:
+            raise ValueError(f"message from partition {p}, but the job has "
+                             f"{self.config.partitions}")
+        if kind(message) == "plan":
+            if not self.placement.take_plan(p, message, self.next_slot):
+                self.duplicates += 1
+        else:
+            through = int(message["closed_through"])
+            known = self.closed.get(p)
+            if known is not None and through <= known:
+                self.duplicates += 1
+                return []
+            self.placement.take_closure(p, message, known, self.next_slot)
+            self.rejected[through] += int(message.get("rejected", 0))
+            self.closed[p] = through
+        out: list[Emitted] = []
+        if self.next_slot is None:
+            first = self.placement.first_slot(self.closed)
+            if first is not None:
+                self.next_slot = first
+                out.append(self.begin(first))
+        while self.next_slot is not None and self.placement.ready(self.next_slot, self.closed):
+            out.append(self._release(self.next_slot))
+            self.next_slot += 1
+        frontier = self.placement.frontier(self.closed, self.next_slot)
+        if frontier is not None:
+            self.forget(frontier)
+            for slot in [s for s in self.rejected if s < frontier]:
+                del self.rejected[slot]
+            self.placement.forget(self.next_slot)
+        return out
+
+    def _release(self, slot: int) -> Emitted:
+        rel = self.placement.release(slot, self.slot_rng(slot))
+        rejected = sum(n for close, n in self.rejected.items() if close == slot)
+        log.info("slot %d released (published %s, nullified %s): %d reports accepted, %d "
+                 "records rejected", slot, rel.published, rel.nullified, rel.accepted,
+                 rejected, extra={"slot": slot, "published": rel.published,
+                                  "nullified": rel.nullified, "accepted": rel.accepted,
+                                  "rejected": rejected})
+        release = self.release(slot, rel.published, rel.nullified, rel.histogram.tolist(),
+                               rel.threshold, rel.users, rel.noise_std)
+        return self.record(slot, release, rel.decision)
 
     def recover(self, start: dict, decisions: dict[int, bytes], releases: dict[int, bytes]) -> int:
         """Rebuild from the stream's own records when this coordinator's state is gone: the
@@ -95,7 +153,8 @@ class ReleaseLog:
 
     def replay_slot(self, slot: int, decision: dict, release: dict) -> None:
         """Take one slot already released (see :meth:`recover`)."""
-        raise NotImplementedError
+        self.placement.replay(slot, decision, release["histogram"])
+        self.next_slot = slot + 1
 
     def slot_rng(self, slot: int) -> np.random.Generator:
         """The randomness of ``slot``: keyed by the secret, the stream, its nonce and the slot."""
@@ -107,10 +166,11 @@ class ReleaseLog:
         config = self.config.public()
         if isinstance(self.cells, dict):
             config["cells"] = cell_labels(self.config.make_domain())
-        return orjson.dumps({"stream": self.config.stream, "start": self.start,
-                             "nonce": self.nonce,
-                             "secret_check": secret_check(self.secret, self.config.stream),
-                             "config": config})
+        record: Start = {"stream": self.config.stream, "start": self.start,
+                         "nonce": self.nonce,
+                         "secret_check": secret_check(self.secret, self.config.stream),
+                         "config": config}
+        return orjson.dumps(record)
 
     def release(self, slot: int, published: bool, nullified: bool, histogram: list,
                 threshold: float, users: int, noise_std: np.ndarray | None) -> dict:
@@ -126,7 +186,7 @@ class ReleaseLog:
         self.start = int(start)
         return self.start - 1, None, self.start_record()
 
-    def record(self, slot: int, release: dict, decision: dict) -> Emitted:
+    def record(self, slot: int, release: dict, decision: Decision) -> Emitted:
         """Keep a slot's release and decision; returns them encoded, to be emitted."""
         self.released[slot] = orjson.dumps(release)
         self.decisions[slot] = orjson.dumps(decision)
@@ -187,6 +247,29 @@ class ReleaseLog:
         else:  # a state saved before it was kept: the latest publication still recorded
             self.last_published = max((s for s, r in self.released.items()
                                         if orjson.loads(r)["published"]), default=None)
+
+
+    # -- state -----------------------------------------------------------------------------
+
+    def snapshot(self) -> bytes:
+        """The whole state, compressed."""
+        doc = {
+            **self.placement.state(),
+            "closed": {str(p): c for p, c in self.closed.items()},
+            "rejected": {str(s): n for s, n in self.rejected.items()},
+            "next_slot": self.next_slot,
+            **self.log_state(),
+        }
+        return zlib.compress(orjson.dumps(doc), 3)
+
+    def restore(self, data: bytes) -> None:
+        """Reinstate a :meth:`snapshot`."""
+        doc = orjson.loads(zlib.decompress(data))
+        self.placement.load(doc)
+        self.closed = {int(p): int(c) for p, c in doc["closed"].items()}
+        self.rejected = Counter({int(s): int(n) for s, n in doc["rejected"].items()})
+        self.next_slot = doc["next_slot"]
+        self.load_log(doc)
 
 
 def _edges(low: float, high: float, n: int) -> list[str]:
@@ -254,141 +337,3 @@ def release_record(config: JobConfig, slot: int, published: bool, nullified: boo
         "noise": noise,
         "approximates": None if published else approximates,
     }
-
-
-class Coordinator(ReleaseLog):
-    """Runs the release rule once per slot on the partitions' partial aggregates."""
-
-    def __init__(self, config: JobConfig) -> None:
-        super().__init__(config)
-        self.engine = LevelEngine(config.mechanism, config.d, config.noise, config.sensitivity)
-        self.closed: dict[int, int] = {}
-        self.pending: dict[int, dict] = {}
-        self.users: dict[int, dict[int, dict[str, int]]] = {}
-        self.rejected: Counter[int] = Counter()
-        self.next_slot: int | None = None
-
-    def receive(self, message: dict) -> list[Emitted]:
-        """Take one partial message; returns the new (slot, release, decision) records."""
-        p = int(message["partition"])
-        through = int(message["closed_through"])
-        if not 0 <= p < self.config.partitions:
-            raise ValueError(f"partial from partition {p}, but the job has "
-                             f"{self.config.partitions}")
-        known = self.closed.get(p)
-        if known is not None and through <= known:
-            self.duplicates += 1
-            return []
-        for slot_text, part in message["slots"].items():
-            slot = int(slot_text)
-            if known is not None and slot <= known:
-                continue
-            if self.next_slot is not None and slot < self.next_slot:
-                continue  # already released (a partition re-sent after a restart)
-            bucket = self.pending.setdefault(slot, {"counts": {}, "accepted": 0})
-            for key, row in part["counts"].items():
-                prev = bucket["counts"].get(key)
-                arr = np.asarray(row, dtype=np.int64)
-                bucket["counts"][key] = arr if prev is None else prev + arr
-            bucket["accepted"] += int(part["accepted"])
-        self.users.setdefault(p, {})[through] = dict(message["users"])
-        self.rejected[through] += int(message.get("rejected", 0))
-        self.closed[p] = through
-        return self._release_ready()
-
-    def replay_slot(self, slot: int, decision: dict, release: dict) -> None:
-        """Advance the level ledger through a slot already released."""
-        self.pending.pop(slot, None)
-        self.engine.replay(decision["users"], bool(decision["published"]),
-                           np.asarray(release["histogram"]))
-        self.next_slot = slot + 1
-
-    def _users_at(self, slot: int) -> dict[str, int]:
-        """Registered users per level at a slot: each partition's count when it closed it."""
-        total: Counter[str] = Counter()
-        for by_close in self.users.values():
-            closes = [c for c in by_close if c >= slot]
-            if closes:
-                total.update(by_close[min(closes)])
-        return dict(total)
-
-    def _release_ready(self) -> list[Emitted]:
-        if len(self.closed) < self.config.partitions:
-            return []
-        frontier = min(self.closed.values())
-        out: list[Emitted] = []
-        if self.next_slot is None:
-            if not self.pending:
-                return []
-            self.next_slot = min(self.pending)
-            out.append(self.begin(self.next_slot))
-        while self.next_slot <= frontier:
-            out.append(self._release(self.next_slot))
-            self.next_slot += 1
-        self._forget(frontier)
-        return out
-
-    def _release(self, slot: int) -> Emitted:
-        part = self.pending.pop(slot, {"counts": {}, "accepted": 0})
-        sizes = self._users_at(slot)
-        rel = self.engine.step(sizes, part["counts"], self.slot_rng(slot))
-        rejected = sum(n for close, n in self.rejected.items() if close == slot)
-        log.info("slot %d released (published %s, nullified %s): %d reports accepted, %d "
-                 "records rejected", slot, rel.published, rel.nullified, part["accepted"],
-                 rejected, extra={"slot": slot, "published": rel.published,
-                                  "nullified": rel.nullified, "accepted": part["accepted"],
-                                  "rejected": rejected})
-        release = self.release(slot, rel.published, rel.nullified, rel.histogram.tolist(),
-                               rel.threshold, int(sum(sizes.values())),
-                               self.engine.rule.noise_std(rel.threshold)
-                               if rel.published else None)
-        decision = {
-            "stream": self.config.stream,
-            "slot": slot,
-            "published": rel.published,
-            "nullified": rel.nullified,
-            "eps1": rel.eps1,
-            "eps2": rel.eps2,
-            "users": sizes,
-        }
-        return self.record(slot, release, decision)
-
-    def _forget(self, frontier: int) -> None:
-        self.forget(frontier)
-        for slot in [s for s in self.rejected if s < frontier]:
-            del self.rejected[slot]
-        for by_close in self.users.values():
-            stale = sorted(c for c in by_close if c < (self.next_slot or 0))
-            for c in stale[:-1] if len(stale) > 1 else []:
-                del by_close[c]
-
-    # -- state -----------------------------------------------------------------------------
-
-    def snapshot(self) -> bytes:
-        """The whole state, compressed."""
-        doc = {
-            "engine": self.engine.state(),
-            "closed": {str(p): c for p, c in self.closed.items()},
-            "pending": {str(s): {"counts": {k: v.tolist() for k, v in b["counts"].items()},
-                                 "accepted": b["accepted"]} for s, b in self.pending.items()},
-            "users": {str(p): {str(c): u for c, u in by.items()} for p, by in self.users.items()},
-            "rejected": {str(s): n for s, n in self.rejected.items()},
-            "next_slot": self.next_slot,
-            **self.log_state(),
-        }
-        return zlib.compress(orjson.dumps(doc), 3)
-
-    def restore(self, data: bytes) -> None:
-        """Reinstate a :meth:`snapshot`."""
-        doc = orjson.loads(zlib.decompress(data))
-        self.engine.load_state(doc["engine"])
-        self.closed = {int(p): int(c) for p, c in doc["closed"].items()}
-        self.pending = {int(s): {"counts": {k: np.asarray(v, dtype=np.int64)
-                                            for k, v in b["counts"].items()},
-                                 "accepted": int(b["accepted"])}
-                        for s, b in doc["pending"].items()}
-        self.users = {int(p): {int(c): dict(u) for c, u in by.items()}
-                      for p, by in doc["users"].items()}
-        self.rejected = Counter({int(s): int(n) for s, n in doc["rejected"].items()})
-        self.next_slot = doc["next_slot"]
-        self.load_log(doc)

@@ -2,23 +2,27 @@
 
 Data path (docs/design.md): ``requirements`` -> the ``users`` table and each partition's registry;
 ``reports`` -> :class:`~streams.partition.PartitionAccumulator` per partition (batched ingest),
-which emits a partial to ``slot-partials`` whenever slots close; the coordinator reads
-``slot-partials`` (batched ingest as well, each record once by offset) and releases each slot
-once to ``releases`` (with its ``decisions``).
+which sends the messages of :mod:`streams.slot_protocol` to ``slot-partials`` whenever slots
+close; the :class:`~streams.coordinator.Coordinator` reads ``slot-partials`` (batched ingest as
+well, each record once by offset) and releases each slot once to ``releases`` (with its
+``decisions``). Where the budget ledger lives (:mod:`streams.placement`) decides what the
+messages hold and in which order a partition checkpoints and sends.
 
 Durability. A partition's accumulator is checkpointed into the ``checkpoints`` table (RocksDB,
-with a changelog) right after the partial of a slot close is sent, and only the records that the
-checkpoint covers are acknowledged; after a crash the partition resumes from its checkpoint and
+with a changelog) whenever it has messages for the coordinator (under the coordinator's ledger
+right after the partial of a slot close is sent), and only the records that the checkpoint
+covers are acknowledged; after a crash the partition resumes from its checkpoint and
 re-reads the rest, which reproduces the same partials. The coordinator's state (ledger, pending
 counts, recorded releases) is written to the ``coordinator`` table for every partial before any
 release it caused is emitted; a restarted coordinator re-emits recorded releases that it had not
 confirmed and never recomputes a released slot. Dead letters are delivered at least once.
 
-Dynamic mechanisms (DPBD, DPBA) keep each partition's ledger in its checkpoint and converse with
-the coordinator slot by slot (:mod:`streams.dynamic_partition`): every worker reads the whole
+Under the partitions' ledgers (dynamic mechanisms, DPBD, DPBA) each partition keeps its users'
+ledger in its checkpoint and converses with the coordinator slot by slot
+(:class:`~streams.partition_ledger.PartitionLedger`): every worker reads the whole
 ``decisions`` topic with a consumer of its own and hands each record to its partitions. Their
-state is checkpointed before the messages it implies are sent, and those messages are sent again
-when a partition resumes.
+state is checkpointed before the messages it implies are sent, and those messages are sent
+again when a partition resumes.
 """
 
 from __future__ import annotations
@@ -43,8 +47,6 @@ from aiokafka.protocol.types import Array, Int16, Int32, Schema, String
 
 from streams.config import JobConfig
 from streams.coordinator import Coordinator
-from streams.dynamic_coordinator import DynamicCoordinator
-from streams.dynamic_partition import DynamicAccumulator, DynamicRegistry, declaration_key
 from streams.ingest import (
     BatchIngest,
     ContinuityGuard,
@@ -56,9 +58,19 @@ from streams.ingest import (
 )
 from streams.kafka_settings import client_options, faust_options
 from streams.observe import METRICS_HOST, Observer, WorkerMetrics, accepted_since
-from streams.partition import DeadLetter, PartitionAccumulator, Registry, watermark_record
+from streams.partition import DeadLetter, PartitionAccumulator, watermark_record
 from streams.records import DEAD_LETTER_PAYLOAD_BYTES, dead_letter
-from streams.roles import make_accumulator, make_coordinator, make_registry
+from streams.registries import UserRegistry
+from streams.roles import make_accumulator, make_coordinator, make_registry, placement_type
+from streams.slot_protocol import (
+    Control,
+    control,
+    declaration_key,
+    decode,
+    encode,
+    kind,
+    partials_key,
+)
 from streams.topics import Topics
 
 log = logging.getLogger("pwevent.job")
@@ -239,14 +251,14 @@ class Job:
         self.users = self.app.Table("users", partitions=config.partitions, **table)
         self.checkpoints = self.app.Table("checkpoints", partitions=config.partitions, **table)
         self.state = self.app.Table("coordinator", partitions=1, **table)
-        self.registries: dict[int, Registry | DynamicRegistry] = {}
+        self.registries: dict[int, UserRegistry] = {}
         self.accumulators: dict[int, PartitionAccumulator] = {}
         self.acked: dict[int, int] = {}
         self.continuity = ContinuityGuard(self.topics.reports)
         self.partials_continuity = ContinuityGuard(self.topics.slot_partials)
-        self.coordinator: Coordinator | DynamicCoordinator | None = None
-        # dynamic mechanisms: the decisions topic as read so far, one lock per partition
-        self.start_record: dict | None = None
+        self.coordinator: Coordinator | None = None
+        # the decisions topic as read so far (partitions keeping ledgers), a lock per partition
+        self.start_record: Control | None = None
         self.decision_log: dict[int, bool] = {}
         self.locks: dict[int, asyncio.Lock] = {}
         self.resumed: set[int] = set()
@@ -263,7 +275,7 @@ class Job:
         self.app.timer(interval=10.0)(self.on_status)
         self.recovery_stall: dict[Any, tuple[int, float]] = {}
         self.app.timer(interval=1.0)(self.on_recovery_watch)
-        if config.dynamic:
+        if placement_type(config).converses:  # partitions keep ledgers: they hear decisions
             self.app.task(self.read_decisions)
         self.app.on_partitions_revoked.connect(self.on_revoked)
         # operating the worker (streams/observe.py): metrics, updated where ``counters`` are,
@@ -277,7 +289,7 @@ class Job:
 
     # -- partitions ------------------------------------------------------------------------
 
-    def registry(self, p: int) -> Registry | DynamicRegistry:
+    def registry(self, p: int) -> UserRegistry:
         """Partition ``p``'s registered users, rebuilt from the ``users`` table when first used."""
         reg = self.registries.get(p)
         if reg is None:
@@ -349,23 +361,15 @@ class Job:
             self.counters["rewinds"] += 1
             self.metrics.rewound()
             return rewind
-        if self.config.dynamic:
-            return await self.on_reports_dynamic(p, records)
-        acc = self.accumulator(p)
-        before = acc.accepted.total()
-        partials, dead = acc.process(records, self.topics.reports)
-        self.metrics.took_reports(accepted_since(before, acc.accepted.total(), partials))
-        futures = await self._took_reports(p, records, dead)
-        futures += await self._send_partials(p, partials)
-        if futures:
-            await asyncio.gather(*futures)
-        if partials or acc.start_unsaved:
-            self.write_checkpoint(p, acc.snapshot())
-            await self.app.producer.flush()
-            self.acked[p] = acc.next_offset
-        return self.acked.get(p, 0)
-
-    # -- dynamic mechanisms ----------------------------------------------------------------
+        async with self._lock(p):
+            acc, messages = self._resumed(p)
+            before = acc.accepted.total()
+            more, dead = acc.process(records, self.topics.reports)
+            self.metrics.took_reports(accepted_since(before, acc.accepted.total(), more))
+            messages += more
+            futures = await self._took_reports(p, records, dead)
+            await self._say(p, acc, messages, futures, checkpoint=acc.start_unsaved)
+            return self.acked.get(p, 0)
 
     def _lock(self, p: int) -> asyncio.Lock:
         lock = self.locks.get(p)
@@ -373,52 +377,42 @@ class Job:
             lock = self.locks[p] = asyncio.Lock()
         return lock
 
-    def _dynamic(self, p: int) -> tuple[DynamicAccumulator, list[dict]]:
+    def _resumed(self, p: int) -> tuple[PartitionAccumulator, list[dict]]:
         """Partition ``p``'s accumulator and, when it was just resumed, what it must send: its
         last messages again and what the decisions read so far imply."""
         acc = self.accumulator(p)
-        assert isinstance(acc, DynamicAccumulator)
         if p in self.resumed:
             return acc, []
         self.resumed.add(p)
-        out = acc.resend()
-        if self.start_record is not None:
-            out += acc.on_control(self.start_record)
-        nxt = acc.next_slot
-        for slot in sorted(s for s in self.decision_log if nxt is not None and s >= nxt):
-            out += acc.on_decision(slot, self.decision_log[slot])
-        return acc, out
+        return acc, acc.resume(self.start_record, self.decision_log)
 
-    async def _say(self, p: int, acc: DynamicAccumulator, messages: list[dict],
-                   checkpoint: bool) -> None:
-        """Checkpoint, then send ``messages`` to the coordinator (docs/design.md, record before
-        emitting: a plan that was sent is never replaced by a different one)."""
+    async def _say(self, p: int, acc: PartitionAccumulator, messages: list[dict],
+                   pending: list[Any], checkpoint: bool) -> None:
+        """Send ``messages`` to the coordinator and checkpoint the partition (when it said
+        something, or ``checkpoint``), once ``pending`` sends are done. A placement that keeps
+        its messages in the checkpoint has it written first (docs/design.md, record before
+        emitting: a plan that was sent is never replaced by a different one); otherwise the
+        messages go first, as re-reading the records the checkpoint lacks reproduces them."""
+        first = acc.placement.checkpoint_first
+        futures = list(pending)
+        if not first:
+            futures += await self._send_partials(p, messages)
+        if futures:
+            await asyncio.gather(*futures)
         if checkpoint or messages:
             with partition_context(self.app, self.topics.reports, p):
                 self.write_checkpoint(p, acc.snapshot())
             await self.app.producer.flush()
             self.acked[p] = acc.next_offset
-        futures = await self._send_partials(p, messages)
-        if futures:
-            await asyncio.gather(*futures)
-
-    async def on_reports_dynamic(self, p: int, records: list[RawRecord]) -> int:
-        """As :meth:`on_reports`, for a dynamic mechanism's partition."""
-        async with self._lock(p):
-            acc, messages = self._dynamic(p)
-            before = acc.accepted.total()
-            more, dead = acc.process(records, self.topics.reports)
-            self.metrics.took_reports(accepted_since(before, acc.accepted.total(), more))
-            messages += more
-            futures = await self._took_reports(p, records, dead)
+        if first:
+            futures = await self._send_partials(p, messages)
             if futures:
                 await asyncio.gather(*futures)
-            await self._say(p, acc, messages, checkpoint=acc.start_unsaved)
-            return self.acked.get(p, 0)
 
-    async def on_control(self, doc: dict) -> None:
+    async def on_control(self, record: object) -> None:
         """One record of the decisions topic: remember it, hand it to this worker's partitions."""
-        if doc.get("stream") != self.config.stream or "declared" in doc:
+        doc = control(record, self.config.stream)
+        if doc is None:
             return
         if "start" in doc:
             self.start_record = doc
@@ -429,9 +423,9 @@ class Job:
             async with self._lock(p):
                 if p not in self.accumulators:
                     continue  # revoked meanwhile
-                acc, messages = self._dynamic(p)
+                acc, messages = self._resumed(p)
                 messages += acc.on_control(doc)
-                await self._say(p, acc, messages, checkpoint=False)
+                await self._say(p, acc, messages, [], checkpoint=False)
 
     async def read_decisions(self) -> None:
         """Read the whole decisions topic (a consumer of this worker's own, not in the group)."""
@@ -469,18 +463,18 @@ class Job:
         return await self._send_dead(dead, wait=False)
 
     async def _send_partials(self, p: int, messages: list[dict]) -> list[Any]:
-        """Send partition ``p``'s messages to the coordinator (a dynamic partition's declaration
-        records to the decisions topic, for auditors); returns their futures."""
+        """Send partition ``p``'s messages to the coordinator (declaration records to the
+        decisions topic, for auditors); returns their futures."""
         futures = []
-        for note in (m for m in messages if "declared" in m):
+        notes = [m for m in messages if kind(m) == "declared"]
+        for note in notes:
             key = declaration_key(note).encode()
             futures.append(await self.app.producer.send(self.topics.decisions, key,
-                                                        orjson.dumps(note), 0, None, None))
-        messages = [m for m in messages if "declared" not in m]
-        key = f"{self.config.stream}/{p}".encode()
-        for msg in messages:
+                                                        encode(note), 0, None, None))
+        key = partials_key(self.config.stream, p)
+        for msg in (m for m in messages if kind(m) != "declared"):
             futures.append(await self.app.producer.send(self.topics.slot_partials, key,
-                                                        orjson.dumps(msg), 0, None, None))
+                                                        encode(msg), 0, None, None))
         return futures
 
     async def _send_dead(self, dead: list[DeadLetter], wait: bool = True) -> list[Any]:
@@ -594,7 +588,7 @@ class Job:
 
     # -- coordinator -----------------------------------------------------------------------
 
-    async def _coordinator(self) -> Coordinator | DynamicCoordinator:
+    async def _coordinator(self) -> Coordinator:
         if self.coordinator is None:
             coord = make_coordinator(self.config)
             saved = self.state.get(COORDINATOR_KEY.encode())
@@ -605,7 +599,7 @@ class Job:
             self.coordinator = coord
         return self.coordinator
 
-    async def _reconcile(self, coord: Coordinator | DynamicCoordinator) -> None:
+    async def _reconcile(self, coord: Coordinator) -> None:
         """Take from the decisions and releases topics what the coordinator's state lacks.
 
         A coordinator without state whose stream already started (its state lost with the
@@ -665,7 +659,7 @@ class Job:
                 continue  # taken before a restart or a rewind
             coord.input_offset = offset + 1
             try:
-                new = coord.receive(orjson.loads(value))  # type: ignore[arg-type]
+                new = coord.receive(decode(value))
             except Exception as exc:  # noqa: BLE001 - no record may stop the releases
                 log.error("bad partial message skipped: %r", exc)
                 self.counters["bad_partials"] += 1
@@ -678,7 +672,7 @@ class Job:
                 self.state[COORDINATOR_KEY.encode()] = coord.snapshot()
         return None
 
-    async def _emit(self, coord: Coordinator | DynamicCoordinator,
+    async def _emit(self, coord: Coordinator,
                     releases: list[tuple[int, bytes | None, bytes]]) -> None:
         if not releases:
             return

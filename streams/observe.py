@@ -214,8 +214,9 @@ class WorkerMetrics:
         """The ledger gauges from this worker's coordinator (``None``: it runs elsewhere)."""
         self.budget_spent.clear()
         self.budget_left.clear()
-        engine = getattr(coordinator, "engine", None)
-        if engine is None:  # no coordinator here, or a dynamic mechanism's (no level ledger)
+        # the level ledger of a coordinator keeping it (CoordinatorLedgerRelease)
+        engine = getattr(getattr(coordinator, "placement", None), "engine", None)
+        if engine is None:  # no coordinator here, or the ledgers are in the partitions
             self.ledger_levels.set(0)
             return
         rows: dict[str, int] = engine.row_of

@@ -1,11 +1,14 @@
-"""One partition's side of the job: registered users, slotting, and per-slot partial counts.
+"""The partition worker: one partition's admission, slotting and messages to the coordinator.
 
 A :class:`PartitionAccumulator` turns batches of raw report records into dead letters (with
-their reasons) and, whenever slots close, one partial message: per closed slot the counts per
-(requirement level, cell), plus the partition's registered users per level. Its state is a
-function of the records it was given, in offset order, so replaying from a checkpoint
-reproduces the same partials byte for byte. All per-report work is vectorised, except the
-one-report-per-(user, slot) check, which is a set look-up per report.
+their reasons) and, whenever slots close, the messages of :mod:`streams.slot_protocol` for the
+coordinator. What those messages hold depends on where the budget ledger lives, which its
+placement strategy (:mod:`streams.placement`) decides: counts per (requirement level, cell)
+when the coordinator keeps the ledger (fixed requirements), a closure and the plans of the
+partition's own ledger otherwise (dynamic requirements). Its state is a function of the records
+and control messages it was given, in order, so replaying from a checkpoint reproduces the same
+messages byte for byte. All per-report work is vectorised, except the one-report-per-(user,
+slot) check, which is a set look-up per report.
 """
 
 from __future__ import annotations
@@ -22,16 +25,12 @@ from dataclasses import dataclass
 import numpy as np
 import orjson
 
-from mechanisms.engine import level_key
-from streams.admission import admit_requirement, check_placement
+from streams.admission import check_placement
 from streams.config import JobConfig
-from streams.records import (
-    FixedRequirement,
-    Reason,
-    RecordError,
-    RequirementRemoval,
-    parse_reports,
-)
+from streams.placement import Placement
+from streams.records import Reason, RecordError, parse_reports
+from streams.registries import UserRegistry
+from streams.slot_protocol import Control
 from streams.slotting import DUPLICATE, OK, STATUS_REASON, Slotter
 
 RawRecord = tuple[bytes | None, bytes | None, int, int]  # key, value, partition, offset
@@ -43,14 +42,6 @@ def _watermark_mac(secret: bytes, stream: str, partition: int, ms: int) -> str:
     message = b"\0".join((b"pwevent-watermark", stream.encode(), str(int(partition)).encode(),
                           str(int(ms)).encode()))
     return hmac.new(secret, message, hashlib.sha256).hexdigest()
-
-
-def secret_check(secret: bytes, stream: str) -> str:
-    """A public fingerprint of the deployment secret for ``stream`` (the start record carries
-    it): HMAC-SHA256 of a fixed message, 16 hex digits. Like the watermarks' signatures it tells
-    nothing about the secret, but lets a worker see that it was given another one."""
-    message = b"\0".join((b"pwevent-secret-check", stream.encode()))
-    return hmac.new(secret, message, hashlib.sha256).hexdigest()[:16]
 
 
 def watermark_record(ms: int, secret: bytes, stream: str, partition: int) -> bytes:
@@ -102,124 +93,14 @@ class DeadLetter:
     detail: str
 
 
-class Registry:
-    """Registered users of one partition and their requirement levels.
-
-    Users get a stable small index (their order of first registration), so per-slot work uses
-    numpy arrays indexed by user. Fixed requirements cannot change: a user re-declaring a
-    different requirement (even after a removal) is rejected, since a fresh ledger could
-    overspend the user's earlier windows.
-    """
-
-    def __init__(self, config: JobConfig | None = None, partition: int = 0) -> None:
-        self.config = config or JobConfig()
-        self.partition = partition
-        self.index_of: dict[str, int] = {}
-        self.users: list[str] = []
-        self.level_names: list[str] = []
-        self._level_index: dict[str, int] = {}
-        self._levels = np.zeros(0, dtype=np.int64)  # per user index: level index, -1 removed
-        self._declared: list[int] = []  # per user index: level index ever declared
-        self.sizes: Counter[str] = Counter()
-
-    @property
-    def level_of_index(self) -> np.ndarray:
-        """Level index per user index (-1: not registered now)."""
-        return self._levels[: len(self.users)]
-
-    def level_of(self, user: str) -> str | None:
-        """The level key of a registered user."""
-        i = self.index_of.get(user)
-        if i is None or self._levels[i] < 0:
-            return None
-        return self.level_names[int(self._levels[i])]
-
-    def _level(self, key: str) -> int:
-        k = self._level_index.get(key)
-        if k is None:
-            k = self._level_index[key] = len(self.level_names)
-            self.level_names.append(key)
-        return k
-
-    def apply(self, key: bytes | None, value: bytes | None) -> tuple[str | None, str, str]:
-        """Apply one requirements record: (user, "", "") if accepted, else (user, reason, detail).
-
-        A removal (tombstone) is accepted with the user unregistered; ``user`` is ``None`` when
-        the record names no readable user.
-        """
-        try:
-            req = admit_requirement(key, value, self.partition, self.config)
-        except RecordError as exc:
-            return None, exc.reason.value, exc.detail
-        i = self.index_of.get(req.user)
-        if isinstance(req, RequirementRemoval):
-            if i is not None and self._levels[i] >= 0:
-                self.sizes[self.level_names[int(self._levels[i])]] -= 1
-                self._levels[i] = -1
-            return req.user, "", ""
-        if not isinstance(req, FixedRequirement):
-            return (req.user, Reason.INVALID_REQUIREMENT.value,
-                    "this job runs a fixed-requirement mechanism; declare {user, w, E}")
-        new = level_key(req.w, req.E)
-        if i is not None:
-            old = self.level_names[self._declared[i]]
-            if old != new:
-                return (req.user, Reason.INVALID_REQUIREMENT.value,
-                        f"user {req.user!r} already declared (w, E) = {old}; fixed "
-                        "requirements cannot change")
-            if self._levels[i] < 0:
-                self._levels[i] = self._declared[i]
-                self.sizes[new] += 1
-            return req.user, "", ""
-        k = self._level(new)
-        i = self.index_of[req.user] = len(self.users)
-        self.users.append(req.user)
-        self._declared.append(k)
-        if i >= self._levels.shape[0]:
-            grown = np.full(max(16, 2 * self._levels.shape[0]), -1, dtype=np.int64)
-            grown[: self._levels.shape[0]] = self._levels
-            self._levels = grown
-        self._levels[i] = k
-        self.sizes[new] += 1
-        return req.user, "", ""
-
-    def users_per_level(self) -> dict[str, int]:
-        """Registered users per level key (levels with nobody left out)."""
-        return {k: n for k, n in sorted(self.sizes.items()) if n > 0}
-
-    def export(self, user: str) -> bytes:
-        """What the ``users`` table keeps of a user: index, declared level, whether active."""
-        i = self.index_of[user]
-        active = int(self._levels[i] >= 0)
-        return f"{i}|{self.level_names[self._declared[i]]}|{active}".encode()
-
-    def load(self, entries: list[tuple[str, bytes]]) -> None:
-        """Rebuild from exported ``(user, entry)`` pairs, keeping every user's index."""
-        parsed = []
-        for user, entry in entries:
-            i, key, active = entry.decode().split("|")
-            parsed.append((int(i), user, key, active == "1"))
-        parsed.sort()
-        size = (parsed[-1][0] + 1) if parsed else 0
-        self.users = [""] * size
-        self._declared = [0] * size
-        self._levels = np.full(max(16, size), -1, dtype=np.int64)
-        for i, user, key, active in parsed:
-            k = self._level(key)
-            self.index_of[user] = i
-            self.users[i] = user
-            self._declared[i] = k
-            if active:
-                self._levels[i] = k
-                self.sizes[key] += 1
-
-
 class PartitionAccumulator:
-    """Slotting and partial counts of one partition of the reports topic."""
+    """Slotting and the messages to the coordinator of one partition of the reports topic;
+    ``placement`` decides what is counted and said (:mod:`streams.placement`)."""
 
-    def __init__(self, partition: int, config: JobConfig, registry: Registry,
+    def __init__(self, partition: int, config: JobConfig, placement: Placement,
                  clock_ms: Callable[[], int] = wall_clock_ms) -> None:
-        self.partition, self.config, self.registry = partition, config, registry
+        self.partition, self.config, self.placement = partition, config, placement
+        self.registry: UserRegistry = placement.registry
         self.clock_ms = clock_ms
         self.secret = config.secret_bytes()
         self.domain = config.make_domain()
@@ -228,13 +109,13 @@ class PartitionAccumulator:
         self.slotter = Slotter(config.clock, config.lateness_ms, horizon, dedupe=False)
         self.stream_start: int | None = None  # live: the earliest event time accepted
         self.start_unsaved = False  # the start was just recorded: checkpoint it
-        self.counts: dict[int, dict[str, np.ndarray]] = {}
         self.seen: dict[int, np.ndarray] = {}  # open slot -> users counted (bool by index)
         self.accepted: Counter[int] = Counter()
         self.rejected = 0
         self.closed_through: int | None = None
         self.next_offset = 0
         self.max_event = -1
+        placement.bind(self)
 
     # -- processing ------------------------------------------------------------------------
 
@@ -350,7 +231,10 @@ class PartitionAccumulator:
         ok = np.flatnonzero(status == OK)
         if ok.size:
             sel = idx[ok]
-            self._count(assignment.slots[ok], uidx[sel], levels[sel], batch.cells[sel])
+            slots = assignment.slots[ok]
+            self.placement.count(slots, uidx[sel], levels[sel], batch.cells[sel])
+            counted, per_slot = np.unique(slots, return_counts=True)
+            self.accepted.update(dict(zip(counted.tolist(), per_slot.tolist(), strict=True)))
             self.max_event = max(self.max_event, int(batch.times[sel].max()))
         self.rejected += len(dead)
         dead.sort(key=lambda x: x.offset)
@@ -378,38 +262,18 @@ class PartitionAccumulator:
             status[pos[repeat]] = DUPLICATE
             seen[u] = True
 
-    def _count(self, slots: np.ndarray, users: np.ndarray, levels: np.ndarray,
-               cells: np.ndarray) -> None:
-        """Add accepted reports (slot, user index, level index, cell) to the open slots."""
-        names = self.registry.level_names
-        L = len(names)
-        for slot in np.unique(slots).tolist():
-            mask = slots == slot
-            per = np.bincount(levels[mask] * self.d + cells[mask], minlength=L * self.d)
-            per = per.reshape(L, self.d)
-            bucket = self.counts.setdefault(slot, {})
-            for k in np.flatnonzero(per.any(axis=1)).tolist():
-                name = names[k]
-                prev = bucket.get(name)
-                bucket[name] = per[k].copy() if prev is None else prev + per[k]
-            self.accepted[slot] += int(mask.sum())
-
-    def advance(self, watermark: int) -> dict | None:
-        """Move the watermark forward (the worker's, or at idle time); may close slots."""
-        if self.slotter.watermark is not None and watermark <= self.slotter.watermark:
-            return None
-        self.slotter.restore(watermark, {}, self.slotter.first_slot)
-        return self._close()
-
     def advance_messages(self, watermark: int) -> list[dict]:
-        """As :meth:`advance`, as a list of the messages to send."""
-        msg = self.advance(watermark)
-        return [] if msg is None else [msg]
+        """Move the watermark forward (the worker's, or at idle time); returns the messages
+        due when that closes slots."""
+        if self.slotter.watermark is not None and watermark <= self.slotter.watermark:
+            return []
+        self.slotter.restore(watermark, {}, self.slotter.first_slot)
+        return self._closed_messages()
 
     def _closed_messages(self) -> list[dict]:
-        """The messages due after reports were taken: a partial when slots closed."""
-        msg = self._close()
-        return [] if msg is None else [msg]
+        """The messages due after the watermark moved: a closure when slots closed, and what
+        the placement has to say besides."""
+        return self._close() + self.placement.due()
 
     def idle_watermark(self) -> int | None:
         """The watermark that closes every slot up to the one of the largest event time seen."""
@@ -432,32 +296,31 @@ class PartitionAccumulator:
             return None  # nothing of this partition's stream has closed yet
         return last
 
-    def _close(self) -> dict | None:
+    def _close(self) -> list[dict]:
         last = self._newly_closed()
         if last is None:
-            return None
-        slots = sorted(s for s in self.counts if s <= last)
-        message = {
-            "partition": self.partition,
-            "closed_through": last,
-            "slots": {
-                str(s): {
-                    "counts": {k: v.tolist() for k, v in sorted(self.counts[s].items())},
-                    "accepted": self.accepted[s],
-                }
-                for s in slots
-            },
-            "users": self.registry.users_per_level(),
-            "rejected": self.rejected,
-        }
-        for s in slots:
-            del self.counts[s]
-            del self.accepted[s]
+            return []
+        message = self.placement.closure(last)
         for s in [s for s in self.seen if s <= last]:
             del self.seen[s]
         self.closed_through = last
         self.rejected = 0
-        return message
+        return [message]
+
+    # -- the conversation with the coordinator (a placement's) -----------------------------
+
+    def on_control(self, doc: Control) -> list[dict]:
+        """Act on one control message of the coordinator (a start or a decision)."""
+        return self.placement.on_control(doc)
+
+    def resend(self) -> list[dict]:
+        """The messages to send again after a restart (the coordinator drops repeats)."""
+        return self.placement.resend()
+
+    def resume(self, start: Control | None, decisions: dict[int, bool]) -> list[dict]:
+        """What this partition must send when it resumes: its last messages again and what
+        the control messages read so far imply (``decisions``: published per slot)."""
+        return self.placement.resume(start, decisions)
 
     def _dead(self, rec: RawRecord, topic: str, reason: str, detail: str) -> DeadLetter:
         return DeadLetter(topic, rec[2], rec[3], rec[0], rec[1], reason, detail)
@@ -466,7 +329,9 @@ class PartitionAccumulator:
 
     def snapshot(self) -> bytes:
         """The whole state, compressed; :meth:`restore` takes it back."""
-        return zlib.compress(orjson.dumps(self._state()), 3)
+        doc = self._state()
+        doc.update(self.placement.state())
+        return self.placement.pack(zlib.compress(orjson.dumps(doc), 3))
 
     def _state(self) -> dict:
         """The state as a JSON-able document."""
@@ -481,14 +346,14 @@ class PartitionAccumulator:
             "first_slot": self.slotter.first_slot,
             "seen": {str(s): [int(m.shape[0]), base64.b64encode(np.packbits(m)).decode()]
                      for s, m in self.seen.items()},
-            "counts": {str(s): {k: v.tolist() for k, v in c.items()}
-                       for s, c in self.counts.items()},
             "accepted": {str(s): n for s, n in self.accepted.items()},
         }
 
     def restore(self, data: bytes) -> None:
         """Reinstate a :meth:`snapshot`."""
-        self._load(orjson.loads(zlib.decompress(data)))
+        doc = orjson.loads(zlib.decompress(self.placement.unpack(data)))
+        self._load(doc)
+        self.placement.load(doc)
 
     def _load(self, doc: dict) -> None:
         """Reinstate a :meth:`_state` document."""
@@ -503,6 +368,4 @@ class PartitionAccumulator:
                                   count=n).astype(bool)
             for s, (n, bits) in doc["seen"].items()
         }
-        self.counts = {int(s): {k: np.asarray(v, dtype=np.int64) for k, v in c.items()}
-                       for s, c in doc["counts"].items()}
         self.accepted = Counter({int(s): int(n) for s, n in doc["accepted"].items()})

@@ -12,10 +12,10 @@ from collections.abc import Iterable
 import orjson
 
 from streams.config import JobConfig
-from streams.dynamic_partition import DynamicAccumulator
 from streams.ingest import key_partition
 from streams.partition import DeadLetter, RawRecord
 from streams.roles import make_accumulator, make_coordinator, make_registry
+from streams.slot_protocol import control, encode, kind
 
 
 class InProcessJob:
@@ -69,19 +69,17 @@ class InProcessJob:
             self._deliver(acc.advance_messages(target))
 
     def _deliver(self, partials: list[dict]) -> None:
-        """Partials to the coordinator; under a dynamic mechanism, its records on the decisions
-        topic back to every partition, and their answers to the coordinator, until all is said."""
+        """Partials to the coordinator; its records on the decisions topic back to every
+        partition (which, under the partitions' ledgers, answer), until all is said."""
         queue = deque(partials)
         while queue:
             msg = queue.popleft()
-            if "declared" in msg:  # a declaration record: to the decisions topic
-                self.declarations.append(orjson.dumps(msg))
+            if kind(msg) == "declared":  # a declaration record: to the decisions topic
+                self.declarations.append(encode(msg))
                 continue
             for _slot, release, decision in self.coordinator.receive(msg):
                 if release is not None:
                     self.releases.append(release)
-                if self.config.dynamic:
-                    doc = orjson.loads(decision)
-                    for acc in self.accumulators:
-                        assert isinstance(acc, DynamicAccumulator)
-                        queue.extend(acc.on_control(doc))
+                doc = control(orjson.loads(decision), self.config.stream)
+                for acc in self.accumulators if doc is not None else []:
+                    queue.extend(acc.on_control(doc))

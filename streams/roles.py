@@ -1,32 +1,44 @@
-"""The job's parts for a configuration: fixed mechanisms or dynamic ones (DPBD, DPBA)."""
+"""The job's parts for a configuration: the registry and the placement of the budget ledger
+that its mechanism needs (on the coordinator for fixed requirements, in the partitions for
+dynamic ones, DPBD and DPBA)."""
 
 from __future__ import annotations
 
 from streams.config import JobConfig
 from streams.coordinator import Coordinator
-from streams.dynamic_coordinator import DynamicCoordinator
-from streams.dynamic_partition import DynamicAccumulator, DynamicRegistry
-from streams.partition import PartitionAccumulator, Registry
+from streams.partition import PartitionAccumulator
+from streams.partition_ledger import PartitionLedger
+from streams.placement import CoordinatorLedger, Placement
+from streams.registries import DynamicRegistry, Registry, UserRegistry
 
 
-def make_registry(config: JobConfig, partition: int) -> Registry | DynamicRegistry:
+def make_registry(config: JobConfig, partition: int) -> UserRegistry:
     """Partition ``partition``'s registry of users."""
     if config.dynamic:
         return DynamicRegistry(config.mechanism, config.max_window, partition, config)
     return Registry(config, partition)
 
 
-def make_accumulator(
-    partition: int, config: JobConfig, registry: Registry | DynamicRegistry
-) -> PartitionAccumulator:
-    """A partition's accumulator over ``registry``."""
+def placement_type(config: JobConfig) -> type[Placement]:
+    """Where ``config``'s mechanism keeps the budget ledger (a partition's side)."""
+    return PartitionLedger if config.dynamic else CoordinatorLedger
+
+
+def make_placement(config: JobConfig, registry: UserRegistry) -> Placement:
+    """A partition's side of the placement of the ledger, over ``registry``."""
     if config.dynamic:
         assert isinstance(registry, DynamicRegistry)
-        return DynamicAccumulator(partition, config, registry)
+        return PartitionLedger(config, registry)
     assert isinstance(registry, Registry)
-    return PartitionAccumulator(partition, config, registry)
+    return CoordinatorLedger(registry)
 
 
-def make_coordinator(config: JobConfig) -> Coordinator | DynamicCoordinator:
-    """The coordinator."""
-    return DynamicCoordinator(config) if config.dynamic else Coordinator(config)
+def make_accumulator(partition: int, config: JobConfig,
+                     registry: UserRegistry) -> PartitionAccumulator:
+    """A partition's worker over ``registry``."""
+    return PartitionAccumulator(partition, config, make_placement(config, registry))
+
+
+def make_coordinator(config: JobConfig) -> Coordinator:
+    """The coordinator (with the placement of the ledger ``config``'s mechanism needs)."""
+    return Coordinator(config)

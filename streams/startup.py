@@ -333,13 +333,13 @@ def check_secret(bootstrap: str, decisions_topic: str, stream: str, secret: byte
     """Refuse to start with a secret other than the one ``stream`` started with.
 
     The stream's start record (key ``<stream>/start`` on the decisions topic) carries a
-    fingerprint of the secret (:func:`streams.partition.secret_check`). A worker with another
+    fingerprint of the secret (:func:`streams.slot_protocol.secret_check`). A worker with another
     secret would refuse the watermarks that the other workers sign and draw other noise; it
     stops here with one line instead. A stream that has not started yet passes."""
     import orjson
 
     from streams.kafka_util import read_topic
-    from streams.partition import secret_check
+    from streams.slot_protocol import secret_check
 
     try:
         with _quiet_kafka_logs():

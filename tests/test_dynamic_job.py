@@ -12,11 +12,12 @@ from jobkit import spy_deliveries
 from mechanisms.dynamic import DynamicMechanism, DynamicRequirements
 from mechanisms.randomness import slot_generator
 from streams.config import JobConfig
-from streams.dynamic_coordinator import DynamicCoordinator
-from streams.dynamic_partition import SUSPENDED, DynamicAccumulator, DynamicRegistry
-from streams.partition import secret_check
+from streams.coordinator import Coordinator
 from streams.pipeline import InProcessJob
 from streams.records import load_schema
+from streams.registries import SUSPENDED, DynamicRegistry
+from streams.roles import make_accumulator
+from streams.slot_protocol import secret_check
 
 D = 4
 SLOT_MS = 100
@@ -129,7 +130,7 @@ def test_restart_from_checkpoints_resends_and_changes_nothing(
     """Partitions and coordinator restored from their snapshots mid-stream, with the messages
     a partition checkpointed but never sent, go on to release the same bytes (with the ledger
     compacted every 2 slots, and with the whole run in the journal)."""
-    monkeypatch.setattr("streams.dynamic_partition.JOURNAL_SLOTS", journal)
+    monkeypatch.setattr("streams.partition_ledger.JOURNAL_SLOTS", journal)
     rng = np.random.default_rng(7)
     n, T, cut = 30, 24, 11
     users = [f"u{i}" for i in range(n)]
@@ -153,10 +154,10 @@ def test_restart_from_checkpoints_resends_and_changes_nothing(
     again = InProcessJob(config)
     for p in range(config.partitions):
         again.registries[p].load(entries[p])
-        again.accumulators[p] = DynamicAccumulator(p, config, again.registries[p])
+        again.accumulators[p] = make_accumulator(p, config, again.registries[p])
         again.accumulators[p].restore(saved[p])
         again.offsets[p] = job.offsets[p] + (len(batch) if p == 0 else 0)
-    again.coordinator = DynamicCoordinator(config)
+    again.coordinator = Coordinator(config)
     again.coordinator.restore(coordinator)
     again.releases = list(job.releases)
     resent = [m for acc in again.accumulators for m in acc.resend()]
@@ -264,7 +265,7 @@ def test_messages_and_records_match_the_schemas() -> None:
 
 def test_coordinator_starts_only_when_no_partition_can_report_earlier() -> None:
     config = cfg("dpbd", partitions=2)
-    coord = DynamicCoordinator(config)
+    coord = Coordinator(config)
     assert coord.receive({"partition": 0, "closed_through": 4, "first": 3, "rejected": 0}) == []
     # partition 1 has no report yet and closed only through slot 1: it could still take slot 2
     assert coord.receive({"partition": 1, "closed_through": 1, "first": None,
@@ -322,17 +323,18 @@ def record_charges(job: InProcessJob, seen: dict | None = None) -> dict[int, dic
     one-partition job (a spy on plans that fills ``seen``, or a new dict)."""
     acc = job.accumulators[0]
     seen = {} if seen is None else seen
-    plan_slot = acc._plan
+    plan_slot = acc.placement._plan
 
     def plan() -> dict | None:
         msg = plan_slot()
         if msg is not None:
-            eps1 = acc.ledger.plan().eps1
-            seen[msg["plan"]] = {u: (float(eps1[i]), acc.applied[i] == SUSPENDED)
-                                 for u, i in acc.registry.index_of.items() if i < acc.ledger.n}
+            eps1 = acc.placement.ledger.plan().eps1
+            seen[msg["plan"]] = {u: (float(eps1[i]), acc.placement.applied[i] == SUSPENDED)
+                                 for u, i in acc.registry.index_of.items()
+                                 if i < acc.placement.ledger.n}
         return msg
 
-    acc._plan = plan
+    acc.placement._plan = plan
     return seen
 
 
@@ -354,9 +356,9 @@ def test_a_removed_user_is_suspended_after_its_last_possible_report(name: str) -
     for t in range(3, 12):
         job.feed(reports(["a"], t, np.array([0])))
         if t == 3:  # slot 2 planned, with the watermark in slot 3: suspended from slot 4
-            assert acc.suspend_at == {1: 4} and acc.applied[1] != SUSPENDED
+            assert acc.placement.suspend_at == {1: 4} and acc.placement.applied[1] != SUSPENDED
         if t == 5:  # slot 4 planned
-            assert acc.suspend_at == {} and acc.applied[1] == SUSPENDED
+            assert acc.placement.suspend_at == {} and acc.placement.applied[1] == SUSPENDED
     assert [t for t in sorted(seen) if not seen[t]["b"][1]] == [0, 1, 2, 3]
     assert all(seen[t]["b"][0] > 0 for t in range(4))
     assert all(seen[t]["b"][0] == 0 for t in range(4, 11))
@@ -370,7 +372,7 @@ def test_a_removed_user_is_suspended_after_its_last_possible_report(name: str) -
     for t in (12, 13):
         job.feed(reports(["a", "b"], t, ab))
     job.finish()
-    assert seen[12]["b"] == (0.25, False) and acc.applied[1] == (2, 1.0, 2, 1.0)
+    assert seen[12]["b"] == (0.25, False) and acc.placement.applied[1] == (2, 1.0, 2, 1.0)
 
 
 @pytest.mark.parametrize("cut", ["scheduled", "removed"])
@@ -399,7 +401,7 @@ def test_suspensions_survive_a_restart(cut: str) -> None:
                     entries = [(u, job.registries[0].export(u)) for u in users]
                 again = InProcessJob(config)
                 again.registries[0].load(entries)
-                again.accumulators[0] = DynamicAccumulator(0, config, again.registries[0])
+                again.accumulators[0] = make_accumulator(0, config, again.registries[0])
                 again.accumulators[0].restore(saved)
                 again.offsets, again.coordinator = job.offsets, job.coordinator
                 again.releases = job.releases
@@ -415,5 +417,5 @@ def test_suspensions_survive_a_restart(cut: str) -> None:
     assert restored.releases == whole.releases
     assert charged_again == charged == [0, 1, 2, 3]
     for job in (whole, restored):
-        assert job.accumulators[0].applied[1] == SUSPENDED
-        assert job.accumulators[0].ledger.plan().eps1[1] == 0
+        assert job.accumulators[0].placement.applied[1] == SUSPENDED
+        assert job.accumulators[0].placement.ledger.plan().eps1[1] == 0

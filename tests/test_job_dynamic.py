@@ -30,8 +30,8 @@ from jobkit import (
 
 from streams.broker import EmbeddedBroker
 from streams.kafka_util import read_topic
-from streams.partition import secret_check
 from streams.pipeline import InProcessJob
+from streams.slot_protocol import secret_check
 from streams.topics import Topics
 
 USERS = [f"u{i}" for i in range(60)]

@@ -7,8 +7,10 @@ import pytest
 
 from streams.config import JobConfig
 from streams.coordinator import Coordinator
-from streams.partition import PartitionAccumulator, Registry, watermark_of, watermark_record
+from streams.partition import PartitionAccumulator, watermark_of, watermark_record
+from streams.placement import CoordinatorLedger
 from streams.records import RecordError
+from streams.registries import Registry
 
 CFG = JobConfig(mechanism="pba", domain={"kind": "cells", "size": 3}, slot_ms=100, partitions=1,
                 secret="s", lateness_ms=0, event_time="history")
@@ -52,7 +54,7 @@ def test_first_report_wins_and_duplicates_are_dead_letters():
     reg = Registry()
     for u in ("a", "b"):
         reg.apply(*req(u))
-    acc = PartitionAccumulator(0, CFG, reg)
+    acc = PartitionAccumulator(0, CFG, CoordinatorLedger(reg))
     partials, dead = acc.process([rep("a", 10, 0, 0), rep("a", 20, 2, 1), rep("b", 30, 1, 2)])
     assert partials == [] and [d.reason for d in dead] == ["duplicate_in_slot"]
     partials, dead = acc.process([rep("a", 40, 1, 3), rep("a", 150, 1, 4)])
@@ -78,17 +80,17 @@ def test_checkpoint_restores_the_same_future():
         return slots, messages[-1]["closed_through"], sum(m["rejected"] for m in messages)
 
     def run(split: int | None) -> tuple:
-        acc = PartitionAccumulator(0, CFG, reg)
+        acc = PartitionAccumulator(0, CFG, CoordinatorLedger(reg))
         out = []
         if split is None:
             out += acc.process(recs)[0]
         else:
             out += acc.process(recs[:split])[0]
             saved = acc.snapshot()
-            acc = PartitionAccumulator(0, CFG, reg)
+            acc = PartitionAccumulator(0, CFG, CoordinatorLedger(reg))
             acc.restore(saved)
             out += acc.process(recs)[0]  # re-delivery from an older offset is skipped
-        out.append(acc.advance(acc.idle_watermark()))
+        out += acc.advance_messages(acc.idle_watermark())
         return merged(out)
 
     whole = run(None)

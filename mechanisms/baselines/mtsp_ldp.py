@@ -12,8 +12,8 @@ N_t users holding a value and T^o_{t-1} the last released tree (all zeros before
   population division over the h levels (papers/002 2.4). dis_t is the mean over the observed
   nodes of (estimate - T^o_{t-1})^2 minus an unbiased estimate of the estimate's variance: an
   unbiased estimate of the mean squared node difference between the true tree and T^o_{t-1}
-  (derivation in :func:`~mechanisms.private_tree.estimate_tree` and
-  :func:`~mechanisms.private_tree.dissimilarity`).
+  (derivation in :func:`~mechanisms.baselines.private_tree.estimate_tree` and
+  :func:`~mechanisms.baselines.private_tree.dissimilarity`).
 - M2 (OBA): with the dissimilarities of the last w slots (the current one included; fewer at
   the start) in descending order, E_t(k) = k var(E/(2k)) + sum_{i>k} dis_(i) for k = 1..w and
   E_t(0) = sum_i dis_(i), as the prose spells out; k* minimises it (ties: the smallest k).

@@ -3,7 +3,7 @@
 Every function reads released trees only, so it costs no privacy budget (post-processing).
 ``trees`` is a (T, 2D - 1) array, one released tree per slot in heap order (see
 :mod:`mechanisms.baselines.private_tree`) holding counts of users, oldest first; the last row is the
-current slot t. :attr:`mechanisms.mtsp_ldp.MtspRelease.tree_counts` gives one row.
+current slot t. :attr:`mechanisms.baselines.mtsp_ldp.MtspRelease.tree_counts` gives one row.
 
 The excerpt of papers/002 lost the formulas of event monitoring; from its prose, alpha is the
 count of a value (or range) over a monitoring period of Delta slots and beta flags a

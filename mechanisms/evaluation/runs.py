@@ -31,7 +31,8 @@ def make_step(
     noise: str = "laplace",
 ) -> Stepper:
     """The mechanism ``name`` as evaluated: a dynamic one gets requirements that change over
-    the run, drawn from ``requirements`` with ``rng`` (:func:`mechanisms.experiments.dynamic_rows`).
+    the run, drawn from ``requirements`` with ``rng``
+    (:func:`mechanisms.evaluation.experiments.dynamic_rows`).
     """
     if spec(name).family == "dynamic":
         rows = dynamic_rows(requirements, rng)

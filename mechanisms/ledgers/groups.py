@@ -1,6 +1,6 @@
 """Merging the dynamic ledgers' groups whose state has become identical.
 
-Two columns of a :class:`mechanisms.dynamic_ledgers.DynamicLedger` whose scalar state, ring
+Two columns of a :class:`mechanisms.ledgers.dynamic.DynamicLedger` whose scalar state, ring
 buffers and forward runs are equal behave identically from now on, whatever their users declare
 next, so their users can share one column. A run's start ``a`` only matters while it is inside
 the run's window, so it is compared as ``max(a, t - w + 1)``. Candidates are found by hashing and
