@@ -43,15 +43,15 @@ if str(ROOT) not in sys.path:
 
 from aiokafka import AIOKafkaConsumer  # noqa: E402
 
-from streams.broker import EmbeddedBroker  # noqa: E402
-from streams.ingest import (  # noqa: E402
+from streams.job.ingest import (  # noqa: E402
     BatchIngest,
     committed_offsets,
     ingest_settings,
     produce_raw,
 )
-from streams.records import CellDomain, parse_reports  # noqa: E402
-from streams.topics import TopicSpec, create_topics  # noqa: E402
+from streams.kafka.broker import EmbeddedBroker  # noqa: E402
+from streams.kafka.topics import TopicSpec, create_topics  # noqa: E402
+from streams.records.parsing import CellDomain, parse_reports  # noqa: E402
 
 FAUST_VARIANTS = ("faust-agent", "faust-take", "faust-batch", "faust-batch-parse")
 TIME0 = 1_700_000_000_000

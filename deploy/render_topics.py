@@ -2,8 +2,8 @@
 
 The file is generated, never edited by hand: it records what ``pwevent topics create --prefix
 pwevent --partitions 4`` creates, for operators who provision topics with their own tooling and for
-reviewers who want to see a layout change in a diff. ``tests/test_deploy.py`` fails when the file
-and the code disagree.
+reviewers who want to see a layout change in a diff. ``tests/end_to_end/test_deploy.py`` fails when
+the file and the code disagree.
 
     python deploy/render_topics.py          # rewrite deploy/topics.json
     python deploy/render_topics.py --check  # exit 1 when deploy/topics.json is out of date
@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 from typing import Any, Final
 
-from streams.topics import Topics
+from streams.kafka.topics import Topics
 
 #: The deployment's topic prefix and ``reports`` partition count, as passed to every ``pwevent``
 #: command in ``docker-compose.yml`` and ``deploy/kubernetes/``.

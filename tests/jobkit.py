@@ -15,13 +15,13 @@ from pathlib import Path
 import orjson
 from aiokafka.admin import AIOKafkaAdminClient
 
-from streams.broker import broker_binary, free_port
-from streams.config import JobConfig
-from streams.ingest import RawProducer
-from streams.kafka_util import read_topic, wait_consumed
-from streams.partition import watermark_record
-from streams.pipeline import InProcessJob
-from streams.topics import Topics, create_topics
+from streams.job.config import JobConfig
+from streams.job.ingest import RawProducer
+from streams.job.partition import watermark_record
+from streams.job.pipeline import InProcessJob
+from streams.kafka.broker import broker_binary, free_port
+from streams.kafka.offsets import read_topic, wait_consumed
+from streams.kafka.topics import Topics, create_topics
 
 SECRET = "test-secret"
 

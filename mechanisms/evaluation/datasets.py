@@ -2,7 +2,7 @@
 
 Synthetic streams follow section 6.1 of the personalised w-event paper: at slot t every user is
 independently in state 1 with probability p_t (d = 2). Real data (Taxi, Foursquare) is read by
-``streams.loaders`` into a :class:`StreamData`, the per-slot cell of every user.
+``streams.data.loaders`` into a :class:`StreamData`, the per-slot cell of every user.
 """
 
 from __future__ import annotations

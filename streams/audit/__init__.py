@@ -1,0 +1,1 @@
+"""Re-deriving a job's privacy accounting from its topics alone (``pwevent audit``)."""

@@ -1,0 +1,149 @@
+"""``pwevent releases``: print a stream's releases with error bars
+(:mod:`streams.releases.client`)."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+import warnings
+from datetime import UTC, datetime
+from typing import TextIO
+
+import orjson
+
+from streams.kafka.topics import Topics
+from streams.releases.client import (
+    DEFAULT_CONFIDENCE,
+    Release,
+    ReleaseFormatWarning,
+    ReleaseReadError,
+    iter_releases,
+)
+
+DESCRIPTION = """\
+Read the releases topic and print one line per released slot: its start, whether it was
+published, approximated or nullified, and the histogram with error bars at --confidence. The
+bars cover the noise the job added: a published cell's interval holds the count the noise was
+added to with at least that probability (exact discrete Laplace or Laplace quantiles). An
+approximated or nullified slot repeats an earlier publication and has no bars. A release
+emitted twice (after a restart) is printed once.
+
+--json prints one JSON object per line instead, with the fields key, stream, slot, start, end
+(epoch ms), timestamp_ms (the Kafka timestamp, the slot's end), mechanism, status, published,
+nullified, approximates, cells, histogram, confidence, lower, upper (null when not published),
+noise, threshold, users and schema_version.
+
+Exit status: 0 done (or interrupted while following), 2 a usage or broker error."""
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    """Register the ``releases`` sub-command."""
+    p = sub.add_parser("releases", help="print a stream's releases with error bars",
+                       description=DESCRIPTION,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--broker", metavar="HOST:PORT",
+                   help="the Kafka broker (default: $PWEVENT_BROKER)")
+    p.add_argument("--prefix", default="pwevent",
+                   help="topic name prefix; reads <prefix>.releases (default: pwevent)")
+    p.add_argument("--stream", metavar="NAME",
+                   help="only this stream's releases (default: every stream on the topic)")
+    p.add_argument("--from-slot", type=int, metavar="N",
+                   help="skip slots before N (default: from the first slot on the topic)")
+    p.add_argument("--follow", action=argparse.BooleanOptionalAction, default=False,
+                   help="keep printing new releases until interrupted (default: --no-follow, "
+                        "print what is on the topic and exit)")
+    p.add_argument("--confidence", type=float, default=DEFAULT_CONFIDENCE, metavar="C",
+                   help="confidence level of the error bars, in (0, 1) (default: "
+                        f"{DEFAULT_CONFIDENCE})")
+    p.add_argument("--json", action="store_true",
+                   help="one JSON object per line (default: a table)")
+    p.add_argument("--timeout", type=float, default=30.0, metavar="S",
+                   help="seconds allowed to connect and, without --follow, for reading to make "
+                        "progress (default: 30)")
+    p.set_defaults(func=run)
+
+
+def _number(x: float) -> str:
+    return str(x) if isinstance(x, int) else f"{x:.1f}"
+
+
+def _time(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds")[:-6] + "Z"
+
+
+#: column widths of the table: stream (longer names overflow), slot, start, status
+WIDTHS = (12, 6, 24, 12)
+
+
+def _columns(stream: str | None, slot: str, start: str, status: str, rest: str) -> str:
+    ws, wn, wt, wu = WIDTHS
+    lead = [] if stream is None else [f"{stream:<{ws}}"]
+    return "  ".join([*lead, f"{slot:>{wn}}", f"{start:<{wt}}", f"{status:<{wu}}", rest])
+
+
+def header(confidence: float, with_stream: bool) -> str:
+    """The table's header line."""
+    return _columns("stream" if with_stream else None, "slot", "start (UTC)", "status",
+                    f"histogram (±{confidence * 100:g}%)")
+
+
+def row(rel: Release, with_stream: bool) -> str:
+    """One release as a table line: ``label: value±margin`` per cell."""
+    labels = rel.cells or tuple(str(i) for i in range(len(rel.histogram)))
+    if rel.upper is not None:
+        cells = [f"{label}: {_number(h)}±{_number(u - h)}"
+                 for label, h, u in zip(labels, rel.histogram, rel.upper, strict=True)]
+    else:
+        cells = [f"{label}: {_number(h)}" for label, h in zip(labels, rel.histogram,
+                                                              strict=True)]
+    if not rel.published:
+        cells.append(f"(repeats slot {rel.approximates})" if rel.approximates is not None
+                     else "(no publication yet)")
+    return _columns(rel.stream if with_stream else None, str(rel.slot), _time(rel.start),
+                    rel.status, "  ".join(cells))
+
+
+def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
+    """Execute ``pwevent releases``; returns the exit status."""
+    out = out or sys.stdout
+    broker = args.broker or os.environ.get("PWEVENT_BROKER")
+    if not broker:
+        print("pwevent releases: error: give --broker (or set PWEVENT_BROKER)", file=sys.stderr)
+        return 2
+    if not 0.0 < args.confidence < 1.0:
+        print("pwevent releases: error: --confidence must be in (0, 1)", file=sys.stderr)
+        return 2
+    logging.getLogger("aiokafka").addHandler(logging.NullHandler())
+    topics = Topics(prefix=args.prefix)
+    with_stream = args.stream is None
+
+    def warn(message: Warning | str, *_: object, **__: object) -> None:
+        print(f"pwevent releases: warning: {message}", file=sys.stderr)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("always", ReleaseFormatWarning)
+        warnings.showwarning = warn
+        try:
+            if not args.json:
+                out.write(header(args.confidence, with_stream) + "\n")
+            for rel in iter_releases(broker, topics.releases, stream=args.stream,
+                                     follow=args.follow, from_slot=args.from_slot,
+                                     confidence=args.confidence,
+                                     decisions_topic=topics.decisions, timeout=args.timeout):
+                if args.json:
+                    out.write(orjson.dumps(rel.to_json()).decode() + "\n")
+                else:
+                    out.write(row(rel, with_stream) + "\n")
+                out.flush()
+        except ReleaseReadError as exc:
+            print(f"pwevent releases: error: {exc}", file=sys.stderr)
+            return 2
+        except KeyboardInterrupt:
+            return 0
+        except BrokenPipeError:  # the reader went away (| head)
+            with open(os.devnull, "w") as devnull:
+                os.dup2(devnull.fileno(), sys.stdout.fileno())
+            return 0
+    return 0

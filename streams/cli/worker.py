@@ -1,0 +1,97 @@
+"""``pwevent worker``: one worker of the Kafka job."""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from pathlib import Path
+
+from streams.cli.job_args import add_broker, add_job, job_config, need_broker
+from streams.job.observe import METRICS_HOST, METRICS_PORT
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    """Register the ``worker`` sub-command."""
+    p = sub.add_parser("worker", help="run one worker of the Kafka job",
+                       description="Run one worker: partition workers for its share of the "
+                                   "reports partitions and, on one worker, the coordinator.")
+    add_broker(p)
+    add_job(p)
+    p.add_argument("--data-dir", type=Path, default=Path("pwevent-data"),
+                   help="where RocksDB tables live (default: ./pwevent-data)")
+    p.add_argument("--instance-id", default=None,
+                   help="this worker's stable identity in the consumer group (default: host "
+                        "name and data directory): a worker restarted after a crash takes its "
+                        "partitions back at once; a worker stopped by SIGTERM or Ctrl-C leaves "
+                        "the group and hands them over to the others")
+    p.add_argument("--startup-timeout", type=float, default=30.0, metavar="S",
+                   help="seconds to wait for the broker at start (default: 30); before the job "
+                        "starts, the worker checks that every topic exists with its partition "
+                        "count and that --data-dir belongs to this --prefix and --stream, and "
+                        "otherwise exits with status 2 and a one-line error")
+    p.add_argument("--reset-local-state", action="store_true",
+                   help="delete the worker's table stores in --data-dir before it starts (they "
+                        "are rebuilt from the changelog topics): the way out when the worker "
+                        "refuses to start because the broker lost writes its state holds")
+    p.add_argument("--loglevel", default="info",
+                   help="log level, e.g. debug, info or warning (default: %(default)s)")
+    p.add_argument("--log-format", choices=("text", "json"), default="text",
+                   help="text, or json: every log line, Faust's included, as one JSON object "
+                        "{time, level, logger, message, ...} (default: %(default)s)")
+    p.add_argument("--metrics-port", type=int, default=METRICS_PORT, metavar="PORT",
+                   help="port of the worker's HTTP server: Prometheus metrics on /metrics, "
+                        "liveness on /healthz, readiness on /readyz; 0 disables it "
+                        "(default: %(default)s)")
+    p.add_argument("--metrics-host", default=METRICS_HOST, metavar="HOST",
+                   help="address the metrics server listens on (default: %(default)s)")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Check the deployment (exit status 2 with a one-line error), then run until stopped
+    (SIGTERM or Ctrl-C)."""
+    from streams.job.startup import (
+        StartupError,
+        bind_data_dir,
+        check_local_state,
+        check_secret,
+        check_topics,
+        reset_local_state,
+    )
+    from streams.kafka.topics import Topics
+
+    try:
+        broker = need_broker(args, "worker")
+        config = job_config(args)
+        config.secret_bytes()
+        topics = Topics(prefix=config.prefix, partitions=config.partitions)
+        if not (math.isfinite(args.startup_timeout) and args.startup_timeout > 0):
+            raise ValueError("--startup-timeout must be a positive number of seconds")
+        if not 0 <= args.metrics_port <= 65535:
+            raise ValueError("--metrics-port must lie in [0, 65535]")
+    except ValueError as exc:
+        print(f"pwevent worker: error: {exc}", file=sys.stderr)
+        return 2
+    try:
+        # the topics first: a data directory is bound only once the deployment is known right
+        check_topics(broker, topics, args.startup_timeout)
+        bind_data_dir(args.data_dir, config.prefix, config.stream)
+        if args.reset_local_state and reset_local_state(args.data_dir):
+            print(f"pwevent worker: deleted the table stores in {args.data_dir}; they are "
+                  f"rebuilt from the changelog topics", file=sys.stderr)
+        check_local_state(args.data_dir, config.app_id(), broker, args.startup_timeout)
+        check_secret(broker, topics.decisions, config.stream, config.secret_bytes(),
+                     args.startup_timeout)
+    except StartupError as exc:
+        print(f"pwevent worker: error: {exc}", file=sys.stderr)
+        return 2
+    from streams.job.faust_job import Job, Worker
+    from streams.job.observe import json_logging_config
+
+    job = Job(config, broker, args.data_dir, args.instance_id,
+              metrics_host=args.metrics_host, metrics_port=args.metrics_port)
+    logging_config = json_logging_config(args.loglevel) if args.log_format == "json" else None
+    worker = Worker(job, loglevel=args.loglevel, quiet=True, logging_config=logging_config)
+    worker.execute_from_commandline()
+    return 0

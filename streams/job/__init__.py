@@ -1,0 +1,4 @@
+"""The Kafka job: the partition worker (:mod:`~streams.job.partition`) and its placement of the
+ledger, the coordinator (:mod:`~streams.job.coordinator`) and its side of the placement, the slot
+protocol between them, and what runs them (:mod:`~streams.job.faust_job` on Kafka,
+:mod:`~streams.job.pipeline` in one process)."""

@@ -1,0 +1,136 @@
+"""Settings every worker of one job must agree on."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+from mechanisms.dynamic import DYNAMIC_MECHANISMS
+from mechanisms.registry import names
+from streams.job.slotting import SlotClock
+from streams.records.parsing import CellDomain, Domain, domain_from_config
+
+JOB_MECHANISMS = names(in_job=True)
+NEIGHBOURING = ("add-remove", "replace")
+EVENT_TIME = ("live", "history")
+
+
+def _is_hex(text: str) -> bool:
+    try:
+        bytes.fromhex(text)
+    except ValueError:
+        return False
+    return True
+
+
+@dataclass(frozen=True)
+class JobConfig:
+    """One job: which stream, which mechanism, how slots are cut and where randomness comes from.
+
+    ``secret`` keys the per-slot randomness together with the stream's nonce (docs/design.md,
+    randomness); it must be the same for every worker and must stay private. It also signs the
+    job's control records. ``nonce`` pins the stream's nonce, only to reproduce a recorded run
+    (``pwevent replay --in-process --nonce``); a live stream draws a fresh one at its start.
+    ``idle_close_ms``: when no report arrived for that long (wall clock), open slots up to the
+    largest event time seen are closed. Requirements are accepted only with windows in
+    ``[1, max_window]`` and budgets in ``[min_epsilon, max_epsilon]``. ``neighbouring``:
+    ``add-remove`` calibrates noise to one report added or removed (sensitivity 1), ``replace``
+    to one report changed (sensitivity 2). ``event_time``: ``live`` accepts reports from the
+    stream's start (the worker's clock when a partition first took records, minus the allowed
+    lateness; kept in its checkpoint) to the worker's clock plus ``max_skew_ms``, control
+    records up to the same bound; ``history`` (replaying recorded data) accepts reports from
+    ``origin_ms`` on and does not look at the clock.
+    """
+
+    stream: str = "default"
+    mechanism: str = "pbd"
+    domain: dict = field(default_factory=lambda: {"kind": "cells", "size": 2})
+    slot_ms: int = 60_000
+    origin_ms: int = 0
+    lateness_ms: int = 0
+    horizon_ms: int | None = None
+    noise: str = "discrete"
+    secret: str = ""
+    prefix: str = ""
+    partitions: int = 1
+    idle_close_ms: int = 2_000
+    max_window: int = 200
+    min_epsilon: float = 0.01
+    max_epsilon: float = 10.0
+    neighbouring: str = "add-remove"
+    event_time: str = "live"
+    max_skew_ms: int = 300_000
+    nonce: str = ""
+
+    def __post_init__(self) -> None:
+        if self.mechanism not in JOB_MECHANISMS:
+            raise ValueError(f"mechanism must be one of {JOB_MECHANISMS}, got {self.mechanism!r}")
+        if self.max_window < 1:
+            raise ValueError(f"max window must be >= 1, got {self.max_window}")
+        if self.slot_ms < 1 or self.lateness_ms < 0 or (self.horizon_ms or 0) < 0:
+            raise ValueError("slot length must be >= 1 ms, lateness and horizon >= 0")
+        if self.partitions < 1:
+            raise ValueError("partitions must be >= 1")
+        if not 0 < self.min_epsilon <= self.max_epsilon < float("inf"):
+            raise ValueError("budget bounds must satisfy 0 < min epsilon <= max epsilon < inf, "
+                             f"got [{self.min_epsilon}, {self.max_epsilon}]")
+        if self.neighbouring not in NEIGHBOURING:
+            raise ValueError(f"neighbouring must be one of {NEIGHBOURING}, "
+                             f"got {self.neighbouring!r}")
+        if self.event_time not in EVENT_TIME:
+            raise ValueError(f"event time must be one of {EVENT_TIME}, got {self.event_time!r}")
+        if self.max_skew_ms < 0:
+            raise ValueError("max clock skew must be >= 0 ms")
+        if self.nonce and not _is_hex(self.nonce):
+            raise ValueError("a pinned nonce must be hexadecimal")
+        if self.noise not in ("laplace", "discrete"):
+            raise ValueError(f"noise must be laplace or discrete, got {self.noise!r}")
+        self.make_domain()
+
+    @property
+    def dynamic(self) -> bool:
+        """Whether the mechanism takes dynamic requirements (DPBD, DPBA)."""
+        return self.mechanism in DYNAMIC_MECHANISMS
+
+    def make_domain(self) -> Domain:
+        """The domain that maps report values to cells."""
+        return domain_from_config(self.domain)
+
+    @property
+    def d(self) -> int:
+        """Number of cells."""
+        return int(self.make_domain().size)
+
+    @property
+    def sensitivity(self) -> int:
+        """L1 sensitivity of a count under the neighbouring relation."""
+        return 2 if self.neighbouring == "replace" else 1
+
+    def public(self) -> dict:
+        """The public parameters an auditor needs, as recorded in the stream's start record."""
+        return {"mechanism": self.mechanism, "d": self.d, "partitions": self.partitions,
+                "min_epsilon": self.min_epsilon, "max_epsilon": self.max_epsilon,
+                "max_window": self.max_window, "neighbouring": self.neighbouring,
+                "noise": self.noise, "slot_ms": self.slot_ms, "origin_ms": self.origin_ms}
+
+    @property
+    def clock(self) -> SlotClock:
+        """Slot arithmetic."""
+        return SlotClock(self.slot_ms, self.origin_ms)
+
+    def app_id(self) -> str:
+        """The Faust app's id: the workers' consumer group and its changelog topics' prefix."""
+        return f"pwevent-{self.prefix or 'job'}-{self.stream}"
+
+    def secret_bytes(self) -> bytes:
+        """The randomness secret; ``PWEVENT_SECRET`` when the config has none."""
+        secret = self.secret or os.environ.get("PWEVENT_SECRET", "")
+        if not secret:
+            raise ValueError("no randomness secret: pass --secret or set PWEVENT_SECRET")
+        return secret.encode()
+
+
+
+def cells_domain(d: int) -> dict:
+    """Domain config of cell indices 0..d-1."""
+    return CellDomain(d).to_config()

@@ -1,0 +1,620 @@
+"""Batched ingest of raw records from a Kafka topic inside a Faust worker.
+
+Why this exists
+---------------
+A plain Faust agent reads a few thousand small records per second from the embedded broker, while
+raw aiokafka ``getmany`` plus orjson reads several hundred thousand. Profiling the agent shows the
+time going to per-record event-loop traffic, not to Kafka: for *every* record Faust's fetch loop
+(``Consumer._drain_messages``) awaits ``wait_first(callback(message), suspend_flow.wait())``,
+which creates two tasks and an ``asyncio.wait``; the conductor then decodes the record and puts an
+``Event`` into the agent's queue, and the stream takes it out again, acks it and updates sensors.
+About three loop cycles and four task creations per record. ``stream.take(n)``,
+``take_with_timeout``, ``noack``, ``events()``, a larger ``stream_buffer_maxsize`` or
+``broker_max_poll_records`` do not remove any of that: they only regroup events *after* they have
+crossed the queue one at a time (measured in ``benchmarks/bench_ingest.py``).
+
+What this does
+--------------
+:class:`BatchConsumer` replaces the fetch loop of Faust's aiokafka consumer. Records of topics
+registered with :class:`BatchIngest` are handed to a coroutine one fetched batch per partition at a
+time, as a list of ``(key, value, partition, offset)`` tuples (raw bytes, nothing decoded). Every
+other topic (tables' changelogs during recovery, ordinary agents) still goes through Faust's
+conductor record by record, exactly as before. Faust keeps everything else:
+
+* partition assignment, rebalancing, pausing and seeking (records are only delivered for active
+  partitions of the current generation; a batch fetched while the flow is stopped is dropped and
+  the partitions are rewound to their committed offsets, as Faust does);
+* offset commits: when the handler returns, every offset of the batch is acknowledged through
+  Faust's own bookkeeping (the same structures ``Consumer.ack`` fills), so the commit timer,
+  ``broker_commit_every`` and the commit on rebalance and shutdown work unchanged. A batch being
+  handled counts as an unacknowledged message, so a rebalance waits for it (``wait_empty``) before
+  committing;
+* tables: while the handler runs, Faust's "current event" is the batch's last record, so table
+  writes inside the handler are routed to the changelog partition of the batch's partition, as
+  inside ``async for event in stream``.
+
+Delivery is at least once: a batch whose handler raises, or that is interrupted by a crash, is not
+acknowledged and is delivered again after a restart or rebalance. A raising handler stops the
+worker (the fetcher crashes, like an agent error would); handlers are expected to route bad input
+to a dead-letter topic instead of raising.
+
+Settings (:func:`ingest_settings`)
+----------------------------------
+``broker_max_poll_records``
+    Records per fetch returned to the loop. 20,000 balances per-batch overhead against latency.
+``consumer_max_fetch_size``
+    Bytes per partition per fetch (``max.partition.fetch.bytes``). The default 1 MiB caps a fetch
+    at ~15,000 small reports per partition; 16 MiB lets one fetch fill a batch.
+``broker_commit_every``
+    Commit after this many acknowledged records. Faust's default (10,000) would commit several
+    times a second at this rate; 200,000 leaves commits to the timer (``broker_commit_interval``).
+``stream_buffer_maxsize``
+    Irrelevant for batch topics (they skip the queues); kept at Faust's default for other agents.
+
+Faust internals
+---------------
+This module is the one place in ``streams`` that touches Faust's private internals; everything
+else uses Faust's public API, or the public functions here (:func:`partition_context`,
+:func:`committed_offsets`). It relies on:
+
+* ``faust.streams._current_event`` (the context variable behind ``faust.current_event()``, which
+  routes table writes) and ``faust.types.tuples.ack_lock`` (guards ack bookkeeping);
+* ``App._transport`` and ``App._consumer`` (to install :class:`BatchTransport` in time);
+* on ``faust.transport.drivers.aiokafka.Consumer``: the ``_drain_messages(fetcher)`` hook that
+  ``Fetcher`` awaits, ``_wait_next_records``, ``_to_message``, ``_add_gap``, the bookkeeping
+  ``_read_offset``, ``_committed_offset``, ``_acked``, ``_acked_index``, ``_n_acked``,
+  ``_commit_every``, ``_unacked_messages``, ``_waiting_for_ack``, ``_buffered_partitions``, and
+  mode's ``Service._stopped`` on the consumer and the fetcher;
+* the less private parts that the replacement fetch loop shares with Faust's: ``diag``,
+  ``flow_active``, ``perform_seek``, ``highwater``, ``wait_first``, ``suspend_flow``,
+  ``callback``, ``commit``, the app's ``flow_control``, producer buffer and monitor counters,
+  and the positional signatures of ``Message`` and ``Event``.
+
+The pin of ``faust-streaming`` in ``pyproject.toml`` (below its next minor version) and
+``tests/end_to_end/test_faust_adapter.py`` go together: the test checks that every internal above
+still exists with the shape used here (attributes, coroutines, parameters) and fails naming the
+Faust version and the internal that changed. Move the pin only with that test passing against the
+new version, after adapting this module.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+import time
+import weakref
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any, Final
+
+from aiokafka import AIOKafkaProducer
+from aiokafka.partitioner import murmur2
+from faust.events import Event
+from faust.streams import _current_event
+from faust.transport.consumer import CONSUMER_FETCHING
+from faust.transport.drivers import aiokafka as faust_aiokafka
+from faust.types import TP, AppT, TopicT
+from faust.types.tuples import Message, ack_lock
+from mode.utils.futures import notify
+
+from streams.kafka.settings import client_options
+
+__all__ = [
+    "BatchConsumer",
+    "BatchHandler",
+    "BatchIngest",
+    "BatchTransport",
+    "RawProducer",
+    "RawRecord",
+    "Rewind",
+    "ContinuityGuard",
+    "FetchStalled",
+    "committed_offsets",
+    "ingest_settings",
+    "install_batch_consumer",
+    "key_partition",
+    "produce_raw",
+]
+
+logger = logging.getLogger(__name__)
+
+#: One raw record: ``(key, value, partition, offset)``.
+RawRecord = tuple[bytes | None, bytes | None, int, int]
+
+
+
+@dataclasses.dataclass(frozen=True)
+class Rewind:
+    """A handler's answer when records it needs were not delivered (the consumer stands past
+    them): the partition is read again from ``offset``, and nothing from there on is
+    acknowledged."""
+
+    offset: int
+
+
+#: Receives the records of one fetched batch; all of them come from one partition, in offset order.
+#: It may return an offset: records from that offset on are then left unacknowledged (not
+#: committed), so that after a restart they are delivered again; a :class:`Rewind`, to have them
+#: delivered again now; ``None`` acknowledges the batch.
+BatchHandler = Callable[[list[RawRecord]], Awaitable[int | Rewind | None]]
+
+#: Faust settings for a worker whose hot path is :class:`BatchIngest` (see the module docstring).
+INGEST_SETTINGS: Final[Mapping[str, Any]] = {
+    "broker_max_poll_records": 20_000,
+    "consumer_max_fetch_size": 16 * 1024 * 1024,
+    "broker_commit_every": 200_000,
+    "broker_commit_interval": 2.0,
+}
+
+_ROUTES: weakref.WeakKeyDictionary[Any, dict[str, BatchIngest]] = weakref.WeakKeyDictionary()
+
+
+@contextlib.contextmanager
+def partition_context(app: AppT, topic: str, partition: int) -> Iterator[None]:
+    """Make Faust's "current event" a record of ``topic``'s ``partition``, so that table writes
+    outside a handler (from a task of our own) go to that partition's store and changelog."""
+    message = Message(topic, partition, -1, time.time(), 0, [], None, None, None)
+    event = Event(app, None, None, {}, message)
+    token = _current_event.set(weakref.ref(event))
+    try:
+        yield
+    finally:
+        _current_event.reset(token)
+
+
+def committed_offsets(app: AppT, topic: str) -> dict[int, int | None]:
+    """Per partition of ``topic`` that ``app``'s consumer has held, the offset it last committed
+    (``None`` before its first commit); read from Faust's own bookkeeping, no broker round trip."""
+    committed = app.consumer._committed_offset  # type: ignore[attr-defined]
+    return {tp.partition: offset for tp, offset in committed.items() if tp.topic == topic}
+
+
+def ingest_settings(**overrides: Any) -> dict[str, Any]:
+    """Return :data:`INGEST_SETTINGS` updated with ``overrides``, for ``faust.App(**settings)``."""
+    settings = dict(INGEST_SETTINGS)
+    settings.update(overrides)
+    return settings
+
+
+class BatchIngest:
+    """Deliver a topic's records to ``handler`` in fetched batches, inside a Faust worker.
+
+    Create it before the app starts::
+
+        app = faust.App("pwevent", broker=..., store="rocksdb://", **ingest_settings())
+        BatchIngest(app, "pwevent.reports", handle_reports)
+
+    ``handler(records)`` is awaited once per fetched batch of one partition. The topic is
+    subscribed through Faust (it joins the consumer group's assignment like an agent's topic).
+    """
+
+    def __init__(self, app: AppT, topic: str, handler: BatchHandler) -> None:
+        """Register ``handler`` for ``topic`` on ``app`` and install :class:`BatchConsumer`."""
+        install_batch_consumer(app)
+        routes = _ROUTES.setdefault(app, {})
+        if topic in routes:
+            raise ValueError(f"topic {topic!r} already has a batch handler")
+        self.app = app
+        self.topic_name = topic
+        self.handler = handler
+        self.topic: TopicT = app.topic(
+            topic,
+            key_type=bytes,
+            value_type=bytes,
+            key_serializer="raw",
+            value_serializer="raw",
+        )
+        self.records_delivered = 0
+        self.batches_delivered = 0
+        routes[topic] = self
+
+
+def install_batch_consumer(app: AppT) -> None:
+    """Make ``app`` use :class:`BatchTransport`; must run before the app's consumer exists."""
+    current = app._transport  # type: ignore[attr-defined]
+    if isinstance(current, BatchTransport):
+        return
+    if app._consumer is not None:  # type: ignore[attr-defined]
+        raise RuntimeError("install the batch consumer before the app's consumer is created")
+    if current is not None and not isinstance(current, faust_aiokafka.Transport):
+        raise RuntimeError(f"batch ingest needs the aiokafka transport, not {current!r}")
+    app.transport = BatchTransport(app.conf.broker_consumer, app)
+
+
+class FetchStalled(RuntimeError):
+    """The Kafka consumer's thread did not answer a fetch in time: the worker must restart."""
+
+
+#: Seconds a fetch (asked with a one-second timeout) may take before the consumer is taken to
+#: be wedged (see :meth:`BatchConsumer._getmany`).
+FETCH_STALL_S: Final = 30.0
+
+
+class BatchConsumer(faust_aiokafka.Consumer):
+    """Faust's aiokafka consumer with a fetch loop that hands whole batches to batch topics."""
+
+    #: Per partition, the next offset to acknowledge when a handler holds records back.
+    _ack_next: dict[TP, int]
+
+    async def _getmany(self, active_partitions: Any, timeout: float) -> Any:
+        """Faust's fetch through its consumer thread, with a deadline.
+
+        Rarely (seen when two workers of a group start within a second of each other), the
+        fetch that Faust hands to its consumer thread never comes back, though the thread is
+        idle and the partitions are assigned and not paused: the worker then holds its
+        partitions and reads nothing, for ever. A fetch asked with a ``timeout`` of about a
+        second that has not returned after :data:`FETCH_STALL_S` raises :class:`FetchStalled`,
+        which stops the worker with that reason (exit status 1), so that its supervisor starts
+        it again; with static membership it takes its partitions back at once."""
+        try:
+            return await asyncio.wait_for(super()._getmany(active_partitions, timeout),
+                                          FETCH_STALL_S + timeout)
+        except TimeoutError:
+            if self.should_stop:
+                return {}
+            message = (f"the Kafka consumer did not answer a fetch within {FETCH_STALL_S:g} s; "
+                       f"stopping so that the worker is restarted")
+            logger.error(message)
+            raise FetchStalled(message) from None
+
+    async def on_partitions_revoked(self, revoked: Any) -> None:
+        """Forget held-back offsets of revoked partitions; their delivery restarts from commits."""
+        for tp in revoked:
+            self._ack_next.pop(tp, None)
+        await super().on_partitions_revoked(revoked)
+
+    async def on_start(self) -> None:
+        """Subscribe the batch topics through the conductor, then start as usual."""
+        self._ack_next = {}
+        for route in _ROUTES.get(self.app, {}).values():
+            self.app.topics.add(route.topic)
+        await super().on_start()
+
+    async def _drain_messages(self, fetcher: Any) -> None:  # noqa: C901 - one hot loop
+        routes = _ROUTES.get(self.app, {})
+        consumer_stopped = self._stopped.is_set
+        fetcher_stopped = fetcher._stopped.is_set
+        diag = self.diag
+        try:
+            while not (consumer_stopped() or fetcher_stopped()):
+                diag.set_flag(CONSUMER_FETCHING)
+                records, active = await self._wait_next_records(1.0)
+                await asyncio.sleep(0)
+                if not records or self.should_stop:
+                    diag.unset_flag(CONSUMER_FETCHING)
+                    continue
+                if not self.flow_active:
+                    # fetched while a rebalance stopped the flow: rewind, as Faust does
+                    with contextlib.suppress(Exception):
+                        await self.perform_seek()
+                    diag.unset_flag(CONSUMER_FETCHING)
+                    continue
+                generation = self.app.consumer_generation_id
+                for tp, batch in records.items():
+                    if not self.flow_active or self.app.consumer_generation_id != generation:
+                        break
+                    if not (active is None or tp in active or tp in self._buffered_partitions):
+                        continue
+                    self.app.monitor.track_tp_end_offset(tp, self.highwater(tp))
+                    route = routes.get(tp.topic)
+                    if route is not None:
+                        await self._deliver_batch(route, tp, batch, generation)
+                    else:
+                        await self._deliver_each(tp, batch)
+                    if self._n_acked >= self._commit_every:
+                        self._n_acked = 0
+                        await self.commit()
+                diag.unset_flag(CONSUMER_FETCHING)
+        except self.consumer_stopped_errors:
+            if self.transport.app.should_stop:
+                return
+            raise
+        except asyncio.CancelledError:
+            if self.transport.app.should_stop:
+                return
+            raise
+        except Exception as exc:
+            self.log.exception("Batch drain raised: %r", exc)
+            raise
+        finally:
+            diag.unset_flag(CONSUMER_FETCHING)
+
+    async def _deliver_each(self, tp: TP, batch: Sequence[Any]) -> None:
+        """Faust's record-by-record path, for topics without a batch handler."""
+        read_offset = self._read_offset
+        acks_enabled = self.app.topics.acks_enabled_for(tp.topic)
+        for record in batch:
+            offset = record.offset
+            r_offset = read_offset[tp]
+            if r_offset is not None and offset < r_offset:
+                continue
+            if r_offset and offset - r_offset > 1 and acks_enabled:
+                await self._add_gap(tp, r_offset + 1, offset)
+            message = self._to_message(tp, record)
+            await self.wait_first(self.callback(message), self.suspend_flow.wait())
+            read_offset[tp] = offset
+
+    async def _deliver_batch(
+        self, route: BatchIngest, tp: TP, batch: Sequence[Any], generation: int
+    ) -> None:
+        r_offset = self._read_offset[tp]
+        if r_offset is not None:
+            batch = [r for r in batch if r.offset >= r_offset]
+        if not batch:
+            return
+        app = self.app
+        await app.flow_control.acquire()
+        await app.producer.buffer.wait_until_ebb()
+        partition = tp.partition
+        records: list[RawRecord] = [(r.key, r.value, partition, r.offset) for r in batch]
+        last = self._to_message(tp, batch[-1])
+        event = Event(app, last.key, last.value, last.headers, last)
+        self._unacked_messages.add(last)
+        token = _current_event.set(weakref.ref(event))
+        try:
+            ack_until = await route.handler(records)
+        finally:
+            _current_event.reset(token)
+        rewind = ack_until.offset if isinstance(ack_until, Rewind) else None
+        hold = rewind if rewind is not None else ack_until
+        if app.consumer_generation_id == generation:
+            first = batch[0].offset
+            start = first if r_offset is None else min(first, r_offset + 1)
+            end = batch[-1].offset + 1
+            stop = end if hold is None else min(int(hold), end)
+            start = self._ack_next.get(tp, start)
+            if stop > start:
+                self._ack_range(tp, start, stop)
+                self._ack_next[tp] = stop
+            elif tp not in self._ack_next:
+                self._ack_next[tp] = start
+            if rewind is None:
+                self._read_offset[tp] = batch[-1].offset
+            else:
+                await self.seek(tp, rewind)  # also the read offset: the records come again
+        with ack_lock:  # Faust's lock over ack bookkeeping (``Consumer.ack``)
+            last.acked = True
+            self._unacked_messages.discard(last)
+        notify(self._waiting_for_ack)
+        route.records_delivered += len(records)
+        route.batches_delivered += 1
+        monitor = app.monitor
+        if monitor is not None:
+            monitor.stream_inbound_time[tp] = time.monotonic()
+            monitor.messages_received_total += len(records)
+            monitor.events_total += len(records)
+
+    def _ack_range(self, tp: TP, start: int, stop: int) -> None:
+        """Acknowledge offsets ``start..stop-1`` (records and any gaps between them) at once."""
+        if not self.app.topics.acks_enabled_for(tp.topic):
+            return
+        with ack_lock:  # the same critical section as Faust's ``Consumer.ack``
+            committed = self._committed_offset[tp]
+            if committed is not None:
+                start = max(start, committed)
+            if start >= stop:
+                return
+            index = self._acked_index[tp]
+            offsets = range(start, stop)
+            if index and not index.isdisjoint(offsets):
+                new = [o for o in offsets if o not in index]
+            else:
+                new = list(offsets)
+            index.update(new)
+            self._acked[tp].extend(new)
+            self._n_acked += len(new)
+
+
+class BatchTransport(faust_aiokafka.Transport):
+    """Faust's aiokafka transport with :class:`BatchConsumer` as its consumer."""
+
+    Consumer = BatchConsumer
+
+
+class ContinuityGuard:
+    """Checks that each partition's records continue where the handler's state left off.
+
+    A partition's state knows the next offset it expects; Kafka offsets of a topic written
+    without transactions are consecutive. A batch whose first new record lies beyond that
+    offset means records were fetched but never delivered (a batch dropped while a rebalance
+    stopped the flow, a consumer position carried over from before a hand-over): counting on
+    would lose them. :meth:`check` then answers :class:`Rewind`, once per expected offset; if
+    the same gap comes back, the records are gone from the broker (retention, or transaction
+    markers), and the batch is taken, with the gap logged and counted.
+    """
+
+    def __init__(self, topic: str = "") -> None:
+        self.topic = topic
+        self.rewound: dict[int, int] = {}
+        self.rewinds = 0
+        self.skipped = 0
+
+    def check(self, partition: int, expected: int, records: Sequence[RawRecord]) -> Rewind | None:
+        """``None`` when ``records`` continue at ``expected`` (or hold nothing new), else a
+        :class:`Rewind` to ``expected`` the first time this gap is seen."""
+        first = next((r[3] for r in records if r[3] >= expected), None)
+        if first is None:
+            return None
+        if first == expected:
+            self.rewound.pop(partition, None)
+            return None
+        if self.rewound.get(partition) == expected:
+            del self.rewound[partition]
+            self.skipped += first - expected
+            logger.error("%s[%d]: offsets %d to %d are no longer on the broker; going on from %d",
+                         self.topic, partition, expected, first - 1, first)
+            return None
+        self.rewound[partition] = expected
+        self.rewinds += 1
+        logger.warning("%s[%d]: offset %d was delivered where %d was expected; reading again "
+                       "from %d", self.topic, partition, first, expected, expected)
+        return Rewind(expected)
+
+
+def key_partition(key: bytes, partitions: int) -> int:
+    """The partition Kafka's default partitioner picks for ``key`` (murmur2, positive, modulo)."""
+    return (murmur2(key) & 0x7FFFFFFF) % partitions
+
+
+class RawProducer:
+    """A producer of raw ``(key, value)`` records in explicit batches, partitioned by key.
+
+    Records are partitioned exactly as the default partitioner would, so a user's reports land
+    in one partition whichever producer wrote them; a record may also name its partition.
+
+    The producer is idempotent (``enable_idempotence=True``, ``acks=all``): the broker numbers
+    each partition's batches by producer id and sequence, so while this producer lives a batch
+    that its client retries after a lost connection or a timed-out request is written once; a
+    batch it has sent once is retried on retriable errors until the broker answers (it does not
+    expire). That holds as long as the broker keeps its producer state: one that comes back
+    without it (a crash that lost its last writes) refuses the next batch with
+    ``OutOfOrderSequenceNumber``. A *new* producer is not covered either: records sent again by
+    another producer (another session) are new records to the broker. :meth:`submit` returns
+    every batch's future, so that a caller surviving an outage knows which records the broker
+    acknowledged and which it must send again (``pwevent replay`` does; see
+    ``streams/cli/replay.py``).
+    """
+
+    #: One enqueued batch: its records and the future the broker's acknowledgement resolves, or
+    #: records that were not enqueued and the exception that stopped them.
+    Submitted = tuple[list[tuple[bytes | None, bytes]], "asyncio.Future[Any] | BaseException"]
+
+    def __init__(
+        self,
+        bootstrap: str,
+        topic: str,
+        partitions: int,
+        *,
+        linger_ms: int = 5,
+        batch_bytes: int = 512 * 1024,
+        request_timeout_ms: int = 40_000,
+    ) -> None:
+        self.topic, self.partitions = topic, partitions
+        self.producer = AIOKafkaProducer(
+            bootstrap_servers=bootstrap,
+            **client_options(),
+            linger_ms=linger_ms,
+            max_batch_size=batch_bytes,
+            enable_idempotence=True,
+            acks="all",
+            request_timeout_ms=request_timeout_ms,
+        )
+        self.sent = 0
+
+    async def start(self) -> None:
+        """Connect; on failure the client is closed again before the error is raised."""
+        try:
+            await self.producer.start()
+        except BaseException:
+            with contextlib.suppress(Exception):
+                await self.producer.stop()
+            raise
+
+    async def stop(self, timeout: float | None = None) -> None:
+        """Flush and disconnect. With ``timeout``, give up flushing after that many seconds
+        (batches still unacknowledged are abandoned: their fate is unknown) and close the
+        connections anyway."""
+        if timeout is None:
+            await self.producer.stop()
+            return
+        try:
+            await asyncio.wait_for(self.producer.stop(), timeout)
+        except Exception:  # noqa: BLE001 - timed out or failed: close whatever is left
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self.producer.client.close(), timeout)
+
+    def partition_of(self, key: bytes | None, partition: int | None = None) -> int:
+        """The partition a record goes to: ``partition`` if given, else the key's (murmur2);
+        keyless records go to partition 0."""
+        if partition is not None:
+            return partition
+        return 0 if key is None else key_partition(key, self.partitions)
+
+    async def submit(
+        self,
+        records: Iterable[tuple[bytes | None, bytes]],
+        partition: int | None = None,
+        *,
+        into: list[RawProducer.Submitted] | None = None,
+    ) -> list[RawProducer.Submitted]:
+        """Enqueue records in per-partition batches without waiting for the broker.
+
+        Returns (and appends to ``into`` as it goes, so a caller that cancels this keeps what
+        was enqueued) one entry per batch: its records, in order, and the future resolved when
+        the broker acknowledges the batch, or fails when the client gives it up. If a batch
+        cannot be enqueued (metadata or buffer space not available in time, a closed or broken
+        producer), nothing more is enqueued and the last entry holds every record not enqueued,
+        in their original order within each partition, with that exception; those records were
+        not sent.
+        """
+        out: list[RawProducer.Submitted] = [] if into is None else into
+        builders: dict[int, tuple[Any, list[tuple[bytes | None, bytes]]]] = {}
+        items = iter(records)
+        current: list[tuple[bytes | None, bytes]] = []  # a record taken but not yet batched
+        try:
+            for key, value in items:
+                current = [(key, value)]
+                part = self.partition_of(key, partition)
+                entry = builders.get(part)
+                if entry is None:
+                    entry = builders[part] = (self.producer.create_batch(), [])
+                if entry[0].append(key=key, value=value, timestamp=None) is None:
+                    if not entry[1]:
+                        raise ValueError("record larger than the batch size")
+                    future = await self.producer.send_batch(entry[0], self.topic, partition=part)
+                    out.append((entry[1], future))
+                    entry = builders[part] = (self.producer.create_batch(), [])
+                    if entry[0].append(key=key, value=value, timestamp=None) is None:
+                        raise ValueError("record larger than the batch size")
+                entry[1].append((key, value))
+                current = []
+            for part in list(builders):
+                recs = builders[part][1]
+                if recs:
+                    future = await self.producer.send_batch(builders[part][0], self.topic,
+                                                            partition=part)
+                    out.append((recs, future))
+                del builders[part]
+        except ValueError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - the caller decides what to do about it
+            rest = [rec for _builder, recs in builders.values() for rec in recs]
+            rest.extend(current)
+            rest.extend(items)
+            out.append((rest, exc))
+        return out
+
+    async def send_many(
+        self, records: Iterable[tuple[bytes | None, bytes]], partition: int | None = None
+    ) -> int:
+        """Send records and wait until the broker has them; returns how many were sent.
+        Raises the first error if any batch could not be enqueued or was not acknowledged."""
+        submitted = await self.submit(records, partition)
+        for _recs, outcome in submitted:
+            if isinstance(outcome, BaseException):
+                raise outcome
+        await asyncio.gather(*(outcome for _recs, outcome in submitted))
+        count = sum(len(recs) for recs, _outcome in submitted)
+        self.sent += count
+        return count
+
+
+async def produce_raw(
+    bootstrap: str,
+    topic: str,
+    records: Iterable[tuple[bytes, bytes]],
+    *,
+    partitions: int,
+    linger_ms: int = 5,
+    batch_bytes: int = 512 * 1024,
+) -> int:
+    """Produce ``(key, value)`` records quickly with explicit record batches (idempotently, see
+    :class:`RawProducer`); return the count."""
+    producer = RawProducer(bootstrap, topic, partitions, linger_ms=linger_ms,
+                           batch_bytes=batch_bytes)
+    await producer.start()
+    try:
+        return await producer.send_many(records)
+    finally:
+        await producer.stop()

@@ -1,0 +1,371 @@
+"""The partition worker: one partition's admission, slotting and messages to the coordinator.
+
+A :class:`PartitionAccumulator` turns batches of raw report records into dead letters (with
+their reasons) and, whenever slots close, the messages of :mod:`streams.job.slot_protocol` for the
+coordinator. What those messages hold depends on where the budget ledger lives, which its
+placement strategy (:mod:`streams.job.placement`) decides: counts per (requirement level, cell)
+when the coordinator keeps the ledger (fixed requirements), a closure and the plans of the
+partition's own ledger otherwise (dynamic requirements). Its state is a function of the records
+and control messages it was given, in order, so replaying from a checkpoint reproduces the same
+messages byte for byte. All per-report work is vectorised, except the one-report-per-(user,
+slot) check, which is a set look-up per report.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import time
+import zlib
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import orjson
+
+from streams.job.admission import check_placement
+from streams.job.config import JobConfig
+from streams.job.placement import Placement
+from streams.job.registries import UserRegistry
+from streams.job.slot_protocol import Control
+from streams.job.slotting import DUPLICATE, OK, STATUS_REASON, Slotter
+from streams.records.parsing import Reason, RecordError, parse_reports
+
+RawRecord = tuple[bytes | None, bytes | None, int, int]  # key, value, partition, offset
+NO_HORIZON = 2**62  # the horizon when none is configured
+WATERMARK_PREFIX = b'{"watermark":'
+
+
+def _watermark_mac(secret: bytes, stream: str, partition: int, ms: int) -> str:
+    message = b"\0".join((b"pwevent-watermark", stream.encode(), str(int(partition)).encode(),
+                          str(int(ms)).encode()))
+    return hmac.new(secret, message, hashlib.sha256).hexdigest()
+
+
+def watermark_record(ms: int, secret: bytes, stream: str, partition: int) -> bytes:
+    """The value of a control record that moves ``partition``'s watermark to ``ms``, signed
+    with the deployment secret (HMAC-SHA256 over the stream, the partition and ``ms``)."""
+    mac = _watermark_mac(secret, stream, partition, ms)
+    return WATERMARK_PREFIX + str(int(ms)).encode() + b',"mac":"' + mac.encode() + b'"}'
+
+
+def watermark_of(rec: RawRecord, secret: bytes, stream: str) -> int | None:
+    """The watermark an authentic control record carries; ``None`` for an ordinary record.
+
+    A keyless record shaped like a control record whose signature does not verify (or that
+    carries none) raises :class:`RecordError` (``unauthenticated_control``): whoever may write
+    reports must not be able to close slots.
+    """
+    key, value = rec[0], rec[1]
+    if key is not None or value is None or not value.startswith(WATERMARK_PREFIX):
+        return None
+    try:
+        doc = orjson.loads(value)
+    except orjson.JSONDecodeError:
+        return None
+    if not isinstance(doc, dict):
+        return None
+    mark, mac = doc.get("watermark"), doc.get("mac")
+    if type(mark) is not int or type(mac) is not str or len(doc) != 2 or not hmac.compare_digest(
+            mac, _watermark_mac(secret, stream, rec[2], mark)):
+        raise RecordError(Reason.UNAUTHENTICATED_CONTROL,
+                          "a watermark record needs the signature of the deployment secret")
+    return mark
+
+
+def wall_clock_ms() -> int:
+    """The worker's clock, epoch ms."""
+    return int(time.time() * 1000)
+
+
+@dataclass(frozen=True)
+class DeadLetter:
+    """A rejected record and why."""
+
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    reason: str
+    detail: str
+
+
+class PartitionAccumulator:
+    """Slotting and the messages to the coordinator of one partition of the reports topic;
+    ``placement`` decides what is counted and said (:mod:`streams.job.placement`)."""
+
+    def __init__(self, partition: int, config: JobConfig, placement: Placement,
+                 clock_ms: Callable[[], int] = wall_clock_ms) -> None:
+        self.partition, self.config, self.placement = partition, config, placement
+        self.registry: UserRegistry = placement.registry
+        self.clock_ms = clock_ms
+        self.secret = config.secret_bytes()
+        self.domain = config.make_domain()
+        self.d = config.d
+        horizon = NO_HORIZON if config.horizon_ms is None else config.horizon_ms
+        self.slotter = Slotter(config.clock, config.lateness_ms, horizon, dedupe=False)
+        self.stream_start: int | None = None  # live: the earliest event time accepted
+        self.start_unsaved = False  # the start was just recorded: checkpoint it
+        self.seen: dict[int, np.ndarray] = {}  # open slot -> users counted (bool by index)
+        self.accepted: Counter[int] = Counter()
+        self.rejected = 0
+        self.closed_through: int | None = None
+        self.next_offset = 0
+        self.max_event = -1
+        placement.bind(self)
+
+    # -- processing ------------------------------------------------------------------------
+
+    def process(self, records: Sequence[RawRecord], topic: str = "reports") -> tuple[
+        list[dict], list[DeadLetter]
+    ]:
+        """Take a batch of this partition's records in offset order.
+
+        Returns the partial messages of the slots that closed, and the dead letters. A record
+        with no key whose value is ``{"watermark": ms, "mac": ...}``, signed with the secret, is
+        a control record: it moves the partition's watermark (the job sends them to idle
+        partitions and at idle time; ``pwevent replay`` to close its last slot). In live
+        operation neither a control record nor a report may lie more than the allowed clock
+        skew ahead of the worker's clock.
+        """
+        fresh = [r for r in records if r[3] >= self.next_offset]
+        if not fresh:
+            return [], []
+        self.next_offset = fresh[-1][3] + 1
+        partials: list[dict] = []
+        dead: list[DeadLetter] = []
+        segment: list[RawRecord] = []
+        for rec in fresh:
+            try:
+                mark = None if rec[0] is not None else watermark_of(
+                    rec, self.secret, self.config.stream)
+            except RecordError as exc:
+                dead.append(self._dead(rec, topic, exc.reason.value, exc.detail))
+                continue
+            if mark is None:
+                segment.append(rec)
+                continue
+            self._take(segment, topic, partials, dead)
+            segment = []
+            bound = self.clock_bound()
+            if bound is not None and mark > bound:
+                dead.append(self._dead(rec, topic, Reason.FUTURE.value,
+                                       f"watermark {mark} is beyond the worker's clock plus "
+                                       f"the allowed skew ({bound})"))
+                continue
+            partials.extend(self.advance_messages(mark))
+        self._take(segment, topic, partials, dead)
+        return partials, dead
+
+    def start_bound(self) -> int:
+        """The earliest event time accepted: replaying history, the origin; live, the stream's
+        start, recorded (as the worker's clock minus the allowed lateness) when the partition
+        first takes records, so a stale first report cannot set the watermark back."""
+        if self.config.event_time != "live":
+            return self.config.origin_ms
+        if self.stream_start is None:
+            self.stream_start = max(self.config.origin_ms,
+                                    self.clock_ms() - self.config.lateness_ms)
+            self.start_unsaved = True
+        return self.stream_start
+
+    def clock_bound(self) -> int | None:
+        """The latest event time accepted now: the worker's clock plus the allowed skew in
+        live operation; ``None`` when replaying history."""
+        if self.config.event_time != "live":
+            return None
+        return self.clock_ms() + self.config.max_skew_ms
+
+    def _take(
+        self, recs: list[RawRecord], topic: str, partials: list[dict], out: list[DeadLetter]
+    ) -> None:
+        if not recs:
+            return
+        batch = parse_reports([r[1] for r in recs], self.domain, [r[0] for r in recs])
+        dead = [self._dead(recs[r.index], topic, r.reason.value, r.detail)
+                for r in batch.rejected]
+        bound, start = self.clock_bound(), self.start_bound()
+        if len(batch) and (int(batch.times.min()) < start
+                           or (bound is not None and int(batch.times.max()) > bound)):
+            early = batch.times < start
+            ahead = batch.times > bound if bound is not None else np.zeros_like(early)
+            for i in np.flatnonzero(early).tolist():
+                dead.append(self._dead(recs[int(batch.index[i])], topic, Reason.LATE.value,
+                                       f"time {int(batch.times[i])} is before the stream's "
+                                       f"start ({start})"))
+            for i in np.flatnonzero(ahead).tolist():
+                dead.append(self._dead(recs[int(batch.index[i])], topic, Reason.FUTURE.value,
+                                       f"time {int(batch.times[i])} is beyond the worker's "
+                                       f"clock plus the allowed skew ({bound})"))
+            batch = batch.select(~(early | ahead))
+        index_of = self.registry.index_of
+        uidx = np.fromiter((index_of.get(u, -1) for u in batch.users.tolist()), dtype=np.int64,
+                           count=len(batch))
+        levels = np.full(uidx.shape, -1, dtype=np.int64)
+        known = uidx >= 0
+        levels[known] = self.registry.level_of_index[uidx[known]]
+        registered = levels >= 0
+        for i in np.flatnonzero(~registered).tolist():
+            rec = recs[int(batch.index[i])]
+            try:  # a registered user's reports sit on its partition: only the others can't
+                check_placement(rec[0], rec[2], self.config.partitions)
+            except RecordError as exc:
+                dead.append(self._dead(rec, topic, exc.reason.value, exc.detail))
+                continue
+            dead.append(self._dead(rec, topic, Reason.UNREGISTERED_USER.value,
+                                   f"user {batch.users[i]!r} has no accepted requirement"))
+        idx = np.flatnonzero(registered)
+        assignment = self.slotter.assign(batch.users[idx], batch.times[idx])
+        status = assignment.status.copy()
+        ok = np.flatnonzero(status == OK)
+        if ok.size:
+            self._dedupe(assignment.slots[ok], uidx[idx[ok]], status, ok)
+        for i in np.flatnonzero(status != OK).tolist():
+            slot = int(assignment.slots[i])
+            dead.append(self._dead(recs[int(batch.index[idx[i]])], topic,
+                                   STATUS_REASON[int(status[i])],
+                                   f"slot {slot}; watermark {assignment.watermark}"))
+        ok = np.flatnonzero(status == OK)
+        if ok.size:
+            sel = idx[ok]
+            slots = assignment.slots[ok]
+            self.placement.count(slots, uidx[sel], levels[sel], batch.cells[sel])
+            counted, per_slot = np.unique(slots, return_counts=True)
+            self.accepted.update(dict(zip(counted.tolist(), per_slot.tolist(), strict=True)))
+            self.max_event = max(self.max_event, int(batch.times[sel].max()))
+        self.rejected += len(dead)
+        dead.sort(key=lambda x: x.offset)
+        out.extend(dead)
+        partials.extend(self._closed_messages())
+
+    def _dedupe(self, slots: np.ndarray, users: np.ndarray, status: np.ndarray,
+                where: np.ndarray) -> None:
+        """First report of a (user, slot) wins: earlier batches, then earlier in this one."""
+        size = len(self.registry.users)
+        for slot in np.unique(slots).tolist():
+            mask = slots == slot
+            pos = where[mask]
+            u = users[mask]
+            seen = self.seen.get(slot)
+            if seen is None or seen.shape[0] < size:
+                grown = np.zeros(max(size, 1), dtype=bool)
+                if seen is not None:
+                    grown[: seen.shape[0]] = seen
+                seen = self.seen[slot] = grown
+            _, first = np.unique(u, return_index=True)
+            repeat = np.ones(u.shape[0], dtype=bool)
+            repeat[first] = False
+            repeat |= seen[u]
+            status[pos[repeat]] = DUPLICATE
+            seen[u] = True
+
+    def advance_messages(self, watermark: int) -> list[dict]:
+        """Move the watermark forward (the worker's, or at idle time); returns the messages
+        due when that closes slots."""
+        if self.slotter.watermark is not None and watermark <= self.slotter.watermark:
+            return []
+        self.slotter.restore(watermark, {}, self.slotter.first_slot)
+        return self._closed_messages()
+
+    def _closed_messages(self) -> list[dict]:
+        """The messages due after the watermark moved: a closure when slots closed, and what
+        the placement has to say besides."""
+        return self._close() + self.placement.due()
+
+    def idle_watermark(self) -> int | None:
+        """The watermark that closes every slot up to the one of the largest event time seen."""
+        if self.max_event < 0:
+            return None
+        clock = self.config.clock
+        return clock.end(int(clock.slot_of(self.max_event)))
+
+    def _newly_closed(self) -> int | None:
+        """The last slot the watermark closes, when that is beyond what was closed before and
+        the partition's stream has begun; ``None`` otherwise."""
+        wm = self.slotter.watermark
+        if wm is None:
+            return None
+        last = self.config.clock.last_closed(wm)
+        if self.closed_through is not None and last <= self.closed_through:
+            return None
+        first = self.slotter.first_slot
+        if first is not None and last < first:
+            return None  # nothing of this partition's stream has closed yet
+        return last
+
+    def _close(self) -> list[dict]:
+        last = self._newly_closed()
+        if last is None:
+            return []
+        message = self.placement.closure(last)
+        for s in [s for s in self.seen if s <= last]:
+            del self.seen[s]
+        self.closed_through = last
+        self.rejected = 0
+        return [message]
+
+    # -- the conversation with the coordinator (a placement's) -----------------------------
+
+    def on_control(self, doc: Control) -> list[dict]:
+        """Act on one control message of the coordinator (a start or a decision)."""
+        return self.placement.on_control(doc)
+
+    def resend(self) -> list[dict]:
+        """The messages to send again after a restart (the coordinator drops repeats)."""
+        return self.placement.resend()
+
+    def resume(self, start: Control | None, decisions: dict[int, bool]) -> list[dict]:
+        """What this partition must send when it resumes: its last messages again and what
+        the control messages read so far imply (``decisions``: published per slot)."""
+        return self.placement.resume(start, decisions)
+
+    def _dead(self, rec: RawRecord, topic: str, reason: str, detail: str) -> DeadLetter:
+        return DeadLetter(topic, rec[2], rec[3], rec[0], rec[1], reason, detail)
+
+    # -- checkpoints -----------------------------------------------------------------------
+
+    def snapshot(self) -> bytes:
+        """The whole state, compressed; :meth:`restore` takes it back."""
+        doc = self._state()
+        doc.update(self.placement.state())
+        return self.placement.pack(zlib.compress(orjson.dumps(doc), 3))
+
+    def _state(self) -> dict:
+        """The state as a JSON-able document."""
+        self.start_unsaved = False
+        return {
+            "next_offset": self.next_offset,
+            "closed_through": self.closed_through,
+            "rejected": self.rejected,
+            "max_event": self.max_event,
+            "watermark": self.slotter.watermark,
+            "stream_start": self.stream_start,
+            "first_slot": self.slotter.first_slot,
+            "seen": {str(s): [int(m.shape[0]), base64.b64encode(np.packbits(m)).decode()]
+                     for s, m in self.seen.items()},
+            "accepted": {str(s): n for s, n in self.accepted.items()},
+        }
+
+    def restore(self, data: bytes) -> None:
+        """Reinstate a :meth:`snapshot`."""
+        doc = orjson.loads(zlib.decompress(self.placement.unpack(data)))
+        self._load(doc)
+        self.placement.load(doc)
+
+    def _load(self, doc: dict) -> None:
+        """Reinstate a :meth:`_state` document."""
+        self.next_offset = int(doc["next_offset"])
+        self.closed_through = doc["closed_through"]
+        self.rejected = int(doc["rejected"])
+        self.max_event = int(doc["max_event"])
+        self.stream_start = doc.get("stream_start")
+        self.slotter.restore(doc["watermark"], {}, doc["first_slot"])
+        self.seen = {
+            int(s): np.unpackbits(np.frombuffer(base64.b64decode(bits), dtype=np.uint8),
+                                  count=n).astype(bool)
+            for s, (n, bits) in doc["seen"].items()
+        }
+        self.accepted = Counter({int(s): int(n) for s, n in doc["accepted"].items()})

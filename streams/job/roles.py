@@ -1,0 +1,44 @@
+"""The job's parts for a configuration: the registry and the placement of the budget ledger
+that its mechanism needs (on the coordinator for fixed requirements, in the partitions for
+dynamic ones, DPBD and DPBA)."""
+
+from __future__ import annotations
+
+from streams.job.config import JobConfig
+from streams.job.coordinator import Coordinator
+from streams.job.partition import PartitionAccumulator
+from streams.job.partition_ledger import PartitionLedger
+from streams.job.placement import CoordinatorLedger, Placement
+from streams.job.registries import DynamicRegistry, Registry, UserRegistry
+
+
+def make_registry(config: JobConfig, partition: int) -> UserRegistry:
+    """Partition ``partition``'s registry of users."""
+    if config.dynamic:
+        return DynamicRegistry(config.mechanism, config.max_window, partition, config)
+    return Registry(config, partition)
+
+
+def placement_type(config: JobConfig) -> type[Placement]:
+    """Where ``config``'s mechanism keeps the budget ledger (a partition's side)."""
+    return PartitionLedger if config.dynamic else CoordinatorLedger
+
+
+def make_placement(config: JobConfig, registry: UserRegistry) -> Placement:
+    """A partition's side of the placement of the ledger, over ``registry``."""
+    if config.dynamic:
+        assert isinstance(registry, DynamicRegistry)
+        return PartitionLedger(config, registry)
+    assert isinstance(registry, Registry)
+    return CoordinatorLedger(registry)
+
+
+def make_accumulator(partition: int, config: JobConfig,
+                     registry: UserRegistry) -> PartitionAccumulator:
+    """A partition's worker over ``registry``."""
+    return PartitionAccumulator(partition, config, make_placement(config, registry))
+
+
+def make_coordinator(config: JobConfig) -> Coordinator:
+    """The coordinator (with the placement of the ledger ``config``'s mechanism needs)."""
+    return Coordinator(config)

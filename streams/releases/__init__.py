@@ -1,0 +1,1 @@
+"""Reading what the job publishes: a typed client of the releases topic and the live dashboard."""

@@ -1,0 +1,407 @@
+"""The Faust internals that ``streams/job/ingest.py`` relies on are still there, in the same shape.
+
+``streams/job/ingest.py`` is the one module of ``streams`` allowed to touch Faust's private
+internals: it replaces the fetch loop of faust-streaming's aiokafka consumer and keeps Faust's
+ack bookkeeping itself. Faust may change any of that in any release, so ``pyproject.toml`` pins
+faust-streaming below its next minor version, and this file is the check that goes with the pin:
+run it against a new version (and adapt ``streams/job/ingest.py``) before moving the pin. Every
+failure names the installed faust-streaming version and the internal that is missing or changed.
+"""
+
+from __future__ import annotations
+
+import ast
+import asyncio
+import contextvars
+import inspect
+import threading
+import tomllib
+import typing
+from collections.abc import Callable
+from importlib.metadata import version
+from pathlib import Path
+from typing import Any
+
+import faust
+import faust.streams
+import faust.types.tuples
+import mode.utils.futures
+import pytest
+from aiokafka.structs import ConsumerRecord
+from faust.events import Event
+from faust.transport import base as faust_base
+from faust.transport import consumer as faust_consumer
+from faust.transport.drivers import aiokafka as faust_aiokafka
+from faust.types import TP
+from faust.types.tuples import Message
+from packaging.requirements import Requirement
+from packaging.version import Version
+
+FAUST = version("faust-streaming")
+
+try:
+    from streams.job import ingest
+except ImportError as exc:  # a Faust internal that streams/job/ingest.py imports is gone
+    pytest.fail(f"faust-streaming {FAUST}: streams/job/ingest.py no longer imports ({exc}); "
+                "adapt it and this test before moving the faust-streaming pin in pyproject.toml",
+                pytrace=False)
+ROOT = Path(__file__).resolve().parents[2]
+INGEST = ROOT / "streams" / "job" / "ingest.py"
+Consumer = faust_aiokafka.Consumer
+
+
+def broken(internal: str, problem: str) -> None:
+    """Fail with the installed Faust version and the internal the adapter can no longer use."""
+    pytest.fail(
+        f"faust-streaming {FAUST}: {internal} {problem}. streams/job/ingest.py relies on it (see "
+        "'Faust internals' in its module docstring): adapt streams/job/ingest.py and this test "
+        "before moving the faust-streaming pin in pyproject.toml",
+        pytrace=False,
+    )
+
+
+def new_app(name: str, **settings: Any) -> faust.App:
+    """An app with the batch consumer installed; nothing is started or connected."""
+    app = faust.App(f"adapter-{name}", broker="kafka://127.0.0.1:9", web_enabled=False,
+                    **ingest.ingest_settings(**settings))
+    ingest.install_batch_consumer(app)
+    return app
+
+
+# -- methods --------------------------------------------------------------------------------
+
+#: (class, method, awaited by streams/job/ingest.py, parameters it passes or overrides, in order;
+#: "*" for a method called with any number of positional arguments).
+METHODS: list[tuple[type, str, bool, list[str] | str]] = [
+    (Consumer, "_drain_messages", True, ["fetcher"]),  # overridden: the fetch loop
+    (Consumer, "_wait_next_records", True, ["timeout"]),
+    (Consumer, "_getmany", True, ["active_partitions", "timeout"]),  # overridden: a deadline
+    (Consumer, "_add_gap", True, ["tp", "offset_from", "offset_to"]),
+    (Consumer, "_to_message", False, ["tp", "record"]),
+    (Consumer, "on_start", True, []),  # overridden
+    (Consumer, "on_partitions_revoked", True, ["revoked"]),  # overridden
+    (Consumer, "perform_seek", True, []),
+    (Consumer, "commit", True, []),
+    (Consumer, "highwater", False, ["tp"]),
+    (Consumer, "wait_first", True, "*"),
+    (faust_base.Transport, "__init__", False, ["url", "app"]),
+    (Message, "__init__", False, ["topic", "partition", "offset", "timestamp", "timestamp_type",
+                                  "headers", "key", "value", "checksum"]),
+    (Event, "__init__", False, ["app", "key", "value", "headers", "message"]),
+]
+
+#: Methods of :class:`streams.ingest.BatchConsumer` that Faust calls: the same parameters.
+OVERRIDES = ("_drain_messages", "_getmany", "on_start", "on_partitions_revoked")
+
+
+@pytest.mark.parametrize(("owner", "name", "awaited", "params"), METHODS,
+                         ids=[f"{o.__qualname__}.{n}" for o, n, _a, _p in METHODS])
+def test_method_shape(owner: type, name: str, awaited: bool, params: list[str] | str) -> None:
+    where = f"{owner.__module__}.{owner.__qualname__}.{name}"
+    fn = getattr(owner, name, None)
+    if fn is None:
+        broken(where, "no longer exists")
+    if awaited and not inspect.iscoroutinefunction(fn):
+        broken(where, "is no longer a coroutine function (it is awaited)")
+    if not awaited and inspect.iscoroutinefunction(fn):
+        broken(where, "became a coroutine function (it is called without await)")
+    sig = inspect.signature(fn)
+    parameters = [p for p in sig.parameters.values() if p.name != "self"]
+    if params == "*":
+        if not any(p.kind is p.VAR_POSITIONAL for p in parameters):
+            broken(where, f"no longer takes *args: {sig}")
+        return
+    positional = [p for p in parameters if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    names = [p.name for p in positional[: len(params)]]
+    if names != params:
+        broken(where, f"has parameters {names}, expected {params} (positionally): {sig}")
+    rest = [p for p in parameters[len(params):]
+            if p.default is p.empty and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+    if rest:
+        broken(where, f"has new required parameters {[p.name for p in rest]}: {sig}")
+
+
+@pytest.mark.parametrize("name", OVERRIDES)
+def test_overrides_keep_faust_signatures(name: str) -> None:
+    ours = list(inspect.signature(getattr(ingest.BatchConsumer, name)).parameters)
+    theirs = list(inspect.signature(getattr(Consumer, name)).parameters)
+    if ours != theirs:
+        broken(f"{Consumer.__qualname__}.{name}", f"has parameters {theirs}, the override in "
+               f"streams.ingest.BatchConsumer has {ours}")
+
+
+def test_fetcher_drives_the_consumer_through_drain_messages() -> None:
+    task = faust_consumer.Fetcher.__dict__.get("_fetcher")
+    fun = getattr(task, "fun", task)
+    if fun is None:
+        broken("faust.transport.consumer.Fetcher._fetcher", "no longer exists")
+    source = inspect.getsource(fun)
+    if "._drain_messages(self)" not in source:
+        broken("faust.transport.consumer.Fetcher._fetcher",
+               "no longer awaits consumer._drain_messages(fetcher), the loop BatchConsumer "
+               "replaces")
+
+
+def test_wait_next_records_returns_records_and_active_partitions() -> None:
+    ret = inspect.signature(Consumer._wait_next_records).return_annotation
+    if typing.get_origin(ret) is not tuple or len(typing.get_args(ret)) != 2:
+        broken("Consumer._wait_next_records", f"no longer returns (records, active): {ret}")
+    tp = TP("adapter.t", 0)
+
+    async def run() -> Any:
+        consumer = new_app("wait").consumer
+
+        async def getmany(active_partitions: Any, timeout: float) -> dict:
+            return {tp: ["record"]}
+
+        consumer._getmany = getmany  # type: ignore[method-assign]
+        consumer._get_active_partitions = lambda: {tp}  # type: ignore[method-assign]
+        return await consumer._wait_next_records(0.01)
+
+    got = asyncio.run(run())
+    if got != ({tp: ["record"]}, {tp}):
+        broken("Consumer._wait_next_records", f"returned {got!r}, expected (records, active)")
+
+
+# -- attributes and module names ---------------------------------------------------------------
+
+
+def test_module_level_internals() -> None:
+    current = getattr(faust.streams, "_current_event", None)
+    if not isinstance(current, contextvars.ContextVar):
+        broken("faust.streams._current_event", f"is no longer a ContextVar: {current!r}")
+    lock = getattr(faust.types.tuples, "ack_lock", None)
+    if type(lock) is not type(threading.RLock()):
+        broken("faust.types.tuples.ack_lock", f"is no longer a reentrant lock: {lock!r}")
+    if not isinstance(getattr(faust_consumer, "CONSUMER_FETCHING", None), str):
+        broken("faust.transport.consumer.CONSUMER_FETCHING", "no longer exists")
+    if not callable(getattr(mode.utils.futures, "notify", None)):
+        broken("mode.utils.futures.notify", "no longer exists")
+    if getattr(faust_aiokafka.Transport, "Consumer", None) is not Consumer:
+        broken("faust.transport.drivers.aiokafka.Transport.Consumer",
+               "is no longer the aiokafka Consumer that BatchConsumer extends")
+
+
+def test_app_internals() -> None:
+    for name in ("_transport", "_consumer"):
+        if not hasattr(faust.App, name):
+            broken(f"faust.App.{name}", "no longer exists")
+    prop = inspect.getattr_static(faust.App, "transport", None)
+    if not isinstance(prop, property) or prop.fset is None:
+        broken("faust.App.transport", "is no longer a settable property")
+    app = new_app("app")
+    if not isinstance(app.transport, ingest.BatchTransport):
+        broken("faust.App.transport", "setter no longer installs the given transport")
+    if type(app.consumer) is not ingest.BatchConsumer:
+        broken("faust.App.consumer", f"is not made by the installed transport: {app.consumer!r}")
+    ingest.install_batch_consumer(app)  # a second install is a no-op
+    if not isinstance(app.consumer_generation_id, int):
+        broken("faust.App.consumer_generation_id", "is no longer an int")
+    for name in ("acks_enabled_for", "add"):
+        if not callable(getattr(app.topics, name, None)):
+            broken(f"app.topics.{name}", "no longer exists")
+    awaited = {"app.flow_control.acquire": app.flow_control.acquire,
+               "app.producer.buffer.wait_until_ebb": app.producer.buffer.wait_until_ebb}
+    for where, fn in awaited.items():
+        if not inspect.iscoroutinefunction(fn):
+            broken(where, "is no longer a coroutine function")
+    monitor = app.monitor
+    if list(inspect.signature(monitor.track_tp_end_offset).parameters) != ["tp", "offset"]:
+        broken("Monitor.track_tp_end_offset", "no longer takes (tp, offset)")
+    if not hasattr(monitor.stream_inbound_time, "__setitem__"):
+        broken("Monitor.stream_inbound_time", "is no longer a mapping")
+    for name in ("messages_received_total", "events_total"):
+        if not isinstance(getattr(monitor, name, None), int):
+            broken(f"Monitor.{name}", "is no longer an int counter")
+
+
+#: Instance attributes of Faust's consumer used by BatchConsumer, and what each must look like.
+CONSUMER_ATTRIBUTES: dict[str, Callable[[Any, Any], bool]] = {
+    "_read_offset": lambda v, tp: v[tp] is None,
+    "_committed_offset": lambda v, tp: v[tp] is None,
+    "_acked": lambda v, tp: v[tp] == [] and isinstance(v[tp], list),
+    "_acked_index": lambda v, tp: v[tp] == set() and isinstance(v[tp], set),
+    "_unacked_messages": lambda v, tp: hasattr(v, "add") and hasattr(v, "discard"),
+    "_buffered_partitions": lambda v, tp: isinstance(v, set),
+    "_n_acked": lambda v, tp: isinstance(v, int),
+    "_commit_every": lambda v, tp: v == ingest.INGEST_SETTINGS["broker_commit_every"],
+    "_waiting_for_ack": lambda v, tp: v is None,
+    "_stopped": lambda v, tp: callable(getattr(v, "is_set", None)),
+    "diag": lambda v, tp: callable(getattr(v, "set_flag", None))
+    and callable(getattr(v, "unset_flag", None)),
+    "flow_active": lambda v, tp: isinstance(v, bool),
+    "should_stop": lambda v, tp: isinstance(v, bool),
+    "suspend_flow": lambda v, tp: callable(getattr(v, "wait", None)),
+    "callback": lambda v, tp: callable(v),
+    "consumer_stopped_errors": lambda v, tp: isinstance(v, tuple),
+}
+
+
+@pytest.mark.parametrize("name", CONSUMER_ATTRIBUTES)
+def test_consumer_attribute(name: str) -> None:
+    consumer = new_app(f"attr{name}").consumer
+    if not hasattr(consumer, name):
+        broken(f"Consumer.{name}", "no longer exists")
+    if not CONSUMER_ATTRIBUTES[name](getattr(consumer, name), TP("adapter.t", 0)):
+        broken(f"Consumer.{name}", f"changed shape: {getattr(consumer, name)!r}")
+
+
+def test_fetcher_stopped_event() -> None:
+    fetcher = faust_consumer.Fetcher(new_app("fetcher"))
+    if not callable(getattr(getattr(fetcher, "_stopped", None), "is_set", None)):
+        broken("Fetcher._stopped", "no longer exists (mode.Service._stopped)")
+
+
+# -- behaviour ----------------------------------------------------------------------------------
+
+
+def test_ack_range_keeps_the_same_books_as_consumer_ack(monkeypatch) -> None:
+    """BatchConsumer._ack_range must leave exactly what Consumer.ack leaves, offset by offset."""
+    app = new_app("ack")
+    consumer = app.consumer
+    monkeypatch.setattr(app.topics, "acks_enabled_for", lambda topic: True)
+    by_ack, by_range = TP("adapter.a", 0), TP("adapter.b", 0)
+    for offset in range(10):
+        message = Message(by_ack.topic, 0, offset, 0.0, 0, [], None, None, None)
+        if not consumer.ack(message):
+            broken("Consumer.ack", f"did not acknowledge offset {offset}")
+    consumer._ack_range(by_range, 0, 10)
+    if consumer._n_acked != 20:
+        broken("Consumer._n_acked", f"is {consumer._n_acked} after 2 x 10 acks")
+    if (consumer._acked[by_ack], consumer._acked_index[by_ack]) != (
+            consumer._acked[by_range], consumer._acked_index[by_range]):
+        broken("Consumer._acked/_acked_index", "are no longer filled as Consumer.ack does")
+    for tp in (by_ack, by_range):
+        if consumer._new_offset(tp) != 10:
+            broken("Consumer._new_offset", f"gives {consumer._new_offset(tp)} for offsets "
+                   "0..9 acknowledged, expected 10: the ack bookkeeping changed")
+
+
+def test_to_message_and_event_from_an_aiokafka_record() -> None:
+    app = new_app("message")
+    tp = TP("adapter.t", 2)
+    record = ConsumerRecord("adapter.t", 2, 41, 1_000, 0, b"k", b"v", None, 1, 1, [])
+    message = app.consumer._to_message(tp, record)
+    got = (message.tp, message.offset, message.key, message.value, message.acked)
+    if got != (tp, 41, b"k", b"v", False):
+        broken("Consumer._to_message", f"made {got!r} from an aiokafka record")
+    event = Event(app, message.key, message.value, message.headers, message)
+    if event.message is not message:
+        broken("faust.events.Event", "no longer keeps the message it is made from")
+
+
+def test_partition_context_routes_table_writes() -> None:
+    app = new_app("context", topic_partitions=4)
+    table = app.Table("adapter-table", partitions=4, key_type=bytes, value_type=bytes)
+    with ingest.partition_context(app, "adapter.source", 3):
+        event = faust.current_event()
+        if event is None or event.message.partition != 3:
+            broken("faust.streams._current_event", "no longer backs faust.current_event()")
+        if table.partition_for_key(b"key") != 3:
+            broken("faust.streams._current_event", "no longer routes table writes")
+    if faust.current_event() is not None:
+        broken("faust.streams._current_event", "is not reset by partition_context")
+
+
+def test_committed_offsets_reads_faust_books() -> None:
+    consumer = new_app("committed").consumer
+    consumer._committed_offset[TP("adapter.t", 1)] = 7
+    consumer._committed_offset[TP("adapter.other", 0)] = 3
+    assert ingest.committed_offsets(consumer.app, "adapter.t") == {1: 7}
+
+
+# -- the adapter's coverage and the pin -------------------------------------------------------
+
+
+def _checked_names() -> set[str]:
+    names = {name for _owner, name, _a, _p in METHODS} | set(CONSUMER_ATTRIBUTES)
+    return names | {"_current_event", "_transport", "_consumer"}
+
+
+def _own_names(tree: ast.AST) -> set[str]:
+    """Private names ``streams/job/ingest.py`` defines itself and Faust's consumer does not have."""
+    own: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            own.add(node.name)
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            own.add(node.id)
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            own.add(node.target.id)
+        elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
+            own.add(node.attr)
+    return {n for n in own if not hasattr(Consumer, n) and n not in CONSUMER_ATTRIBUTES}
+
+
+def _private(name: str) -> bool:
+    return name.startswith("_") and not name.startswith("__")
+
+
+def test_every_faust_private_the_adapter_uses_is_checked_here() -> None:
+    tree = ast.parse(INGEST.read_text())
+    used: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and _private(node.attr):
+            used.add(node.attr)
+        elif isinstance(node, ast.ImportFrom):
+            used |= {a.name for a in node.names if _private(a.name)}
+        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and _private(node.name):
+            used.add(node.name)
+    unchecked = sorted(used - _own_names(tree) - _checked_names())
+    assert not unchecked, (
+        f"streams/job/ingest.py uses private name(s) {unchecked} that "
+        f"tests/end_to_end/test_faust_adapter.py does not check (faust-streaming {FAUST}): "
+        "add them to METHODS or CONSUMER_ATTRIBUTES"
+    )
+
+
+def _faust_private_vocabulary() -> set[str]:
+    app = new_app("vocabulary")
+    objects = [app, app.consumer, app.transport, app.topics, app.producer, app.monitor,
+               faust_consumer.Fetcher(app)]
+    names: set[str] = set()
+    for obj in objects:
+        names |= {n for n in dir(obj) if _private(n)}
+    return names
+
+
+def test_no_faust_private_outside_the_adapter() -> None:
+    """Other modules of ``streams`` use Faust's public API, or public functions of the adapter."""
+    vocabulary = _faust_private_vocabulary()
+    modules = [p for p in sorted((ROOT / "streams").glob("*.py")) if p != INGEST]
+    trees = {p: ast.parse(p.read_text()) for p in modules}
+    ours: set[str] = set()
+    for tree in trees.values():
+        for node in ast.walk(tree):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+                ours.add(node.name)
+            elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
+                ours.add(node.attr)
+    found = []
+    for path, tree in trees.items():
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] in (
+                    "faust", "mode"):
+                found += [f"{path.name}:{node.lineno} imports {a.name}"
+                          for a in node.names if _private(a.name)]
+            elif (isinstance(node, ast.Attribute) and node.attr in vocabulary
+                  and node.attr not in ours
+                  and not (isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"))):
+                found.append(f"{path.name}:{node.lineno} uses .{node.attr}")
+    assert not found, (
+        f"Faust private internals used outside streams/job/ingest.py (faust-streaming {FAUST}): "
+        f"{found}; add a public function to streams/job/ingest.py and call that instead"
+    )
+
+
+def test_pin_holds_the_installed_version_below_the_next_minor() -> None:
+    deps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    pins = [Requirement(d) for d in deps if Requirement(d).name == "faust-streaming"]
+    assert len(pins) == 1, f"pyproject.toml should name faust-streaming once: {deps}"
+    spec = pins[0].specifier
+    installed = Version(FAUST)
+    ceiling = Version(f"{installed.major}.{installed.minor + 1}")
+    if installed not in spec:
+        broken("the installed version", f"is outside the pin {spec} in pyproject.toml")
+    if ceiling in spec or not any(s.operator == "<" for s in spec):
+        broken("the pin", f"{spec} in pyproject.toml does not stop below {ceiling}")

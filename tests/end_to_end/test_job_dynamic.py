@@ -1,0 +1,136 @@
+"""The Kafka job under DPBD and DPBA against the embedded broker: the slot conversation between
+partitions and coordinator end to end, and a worker killed mid-run."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import replace
+from pathlib import Path
+
+import orjson
+import pytest
+from jobkit import (
+    accepted_by_slot,
+    close_through,
+    config,
+    dynamic_requirements,
+    in_process,
+    job_nonce,
+    kill_and_resume,
+    produce,
+    register,
+    releases,
+    setup_topics,
+    slot_reports,
+    start_worker,
+    stop_worker,
+    values_by_slot,
+    wait_for_slots,
+)
+
+from streams.job.pipeline import InProcessJob
+from streams.job.slot_protocol import secret_check
+from streams.kafka.broker import EmbeddedBroker
+from streams.kafka.offsets import read_topic
+from streams.kafka.topics import Topics
+
+USERS = [f"u{i}" for i in range(60)]
+
+
+@pytest.fixture(scope="module")
+def broker():
+    with EmbeddedBroker() as b:
+        yield b
+
+
+def decision_records(bootstrap: str, topics: Topics) -> list[tuple[bytes, bytes]]:
+    return asyncio.run(read_topic(bootstrap, topics.decisions, idle=0.5))
+
+
+def test_dpba_job_releases_every_slot_once_equal_to_in_process(broker, tmp_path: Path):
+    cfg = config("dyn-e2e", mechanism="dpba")
+    topics = setup_topics(broker.bootstrap, cfg)
+    worker = start_worker(broker.bootstrap, cfg, tmp_path / "data", tmp_path / "worker.log")
+    reqs = dynamic_requirements(USERS)
+    batches = [slot_reports(USERS, t, cfg.d) for t in range(15)]
+    try:
+        register(broker.bootstrap, topics, cfg, reqs, worker)
+        for batch in batches:
+            produce(broker.bootstrap, topics.reports, cfg.partitions, batch)
+        close_through(broker.bootstrap, topics, cfg, 15 * cfg.slot_ms)
+        docs = wait_for_slots(broker.bootstrap, topics, set(range(15)), 90, worker)
+    finally:
+        stop_worker(worker)
+    log = (tmp_path / "worker.log").read_text()
+    assert sorted(d["slot"] for d in docs) == list(range(15)), log[-3000:]
+    assert all(d["mechanism"] == "dpba" and d["users"] == len(USERS) for d in docs)
+    raw = sorted((v for _k, v in releases(broker.bootstrap, topics)),
+                 key=lambda v: orjson.loads(v)["slot"])
+    nonce = job_nonce(broker.bootstrap, topics)
+    assert raw == in_process(cfg, reqs, batches, 15 * cfg.slot_ms, nonce=nonce)
+    records = decision_records(broker.bootstrap, topics)
+    keys = [k for k, _v in records]
+    assert keys[0] == b"s/start" and orjson.loads(records[0][1]) == {
+        "stream": "s", "start": 0, "nonce": nonce,
+        "secret_check": secret_check(cfg.secret_bytes(), "s"), "config": cfg.public()}
+    decided = [orjson.loads(v) for k, v in records[1:] if b"/declared/" not in k]
+    assert sorted(d["slot"] for d in decided) == list(range(15))
+    declared = [orjson.loads(v) for k, v in records if b"/declared/" in k]
+    assert sum(len(d["users"]) for d in declared if d["declared"] == 0) == len(USERS)
+
+
+def test_dpbd_worker_killed_mid_run_loses_nothing_and_changes_nothing(broker, tmp_path: Path):
+    cfg = config("dyn-restart", mechanism="dpbd")
+    topics = setup_topics(broker.bootstrap, cfg)
+    reqs = dynamic_requirements(USERS)
+    batches = [slot_reports(USERS, t, cfg.d) for t in range(24)]
+    text = kill_and_resume(broker.bootstrap, topics, cfg, tmp_path, reqs, batches, 12, 8)
+    by_slot = values_by_slot(releases(broker.bootstrap, topics))
+    assert sorted(by_slot) == list(range(24)), text[-12000:]
+    assert all(len(vs) == 1 for vs in by_slot.values()), "a slot was released with two values"
+    decided = values_by_slot(decision_records(broker.bootstrap, topics))
+    assert all(len(vs) == 1 for vs in decided.values()), "a slot was decided twice"
+    expected = in_process(cfg, reqs, batches, 24 * cfg.slot_ms,
+                          nonce=job_nonce(broker.bootstrap, topics))
+    assert [next(iter(by_slot[s])) for s in range(24)] == expected
+
+
+def test_removed_users_leave_the_dpbd_job_as_in_process(broker, tmp_path: Path):
+    """Tombstones on the requirements topic mid-run: the removed users' reports already
+    accepted still count, later ones go to dead letters, and the releases equal the in-process
+    job's with the same removal between the same slots (DPBD's releases do not depend on when
+    a suspension starts, only on who is counted)."""
+    cfg = config("dyn-removal", mechanism="dpbd")
+    topics = setup_topics(broker.bootstrap, cfg)
+    worker = start_worker(broker.bootstrap, cfg, tmp_path / "data", tmp_path / "worker.log")
+    reqs, gone = dynamic_requirements(USERS), [(u.encode(), None) for u in USERS[:20]]
+    batches = [slot_reports(USERS, t, cfg.d) for t in range(12)]
+    try:
+        register(broker.bootstrap, topics, cfg, reqs, worker)
+        for batch in batches[:5]:
+            produce(broker.bootstrap, topics.reports, cfg.partitions, batch)
+        # the idle close releases slot 4, so the removal follows every plan of slots 0-4
+        wait_for_slots(broker.bootstrap, topics, set(range(5)), 90, worker)
+        register(broker.bootstrap, topics, cfg, gone, worker)
+        for batch in batches[5:]:
+            produce(broker.bootstrap, topics.reports, cfg.partitions, batch)
+        close_through(broker.bootstrap, topics, cfg, 12 * cfg.slot_ms)
+        docs = wait_for_slots(broker.bootstrap, topics, set(range(12)), 90, worker)
+    finally:
+        stop_worker(worker)
+    log = (tmp_path / "worker.log").read_text()
+    docs = sorted(docs, key=lambda d: d["slot"])
+    assert [d["users"] for d in docs] == [60] * 5 + [40] * 7, log[-3000:]
+    accepted = accepted_by_slot(broker.bootstrap, topics)
+    assert [accepted[s] for s in range(12)] == [60] * 5 + [40] * 7
+    dead = asyncio.run(read_topic(broker.bootstrap, topics.dead_letters, idle=0.5))
+    assert len(dead) == 20 * 7 and all(b"unregistered_user" in v for _k, v in dead)
+    job = InProcessJob(replace(cfg, nonce=job_nonce(broker.bootstrap, topics)))
+    job.register(reqs)
+    for k, batch in enumerate(batches):
+        if k == 5:
+            job.finish(5 * cfg.slot_ms)
+            job.register(gone)
+        job.feed(batch)
+    job.finish(12 * cfg.slot_ms)
+    assert docs == [orjson.loads(v) for v in job.releases]

@@ -1,0 +1,227 @@
+"""Workers leaving and joining the job's consumer group, on the embedded broker.
+
+Four partitions and two or three workers: a worker stopped by SIGTERM leaves the group and the
+others take its partitions (the coordinator's included), a replacement with another identity
+(another data directory) takes partitions, and so does a worker added to two. In every case
+each slot is released exactly once, byte for byte what the same input gives without Kafka.
+
+Not shown here: crash failover. A worker gone without leaving the group (SIGKILL, a lost
+machine) keeps its partitions until the broker's session timeout expires its membership, and
+the embedded broker never expires a dead group member, so on it such a worker's partitions
+wait until it comes back (tests/end_to_end/test_job.py restarts a SIGKILLed worker on the same data
+directory). On Apache Kafka the session timeout (10 s) moves them to the other workers; no
+test here pretends otherwise.
+"""
+
+from __future__ import annotations
+
+import re
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import orjson
+import pytest
+from jobkit import (
+    close_through,
+    config,
+    dynamic_requirements,
+    group_assignment,
+    in_process,
+    job_nonce,
+    produce,
+    register,
+    releases,
+    requirement_records,
+    setup_topics,
+    slot_reports,
+    start_worker,
+    stop_worker,
+    wait_for_assignment,
+    wait_for_slots,
+)
+
+from streams.kafka.broker import EmbeddedBroker
+from streams.kafka.topics import Topics
+
+USERS = [f"u{i}" for i in range(60)]
+W = [4 + (i % 3) * 3 for i in range(60)]
+E = [0.5 + (i % 4) * 0.5 for i in range(60)]
+SLOTS = 30
+
+
+@pytest.fixture(scope="module")
+def broker():
+    with EmbeddedBroker() as b:
+        yield b
+
+
+class Run:
+    """One job on 4 partitions: its workers (stopped at the end), its input, its checks."""
+
+    def __init__(self, bootstrap: str, prefix: str, tmp_path: Path, mechanism: str) -> None:
+        self.bootstrap, self.tmp_path = bootstrap, tmp_path
+        self.cfg = config(prefix, mechanism=mechanism, partitions=4)
+        self.topics: Topics = setup_topics(bootstrap, self.cfg)
+        self.reqs = (dynamic_requirements(USERS) if self.cfg.dynamic
+                     else requirement_records(USERS, W, E))
+        self.batches = [slot_reports(USERS, t, self.cfg.d) for t in range(SLOTS)]
+        self.workers: dict[str, subprocess.Popen] = {}
+        self.sent = 0
+
+    def start(self, name: str) -> subprocess.Popen:
+        """A worker with a data directory, hence a group identity, of its own."""
+        proc = start_worker(self.bootstrap, self.cfg, self.tmp_path / f"data-{name}",
+                            self.log_path(name))
+        self.workers[name] = proc
+        return proc
+
+    def log_path(self, name: str) -> Path:
+        return self.tmp_path / f"worker-{name}.log"
+
+    def log(self, name: str) -> str:
+        return self.log_path(name).read_text(errors="replace")
+
+    def logs(self) -> str:
+        return "\n".join(f"--- {n}\n{self.log(n)[-4000:]}" for n in self.workers)
+
+    def assignment(self, members: int) -> dict[str, set[int]]:
+        """Wait until ``members`` workers share the reports partitions, each holding some."""
+        got = wait_for_assignment(self.bootstrap, self.cfg, self.topics.reports, members, 45)
+        assert got is not None and len(got) == members and all(got.values()), \
+            (got, self.logs())
+        return got
+
+    def member(self, name: str, member_ids: set[str], wait: float = 10) -> str | None:
+        """Which of ``member_ids`` is worker ``name`` now (its log names its latest join; the
+        broker may describe the group a moment before the worker logs it)."""
+        deadline = time.monotonic() + wait
+        while True:
+            joined = re.findall(r"with member_id (\S+)", self.log(name))
+            found = next((m for m in reversed(joined) if m in member_ids), None)
+            if found is not None or time.monotonic() > deadline:
+                return found
+            time.sleep(0.2)
+
+    def coordinator_worker(self) -> str:
+        """The worker that holds the coordinator (the ``slot-partials`` partition)."""
+        deadline = time.monotonic() + 15
+        while True:
+            held = group_assignment(self.bootstrap, self.cfg, self.topics.slot_partials) or {}
+            holder = next((m for m, ps in held.items() if ps), None)
+            names = [n for n in self.workers if holder and self.member(n, {holder}, wait=0)]
+            if len(names) == 1 or time.monotonic() > deadline:
+                break
+            time.sleep(0.3)  # the group is rebalancing
+        assert len(names) == 1, (held, self.logs())
+        return names[0]
+
+    def send(self, through: int) -> None:
+        """Send slots up to ``through`` (exclusive) one by one, each closed by watermarks."""
+        for t in range(self.sent, through):
+            produce(self.bootstrap, self.topics.reports, self.cfg.partitions, self.batches[t])
+            close_through(self.bootstrap, self.topics, self.cfg, (t + 1) * self.cfg.slot_ms)
+        self.sent = max(self.sent, through)
+
+    def wait(self, through: int) -> None:
+        docs = wait_for_slots(self.bootstrap, self.topics, set(range(through)), 45)
+        assert {d["slot"] for d in docs} >= set(range(through)), self.logs()
+
+    def check_released_once_as_in_process(self) -> None:
+        raw = [v for _k, v in releases(self.bootstrap, self.topics)]
+        slots = sorted(orjson.loads(v)["slot"] for v in raw)
+        assert slots == list(range(SLOTS)), (slots, self.logs())  # every slot, exactly once
+        expected = in_process(self.cfg, self.reqs, self.batches, SLOTS * self.cfg.slot_ms,
+                              nonce=job_nonce(self.bootstrap, self.topics))
+        assert sorted(raw, key=lambda v: orjson.loads(v)["slot"]) == expected
+
+    def stop_all(self) -> None:
+        for proc in self.workers.values():
+            stop_worker(proc)
+
+
+@pytest.fixture
+def run(broker, tmp_path: Path):
+    made: list[Run] = []
+
+    def make(prefix: str, mechanism: str = "pbd") -> Run:
+        made.append(Run(broker.bootstrap, prefix, tmp_path, mechanism))
+        return made[-1]
+
+    yield make
+    for r in made:
+        r.stop_all()
+
+
+def stopped(r: Run, name: str) -> None:
+    """Wait for a worker sent SIGTERM: it exits cleanly and says it left the group."""
+    assert r.workers[name].wait(30) == 0, r.logs()
+    assert "left group" in r.log(name), r.log(name)[-4000:]
+
+
+def sigterm(r: Run, name: str) -> None:
+    r.workers[name].send_signal(signal.SIGTERM)
+    stopped(r, name)
+
+
+def test_sigterm_hands_partitions_and_coordinator_over(run):
+    r = run("leave", "pba")
+    r.start("a")
+    r.start("b")
+    r.assignment(2)
+    register(r.bootstrap, r.topics, r.cfg, r.reqs, r.workers["a"])
+    r.send(10)
+    r.wait(10)
+    # stop the coordinator's worker while slots flow: the other takes everything over
+    leaving = r.coordinator_worker()
+    staying = "b" if leaving == "a" else "a"
+    r.workers[leaving].send_signal(signal.SIGTERM)
+    r.send(20)
+    stopped(r, leaving)
+    got = r.assignment(1)
+    assert r.member(staying, set(got)) is not None, (got, r.logs())
+    assert r.coordinator_worker() == staying
+    r.send(SLOTS)
+    r.wait(SLOTS)
+    r.stop_all()
+    r.check_released_once_as_in_process()
+
+
+def test_a_replacement_with_another_identity_takes_partitions(run):
+    r = run("replace", "dpba")  # partitions and coordinator converse slot by slot
+    r.start("a")
+    r.start("b")
+    r.assignment(2)
+    register(r.bootstrap, r.topics, r.cfg, r.reqs, r.workers["a"])
+    r.send(10)
+    r.wait(10)
+    sigterm(r, "a")
+    r.assignment(1)
+    r.send(15)
+    r.start("c")  # another data directory: another group instance id
+    got = r.assignment(2)
+    assert r.member("c", {m for m, ps in got.items() if ps}) is not None, (got, r.logs())
+    r.send(SLOTS)
+    r.wait(SLOTS)
+    r.stop_all()
+    r.check_released_once_as_in_process()
+
+
+def test_a_worker_added_to_two_gets_partitions(run):
+    r = run("add")
+    r.start("a")
+    r.start("b")
+    r.assignment(2)
+    register(r.bootstrap, r.topics, r.cfg, r.reqs, r.workers["a"])
+    r.send(10)
+    r.wait(10)
+    r.start("c")
+    r.send(15)
+    got = r.assignment(3)
+    held = {name: got[m] for name in "abc" if (m := r.member(name, set(got)))}
+    assert set(held) == {"a", "b", "c"} and all(held.values()), (got, r.logs())
+    r.send(SLOTS)
+    r.wait(SLOTS)
+    r.stop_all()
+    r.check_released_once_as_in_process()

@@ -1,0 +1,187 @@
+"""A coordinator whose state is gone (lost with the broker's last writes, or wiped) recovers the
+stream's nonce and every released slot from the decisions and releases topics: it never releases
+a slot again, least of all with another value, and goes on where the stream was."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import orjson
+import pytest
+
+from streams.job.config import JobConfig
+from streams.job.pipeline import InProcessJob
+from streams.job.roles import make_coordinator
+
+USERS = [f"u{i}" for i in range(20)]
+SLOT_MS = 100
+
+
+def requirement(name: str, i: int, user: str) -> tuple[bytes, bytes]:
+    doc = ({"user": user, "wB": 3 + i % 3, "EB": 1.0 + i % 2, "wF": 2 + i % 3, "EF": 1.5}
+           if name.startswith("dp") else {"user": user, "w": 3 + i % 3, "E": 1.0 + i % 2})
+    return user.encode(), orjson.dumps(doc)
+
+
+def batches(T: int) -> list[list[tuple[bytes, bytes]]]:
+    rng = np.random.default_rng(9)
+    return [[(u.encode(), orjson.dumps({"user": u, "time": t * SLOT_MS + i, "value": int(c)}))
+             for i, (u, c) in enumerate(zip(USERS, rng.integers(-1, 3, len(USERS)), strict=True))
+             if c >= 0] for t in range(T)]
+
+
+def topics_of(job: InProcessJob) -> tuple[dict, dict[int, bytes], dict[int, bytes]]:
+    """What the decisions and releases topics hold: the start record, decisions, releases."""
+    coord = job.coordinator
+    releases = {orjson.loads(r)["slot"]: r for r in job.releases}
+    return orjson.loads(coord.start_record()), dict(coord.decisions), releases
+
+
+@pytest.mark.parametrize("name", ["pbd", "dpba"])
+def test_a_coordinator_without_state_recovers_from_the_topics(name: str) -> None:
+    config = JobConfig(stream="s", mechanism=name, domain={"kind": "cells", "size": 3},
+                       slot_ms=SLOT_MS, partitions=2, secret="k", event_time="history")
+    reqs = [requirement(name, i, u) for i, u in enumerate(USERS)]
+    data = batches(16)
+    whole = InProcessJob(config)
+    whole.register(reqs)
+    for batch in data:
+        whole.feed(batch)
+    whole.finish()
+
+    job = InProcessJob(replace(config, nonce=whole.coordinator.nonce))
+    job.register(reqs)
+    for batch in data[:8]:
+        job.feed(batch)
+    start, decisions, releases = topics_of(job)
+    released = len(job.releases)
+    assert released >= 5
+    lost = make_coordinator(config)  # a fresh state draws a fresh nonce ...
+    assert lost.nonce != start["nonce"]
+    assert lost.recover(start, decisions, releases) == released
+    assert lost.nonce == start["nonce"]  # ... unless it recovers the stream's
+    assert lost.unemitted() == []  # nothing recovered is emitted again
+    job.coordinator = lost
+    if config.dynamic:  # the workers restart too and send their last messages again
+        job._deliver([m for acc in job.accumulators for m in acc.resend()])
+    for batch in data[8:]:
+        job.feed(batch)
+    job.finish()
+    slots = [orjson.loads(r)["slot"] for r in job.releases]
+    assert slots == list(range(len(slots))), "a slot released twice or skipped"
+    # nothing was pending at the coordinator when its state went: the stream goes on exactly
+    # as without the loss (same nonce, same ledger)
+    assert job.releases == whole.releases
+
+
+@pytest.mark.parametrize("name", ["pbd", "dpba"])
+def test_a_coordinator_state_behind_the_topics_takes_the_released_slots(name: str) -> None:
+    """The coordinator's state lost its last writes but the releases topic kept them: the
+    restored (older) state adopts the slots released since, and nothing changes."""
+    config = JobConfig(stream="s", mechanism=name, domain={"kind": "cells", "size": 3},
+                       slot_ms=SLOT_MS, partitions=2, secret="k", event_time="history")
+    reqs = [requirement(name, i, u) for i, u in enumerate(USERS)]
+    data = batches(16)
+    whole = InProcessJob(config)
+    whole.register(reqs)
+    for batch in data:
+        whole.feed(batch)
+    whole.finish()
+
+    job = InProcessJob(replace(config, nonce=whole.coordinator.nonce))
+    job.register(reqs)
+    for batch in data[:4]:
+        job.feed(batch)
+    old, behind = job.coordinator.snapshot(), len(job.releases)
+    for batch in data[4:8]:
+        job.feed(batch)
+    _start, decisions, releases = topics_of(job)
+    assert len(job.releases) > behind + 2
+    restored = make_coordinator(config)
+    restored.restore(old)
+    assert restored.adopt(decisions, releases) == len(job.releases) - behind
+    assert restored.unemitted() == []
+    assert restored.adopt(decisions, releases) == 0  # taken once
+    job.coordinator = restored
+    if config.dynamic:
+        job._deliver([m for acc in job.accumulators for m in acc.resend()])
+    for batch in data[8:]:
+        job.feed(batch)
+    job.finish()
+    slots = [orjson.loads(r)["slot"] for r in job.releases]
+    assert slots == list(range(len(slots))), "a slot released twice or skipped"
+    assert job.releases == whole.releases
+
+
+def test_the_job_recovers_a_lost_coordinator_state_from_the_topics(tmp_path) -> None:
+    """On the embedded broker: the worker's data directory and the coordinator's changelog are
+    wiped after slots were released; the restarted worker recovers the nonce and the released
+    slots from the topics, releases none of them again and goes on with the same values as a
+    run without the loss."""
+    import asyncio
+    import shutil
+
+    from aiokafka.admin import AIOKafkaAdminClient
+    from jobkit import (
+        close_through,
+        config,
+        in_process,
+        job_nonce,
+        produce,
+        register,
+        releases,
+        requirement_records,
+        setup_topics,
+        slot_reports,
+        start_worker,
+        stop_worker,
+        values_by_slot,
+        wait_for_slots,
+    )
+
+    from streams.kafka.broker import EmbeddedBroker
+
+    async def wipe(bootstrap: str, topic: str) -> None:
+        """Delete the (compacted) changelog topic: the coordinator's state is gone."""
+        admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+        await admin.start()
+        try:
+            await admin.delete_topics([topic])
+        finally:
+            await admin.close()
+
+    users = [f"u{i}" for i in range(20)]
+    reqs = requirement_records(users, [3 + i % 3 for i in range(20)], [1.0] * 20)
+    data = [slot_reports(users, t, 3) for t in range(12)]
+    with EmbeddedBroker() as broker:
+        cfg = config("lost", mechanism="pbd")
+        topics = setup_topics(broker.bootstrap, cfg)
+        log = tmp_path / "worker.log"
+        worker = start_worker(broker.bootstrap, cfg, tmp_path / "data", log)
+        try:
+            register(broker.bootstrap, topics, cfg, reqs, worker)
+            for batch in data[:6]:
+                produce(broker.bootstrap, topics.reports, cfg.partitions, batch)
+            wait_for_slots(broker.bootstrap, topics, set(range(5)), 60, worker)
+        finally:
+            stop_worker(worker)
+        changelog = f"pwevent-{cfg.prefix}-{cfg.stream}-coordinator-changelog"
+        asyncio.run(wipe(broker.bootstrap, changelog))
+        shutil.rmtree(tmp_path / "data")  # the same worker, its local state gone too
+        worker = start_worker(broker.bootstrap, cfg, tmp_path / "data", log)
+        try:
+            for batch in data[6:]:
+                produce(broker.bootstrap, topics.reports, cfg.partitions, batch)
+            close_through(broker.bootstrap, topics, cfg, 12 * cfg.slot_ms)
+            wait_for_slots(broker.bootstrap, topics, set(range(12)), 90, worker)
+        finally:
+            stop_worker(worker)
+        text = log.read_text()
+        by_slot = values_by_slot(releases(broker.bootstrap, topics))
+        nonce = job_nonce(broker.bootstrap, topics)
+    assert "coordinator state was missing" in text, text[-3000:]
+    assert sorted(by_slot) == list(range(12)), text[-3000:]
+    assert all(len(v) == 1 for v in by_slot.values()), "a slot released with two values"
+    expected = in_process(cfg, reqs, data, 12 * cfg.slot_ms, nonce=nonce)
+    assert [next(iter(by_slot[s])) for s in range(12)] == expected

@@ -1,0 +1,219 @@
+"""A worker refuses a wrong deployment with one line on stderr and exit status 2, and creates
+nothing: missing topics, topics with another partition count, a data directory of another
+stream, an unreachable broker. The right layout passes."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from aiokafka.admin import AIOKafkaAdminClient
+
+from streams.job.startup import (
+    BINDING_FILE,
+    RESET,
+    StartupError,
+    bind_data_dir,
+    check_topics,
+    layout_problem,
+)
+from streams.kafka.broker import EmbeddedBroker, free_port
+from streams.kafka.topics import Topics, create_topics
+
+SECRET = "test-secret"
+
+
+@pytest.fixture(scope="module")
+def broker():
+    with EmbeddedBroker() as b:
+        yield b
+
+
+def run_worker(bootstrap: str, prefix: str, data_dir: Path, *, partitions: int = 2,
+               stream: str = "s", startup_timeout: float = 10) -> tuple[int, list[str], float]:
+    """``pwevent worker`` to its end (killed after a minute): exit status, the non-blank lines
+    of its stderr and the seconds it ran. Unclosed resources are warned about on stderr."""
+    cmd = [sys.executable, "-W", "always::ResourceWarning", "-m", "streams.cli", "worker",
+           "--broker", bootstrap, "--prefix", prefix, "--partitions", str(partitions),
+           "--stream", stream, "--mechanism", "pbd", "--cells", "3", "--slot-ms", "1000",
+           "--data-dir", str(data_dir), "--startup-timeout", str(startup_timeout)]
+    env = dict(os.environ, PWEVENT_SECRET=SECRET)
+    start = time.monotonic()
+    run = subprocess.run(cmd, capture_output=True, text=True, timeout=60, env=env)
+    lines = [line for line in run.stderr.strip().splitlines() if line.strip()]
+    return run.returncode, lines, time.monotonic() - start
+
+
+def topic_names(bootstrap: str) -> set[str]:
+    async def go() -> list[str]:
+        admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+        await admin.start()
+        try:
+            return await admin.list_topics()
+        finally:
+            await admin.close()
+
+    return set(asyncio.run(go()))
+
+
+def test_a_wrong_prefix_is_one_line_and_creates_no_topic(broker, tmp_path: Path):
+    code, lines, _ = run_worker(broker.bootstrap, "nosuch", tmp_path / "data")
+    assert code == 2, lines
+    assert len(lines) == 1, lines
+    line = lines[0]
+    assert line.startswith("pwevent worker: error: topic nosuch.reports does not exist"), line
+    assert (f"`pwevent topics create --broker {broker.bootstrap} --prefix nosuch "
+            f"--partitions 2`") in line
+    assert "check --prefix nosuch" in line
+    assert not [t for t in topic_names(broker.bootstrap) if "nosuch" in t]
+    assert not (tmp_path / "data").exists()  # not bound to a deployment that is not there
+
+
+def test_another_partition_count_names_the_topic_and_both_counts(broker, tmp_path: Path):
+    asyncio.run(create_topics(broker.bootstrap, Topics("wide", partitions=3).specs()))
+    code, lines, _ = run_worker(broker.bootstrap, "wide", tmp_path / "data", partitions=2)
+    assert code == 2, lines
+    assert len(lines) == 1, lines
+    line = lines[0]
+    assert "topic wide.reports has 3 partitions, expected 2 partitions" in line, line
+    assert "--partitions 3" in line and "pwevent topics create" in line
+    assert not (tmp_path / "data").exists()
+
+
+def test_a_single_partition_topic_with_more_partitions_is_named():
+    topics = Topics("p", partitions=2)
+    found = {s.name: s.partitions for s in topics.specs()}
+    assert layout_problem(topics, found, "h:1") is None
+    found["p.decisions"] = 4
+    problem = layout_problem(topics, found, "h:1")
+    assert problem is not None and "\n" not in problem
+    assert problem.startswith("topic p.decisions has 4 partitions, expected 1 partition")
+    # reports and requirements disagree: no --partitions makes them right
+    found = {s.name: s.partitions for s in topics.specs()} | {"p.requirements": 3}
+    problem = layout_problem(topics, found, "h:1")
+    assert problem is not None and "p.requirements has 3 partitions" in problem
+    assert "start every worker with" not in problem
+
+
+def test_the_right_layout_passes_and_creates_nothing(broker, tmp_path: Path):
+    topics = Topics("right", partitions=2)
+    asyncio.run(create_topics(broker.bootstrap, topics.specs()))
+    before = topic_names(broker.bootstrap)
+    check_topics(broker.bootstrap, topics, 10)
+    assert topic_names(broker.bootstrap) == before
+    data = tmp_path / "data"
+    bind_data_dir(data, "right", "s")
+    bind_data_dir(data, "right", "s")  # a restart
+    assert json.loads((data / BINDING_FILE).read_text()) == {"prefix": "right", "stream": "s"}
+
+
+def test_a_data_dir_of_another_stream_stops_the_worker_before_anything_starts(
+    broker, tmp_path: Path
+):
+    asyncio.run(create_topics(broker.bootstrap, Topics("bound", partitions=2).specs()))
+    data = tmp_path / "data"
+    bind_data_dir(data, "bound", "other")
+    binding = (data / BINDING_FILE).read_text()
+    code, lines, _ = run_worker(broker.bootstrap, "bound", data, stream="s")
+    assert code == 2, lines
+    assert len(lines) == 1, lines
+    line = lines[0]
+    assert "holds the state of --prefix bound --stream other, not of --prefix bound --stream s" \
+        in line, line
+    assert line.endswith(RESET)
+    assert RESET == ("to reuse it for another stream, stop the worker and delete the directory "
+                     "(its state is rebuilt from the changelog topics)")
+    # nothing started: no table state, no changelog topic of the worker's app
+    assert sorted(p.name for p in data.iterdir()) == [BINDING_FILE]
+    assert (data / BINDING_FILE).read_text() == binding
+    assert not [t for t in topic_names(broker.bootstrap) if t.startswith("pwevent-bound-s")]
+
+
+def test_another_prefix_in_the_binding_is_refused(tmp_path: Path):
+    bind_data_dir(tmp_path, "a", "s")
+    with pytest.raises(StartupError, match="--prefix a --stream s, not of --prefix b --stream s"):
+        bind_data_dir(tmp_path, "b", "s")
+
+
+def test_state_without_a_binding_is_bound_on_first_use(tmp_path: Path):
+    (tmp_path / "v1" / "tables").mkdir(parents=True)
+    (tmp_path / "v1" / "tables" / "users-0.db").write_bytes(b"state")
+    bind_data_dir(tmp_path, "pwevent", "default")
+    assert json.loads((tmp_path / BINDING_FILE).read_text()) == {
+        "prefix": "pwevent", "stream": "default"}
+    with pytest.raises(StartupError):
+        bind_data_dir(tmp_path, "pwevent", "another")
+
+
+def test_an_unreadable_binding_is_one_line(tmp_path: Path):
+    (tmp_path / BINDING_FILE).write_text("{not json")
+    with pytest.raises(StartupError) as info:
+        bind_data_dir(tmp_path, "pwevent", "default")
+    assert "\n" not in str(info.value) and str(info.value).endswith(RESET)
+
+
+def test_an_unreachable_broker_is_one_line_within_the_timeout(tmp_path: Path):
+    bootstrap = f"127.0.0.1:{free_port()}"
+    code, lines, seconds = run_worker(bootstrap, "pwevent", tmp_path / "data",
+                                      startup_timeout=2)
+    assert code == 2, lines
+    assert len(lines) == 1, lines
+    assert lines[0].startswith(
+        f"pwevent worker: error: cannot reach the broker at {bootstrap} within 2 s"), lines
+    assert not any("Unclosed" in line for line in lines)
+    assert 2 <= seconds < 2 + 15  # it kept trying for the timeout, and no longer
+    assert not (tmp_path / "data").exists()
+
+
+def test_a_partly_created_deployment_names_the_missing_topic():
+    topics = Topics("p", partitions=2)
+    found = {s.name: s.partitions for s in topics.specs() if s.key != "dead-letters"}
+    problem = layout_problem(topics, found, "h:1")
+    assert problem == ("topic p.dead-letters does not exist on the broker at h:1 (expected 1 "
+                       "partition, found none): create the missing topics with `pwevent topics "
+                       "create --broker h:1 --prefix p --partitions 2`")
+
+
+def test_another_secret_than_the_stream_started_with_is_one_line(broker, tmp_path: Path):
+    """The stream's start record carries a fingerprint of the secret: a worker with another
+    secret stops before it joins; with the right one it passes this check."""
+    from streams.job.config import JobConfig
+    from streams.job.coordinator import Coordinator
+    from streams.job.ingest import produce_raw
+
+    topics = Topics(prefix="secret", partitions=2)
+    asyncio.run(create_topics(broker.bootstrap, topics.specs()))
+    config = JobConfig(stream="s", mechanism="pbd", domain={"kind": "cells", "size": 3},
+                       slot_ms=1000, partitions=2, secret="another-secret", prefix="secret")
+    coord = Coordinator(config)
+    coord.begin(0)
+    asyncio.run(produce_raw(broker.bootstrap, topics.decisions,
+                            [(b"s/start", coord.start_record())], partitions=1))
+    code, lines, _took = run_worker(broker.bootstrap, "secret", tmp_path / "data")
+    assert code == 2
+    assert lines == [f"pwevent worker: error: the secret differs from the one stream 's' started "
+                     f"with (its start record on {topics.decisions}): give every worker the "
+                     f"deployment's secret (--secret or PWEVENT_SECRET)"]
+    from streams.job.startup import check_secret
+
+    # the right secret passes, and so does a stream that has not started
+    check_secret(broker.bootstrap, topics.decisions, "s", b"another-secret", 10)
+    check_secret(broker.bootstrap, topics.decisions, "other", SECRET.encode(), 10)
+    with pytest.raises(StartupError, match="the secret differs"):
+        check_secret(broker.bootstrap, topics.decisions, "s", SECRET.encode(), 10)
+
+
+def test_topics_create_without_a_broker_is_one_line(tmp_path: Path):
+    cmd = [sys.executable, "-m", "streams.cli", "topics", "create", "--broker",
+           f"127.0.0.1:{free_port()}", "--prefix", "nobroker"]
+    run = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 2
+    lines = [line for line in run.stderr.strip().splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith(
+        "pwevent topics: error: cannot reach the broker at 127.0.0.1:"), lines

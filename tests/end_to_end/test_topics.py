@@ -1,0 +1,74 @@
+"""Topic definitions and their idempotent creation on the embedded broker."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+
+import pytest
+
+from streams.kafka.broker import EmbeddedBroker
+from streams.kafka.topics import (
+    TOPIC_KEYS,
+    TopicError,
+    Topics,
+    TopicSpec,
+    create_topics,
+    describe_topics,
+)
+
+
+@pytest.fixture(scope="module")
+def broker() -> Iterator[EmbeddedBroker]:
+    with EmbeddedBroker() as b:
+        yield b
+
+
+def test_names_carry_the_deployment_prefix() -> None:
+    topics = Topics(prefix="acme")
+    assert [s.name for s in topics.specs()] == [f"acme.{k}" for k in TOPIC_KEYS]
+    assert topics.reports == "acme.reports"
+    assert topics.slot_partials == "acme.slot-partials"
+    assert topics.dead_letters == "acme.dead-letters"
+    assert Topics(prefix="").requirements == "requirements"
+    with pytest.raises(KeyError):
+        topics.name("nope")
+    with pytest.raises(ValueError):
+        Topics(partitions=0)
+
+
+def test_layout() -> None:
+    topics = Topics(partitions=6)
+    by_key = {s.key: s for s in topics.specs()}
+    assert set(by_key) == set(TOPIC_KEYS)
+    assert by_key["requirements"].compacted
+    assert not any(s.compacted for k, s in by_key.items() if k != "requirements")
+    # reports and requirements are co-partitioned; the coordinator topics have one partition
+    assert by_key["reports"].partitions == by_key["requirements"].partitions == 6
+    for key in ("releases", "slot-partials", "decisions", "dead-letters"):
+        assert by_key[key].partitions == 1
+    assert by_key["reports"].config["cleanup.policy"] == "delete"
+    assert topics.with_partitions(2).spec("reports").partitions == 2
+
+
+def test_create_is_idempotent(broker: EmbeddedBroker) -> None:
+    topics = Topics(prefix="t1", partitions=3)
+    specs = topics.specs()
+    first = asyncio.run(create_topics(broker.bootstrap, specs))
+    assert first == {s.name: True for s in specs}
+    second = asyncio.run(create_topics(broker.bootstrap, specs))
+    assert second == {s.name: False for s in specs}
+
+    described = asyncio.run(describe_topics(broker.bootstrap, [s.name for s in specs]))
+    for spec in specs:
+        partitions, config = described[spec.name]
+        assert partitions == spec.partitions
+        for name, value in spec.config.items():
+            assert config[name] == value, (spec.name, name)
+    assert described[topics.requirements][1]["cleanup.policy"] == "compact"
+
+
+def test_conflicting_partition_count_is_refused(broker: EmbeddedBroker) -> None:
+    asyncio.run(create_topics(broker.bootstrap, [TopicSpec("reports", "t2.reports", 2)]))
+    with pytest.raises(TopicError, match="2 partitions"):
+        asyncio.run(create_topics(broker.bootstrap, [TopicSpec("reports", "t2.reports", 4)]))
