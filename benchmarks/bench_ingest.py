@@ -7,9 +7,10 @@ partitions, then measures, on the same topic:
 * ``faust-agent``: a plain Faust agent, ``async for value in stream`` over raw bytes;
 * ``faust-take``: a Faust agent using ``stream.take(10000, within=0.2)`` with a large
   ``stream_buffer_maxsize`` and ``broker_max_poll_records``;
-* ``faust-batch``: :class:`streams.ingest.BatchIngest` (``orjson.loads`` per record, a RocksDB
+* ``faust-batch``: :class:`streams.job.ingest.BatchIngest` (``orjson.loads`` per record, a RocksDB
   table updated per batch);
-* ``faust-batch-parse``: the same with full validation (:func:`streams.records.parse_reports`).
+* ``faust-batch-parse``: the same with full validation
+  (:func:`streams.records.parsing.parse_reports`).
 
 Every Faust variant runs in its own process and consumer group with ``store="rocksdb://"``, the
 web server disabled and a temporary data directory. Rates count records from the first delivered

@@ -1,4 +1,5 @@
-"""Render ``deploy/topics.json``, the deployment's topic layout, from ``streams.topics.Topics``.
+"""Render ``deploy/topics.json``, the deployment's topic layout, from
+``streams.kafka.topics.Topics``.
 
 The file is generated, never edited by hand: it records what ``pwevent topics create --prefix
 pwevent --partitions 4`` creates, for operators who provision topics with their own tooling and for

@@ -2,15 +2,16 @@
 
 Surviving a broker outage
 -------------------------
-The replay sends slot by slot: a slot's records (and the requirements before them, and the
-closing watermark records after the last slot) go through :class:`ResilientSender`, which does
-not move on until the broker has acknowledged every record of the slot. Its producer is
-idempotent (:class:`streams.ingest.RawProducer`: ``enable_idempotence=True``, ``acks=all``): while
-one producer lives, a batch its client retries after a lost connection or a timed-out request
-is written once, and a batch it has sent once is retried until the broker answers. A broker
-that goes away and comes back with its state is therefore ridden out by the client alone:
-nothing fails, nothing is sent twice, and the replay only notices the silence (it probes the
-broker's address every second while nothing is acknowledged).
+
+The replay sends slot by slot: a slot's records
+(and the requirements before them, and the closing watermark records after the last slot) go
+through :class:`ResilientSender`, which does not move on until the broker has acknowledged every
+record of the slot. Its producer is idempotent (:class:`streams.job.ingest.RawProducer`:
+``enable_idempotence=True``, ``acks=all``): while one producer lives, a batch its client retries
+after a lost connection or a timed-out request is written once, and a batch it has sent once is
+retried until the broker answers. A broker that goes away and comes back with its state is
+therefore ridden out by the client alone: nothing fails, nothing is sent twice, and the replay only
+notices the silence (it probes the broker's address every second while nothing is acknowledged).
 
 When a send does fail (the producer cannot connect or be created, a batch cannot be enqueued in
 time, a batch's future fails: ``KafkaConnectionError``, ``KafkaTimeoutError``,

@@ -1,21 +1,22 @@
 """Where the budget ledger lives, seen from the coordinator: the strategy of its slot release.
 
-The :class:`~streams.coordinator.Coordinator` checks and orders the partitions' messages, keeps
+The :class:`~streams.job.coordinator.Coordinator` checks and orders the partitions' messages, keeps
 the release log and emits; its placement takes the messages' contents, says when the stream
 starts and when a slot is ready, and releases it through the mechanism:
 
 - :class:`CoordinatorLedgerRelease` (fixed requirements, partitions under
-  :class:`~streams.placement.CoordinatorLedger`): the ledger per requirement level is here, a
+  :class:`~streams.job.placement.CoordinatorLedger`): the ledger per requirement level is here, a
   :class:`~mechanisms.engine.LevelEngine`. Slot t is released once every partition has closed
   it, from the sum of the partials' counts and the users per level each partition had when it
   closed t. The stream starts at the earliest slot any partition counted a report in.
 - :class:`PartitionLedgerRelease` (dynamic requirements, partitions under
-  :class:`~streams.placement.PartitionLedger`): the ledgers are in the partitions. The stream
-  starts once every partition has closed past its first slot with a report; slot t is released
-  when every partition has sent its plan of t: the :class:`~mechanisms.mechanism.Mechanism`
-  (the release rule over a :class:`~mechanisms.mechanism.PlannedLedger`) runs on the sum of
-  the plans' counts per budget level, with the levels' budgets read from their names; the slot
-  is nullified when any partition's users nullify it (DPBA).
+  :class:`~streams.job.partition_ledger.PartitionLedger`): the ledgers are in the partitions. The
+  stream starts once every partition has closed past its first slot with a report; slot t is
+  released when every partition has sent its plan of t: the
+  :class:`~mechanisms.mechanism.Mechanism` (the release rule over a
+  :class:`~mechanisms.mechanism.PlannedLedger`) runs on the sum of the plans' counts per budget
+  level, with the levels' budgets read from their names; the slot is nullified when any partition's
+  users nullify it (DPBA).
 """
 
 from __future__ import annotations

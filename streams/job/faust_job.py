@@ -1,9 +1,9 @@
 """The Faust job: partition workers, the per-slot coordinator, RocksDB-backed tables.
 
 Data path (docs/design.md): ``requirements`` -> the ``users`` table and each partition's registry;
-``reports`` -> :class:`~streams.partition.PartitionAccumulator` per partition (batched ingest),
+``reports`` -> :class:`~streams.job.partition.PartitionAccumulator` per partition (batched ingest),
 which sends the messages of :mod:`streams.job.slot_protocol` to ``slot-partials`` whenever slots
-close; the :class:`~streams.coordinator.Coordinator` reads ``slot-partials`` (batched ingest as
+close; the :class:`~streams.job.coordinator.Coordinator` reads ``slot-partials`` (batched ingest as
 well, each record once by offset) and releases each slot once to ``releases`` (with its
 ``decisions``). Where the budget ledger lives (:mod:`streams.job.placement`) decides what the
 messages hold and in which order a partition checkpoints and sends.
@@ -19,7 +19,7 @@ confirmed and never recomputes a released slot. Dead letters are delivered at le
 
 Under the partitions' ledgers (dynamic mechanisms, DPBD, DPBA) each partition keeps its users'
 ledger in its checkpoint and converses with the coordinator slot by slot
-(:class:`~streams.partition_ledger.PartitionLedger`): every worker reads the whole
+(:class:`~streams.job.partition_ledger.PartitionLedger`): every worker reads the whole
 ``decisions`` topic with a consumer of its own and hands each record to its partitions. Their
 state is checkpointed before the messages it implies are sent, and those messages are sent
 again when a partition resumes.
@@ -354,7 +354,7 @@ class Job:
     async def on_reports(self, records: list[RawRecord]) -> int | Rewind:
         """Count a batch of reports; send partials of closed slots; checkpoint; hold the rest.
         A batch that does not continue where the partition's state left off is not counted:
-        the partition is read again from there (:class:`~streams.ingest.ContinuityGuard`)."""
+        the partition is read again from there (:class:`~streams.job.ingest.ContinuityGuard`)."""
         p = records[0][2]
         rewind = self.continuity.check(p, self.accumulator(p).next_offset, records)
         if rewind is not None:

@@ -1,7 +1,7 @@
 """Operating a worker: its Prometheus metrics, health and readiness endpoints, JSON log lines.
 
-:class:`WorkerMetrics` holds the worker's metrics registry; :class:`~streams.job.Job` updates it
-where it counts records, once per batch (never once per record). :class:`Observer` is a
+:class:`WorkerMetrics` holds the worker's metrics registry; :class:`~streams.job.faust_job.Job`
+updates it where it counts records, once per batch (never once per record). :class:`Observer` is a
 :class:`mode.Service` started with the worker, before its app: an aiohttp server inside the
 worker's event loop (a request never blocks the loop, and an answer proves that it runs), and a
 timer that measures the consumer lag and whether the broker answers. It serves
@@ -237,7 +237,7 @@ class WorkerMetrics:
 
 
 class ObservedJob(Protocol):
-    """What :class:`Observer` reads of a :class:`~streams.job.Job`."""
+    """What :class:`Observer` reads of a :class:`~streams.job.faust_job.Job`."""
 
     app: Any
     broker: str

@@ -1,19 +1,19 @@
 """Where the budget ledger lives, seen from a partition: the strategy of its worker.
 
-A :class:`~streams.partition.PartitionAccumulator` does what every partition does (admission,
+A :class:`~streams.job.partition.PartitionAccumulator` does what every partition does (admission,
 slotting, one report per user and slot, watermarks, checkpoints) and leaves to its placement
 what depends on where the users' budget ledger lives:
 
 - :class:`CoordinatorLedger` (fixed requirements): users with the same ``(w, E)`` share a
   ledger row, so the coordinator keeps the ledger per requirement level. The partition counts
   reports per (slot, level, cell) and, whenever slots close, sends a
-  :class:`~streams.slot_protocol.Partial` with the counts and its registered users per level.
+  :class:`~streams.job.slot_protocol.Partial` with the counts and its registered users per level.
   Its messages are a function of the records, so it sends them before it checkpoints.
 - :class:`PartitionLedger` (dynamic requirements, DPBD, DPBA): a user's ledger depends on its
   own declarations, so the partition keeps the ledger of its users and each slot is a
   conversation with the coordinator (docs/design.md, the slot protocol): the partition sends a
-  :class:`~streams.slot_protocol.Closure` when slots close, the coordinator announces the first
-  slot, the partition plans each closed slot (:class:`~streams.slot_protocol.Plan`: counts per
+  :class:`~streams.job.slot_protocol.Closure` when slots close, the coordinator announces the first
+  slot, the partition plans each closed slot (:class:`~streams.job.slot_protocol.Plan`: counts per
   budget level ``"<c1>:<c2>"``, users per level, nullified, projected), the coordinator decides
   and the partition commits the decision and plans the next slot. It lives in
   :mod:`streams.job.partition_ledger`.

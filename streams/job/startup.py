@@ -10,7 +10,7 @@ to fix it.
 
 :func:`check_topics` never creates a topic: it reads the cluster's metadata for all topics at
 once (a metadata request without topic names, which never auto-creates one) and compares it with
-:meth:`~streams.topics.Topics.specs`.
+:meth:`~streams.kafka.topics.Topics.specs`.
 """
 
 from __future__ import annotations
@@ -332,10 +332,10 @@ def check_secret(bootstrap: str, decisions_topic: str, stream: str, secret: byte
                  timeout: float) -> None:
     """Refuse to start with a secret other than the one ``stream`` started with.
 
-    The stream's start record (key ``<stream>/start`` on the decisions topic) carries a
-    fingerprint of the secret (:func:`streams.slot_protocol.secret_check`). A worker with another
-    secret would refuse the watermarks that the other workers sign and draw other noise; it
-    stops here with one line instead. A stream that has not started yet passes."""
+    The stream's start record (key ``<stream>/start`` on the decisions topic) carries a fingerprint
+    of the secret (:func:`streams.job.slot_protocol.secret_check`). A worker with another secret
+    would refuse the watermarks that the other workers sign and draw other noise; it stops here
+    with one line instead. A stream that has not started yet passes."""
     import orjson
 
     from streams.job.slot_protocol import secret_check

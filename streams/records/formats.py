@@ -796,7 +796,7 @@ DEAD_LETTER_BYTES_FIELDS: Final = tuple(
 #: The fields every dead letter has (``truncated`` only when a payload was capped).
 DEAD_LETTER_REQUIRED: Final = tuple(f.name for f in DEAD_LETTER.fields if f.required)
 
-#: Every topic's format, in the order of :data:`streams.topics.TOPIC_KEYS`.
+#: Every topic's format, in the order of :data:`streams.kafka.topics.TOPIC_KEYS`.
 FORMATS: Final[dict[str, Format]] = {
     f.topic: f for f in (REPORTS, REQUIREMENTS, RELEASES, SLOT_PARTIALS, DECISIONS, DEAD_LETTERS)
 }

@@ -15,7 +15,7 @@
     budget left per level. The dead letters are exact counts, as on the workers' metrics port:
     with metrics, the page is for operators only.
 
-A background task follows the releases topic with :func:`streams.client.aiter_releases`
+A background task follows the releases topic with :func:`streams.releases.client.aiter_releases`
 (``follow=True``) into a :class:`ReleaseFeed`, and reconnects every :data:`RETRY_S` seconds when
 the broker or the topic cannot be read. :class:`BackgroundDashboard` serves the page from a
 thread of its own (``pwevent demo --dashboard``).

@@ -1,10 +1,11 @@
 """The deployment files agree with the code.
 
-``docker-compose.yml`` and ``deploy/kubernetes/`` cannot be run in CI (no container engine), so this
-module checks them statically against the code's own definitions: every ``pwevent`` command in them
-is parsed by the real CLI parser, the topic prefix and partition count match ``deploy/topics.json``,
-which in turn must equal what ``deploy/render_topics.py`` renders from ``streams.topics.Topics``
-now; all workers run with the same job settings; the randomness secret is never written down.
+``docker-compose.yml`` and ``deploy/kubernetes/`` cannot be run in CI (no container engine), so
+this module checks them statically against the code's own definitions: every ``pwevent`` command in
+them is parsed by the real CLI parser, the topic prefix and partition count match
+``deploy/topics.json``, which in turn must equal what ``deploy/render_topics.py`` renders from
+``streams.kafka.topics.Topics`` now; all workers run with the same job settings; the randomness
+secret is never written down.
 """
 
 from __future__ import annotations

@@ -90,7 +90,7 @@ METHODS: list[tuple[type, str, bool, list[str] | str]] = [
     (Event, "__init__", False, ["app", "key", "value", "headers", "message"]),
 ]
 
-#: Methods of :class:`streams.ingest.BatchConsumer` that Faust calls: the same parameters.
+#: Methods of :class:`streams.job.ingest.BatchConsumer` that Faust calls: the same parameters.
 OVERRIDES = ("_drain_messages", "_getmany", "on_start", "on_partitions_revoked")
 
 
@@ -127,7 +127,7 @@ def test_overrides_keep_faust_signatures(name: str) -> None:
     theirs = list(inspect.signature(getattr(Consumer, name)).parameters)
     if ours != theirs:
         broken(f"{Consumer.__qualname__}.{name}", f"has parameters {theirs}, the override in "
-               f"streams.ingest.BatchConsumer has {ours}")
+               f"streams.job.ingest.BatchConsumer has {ours}")
 
 
 def test_fetcher_drives_the_consumer_through_drain_messages() -> None:

@@ -5,7 +5,7 @@ Two workers on four partitions; a killed worker is started again at once on its 
 so it takes its static member's place back (the embedded broker never expires a dead member, so
 the other worker cannot take its partitions over: crash failover is not what this shows). A
 worker that exits by itself is started again, as its supervisor would (a worker whose Kafka
-consumer stops answering exits on purpose; ``streams.ingest.FetchStalled``). The kill times
+consumer stops answering exits on purpose; ``streams.job.ingest.FetchStalled``). The kill times
 come from a seeded generator; the seed is in the test's id."""
 
 from __future__ import annotations

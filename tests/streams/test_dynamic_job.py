@@ -130,7 +130,7 @@ def test_restart_from_checkpoints_resends_and_changes_nothing(
     """Partitions and coordinator restored from their snapshots mid-stream, with the messages
     a partition checkpointed but never sent, go on to release the same bytes (with the ledger
     compacted every 2 slots, and with the whole run in the journal)."""
-    monkeypatch.setattr("streams.partition_ledger.JOURNAL_SLOTS", journal)
+    monkeypatch.setattr("streams.job.partition_ledger.JOURNAL_SLOTS", journal)
     rng = np.random.default_rng(7)
     n, T, cut = 30, 24, 11
     users = [f"u{i}" for i in range(n)]
