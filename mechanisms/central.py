@@ -18,7 +18,7 @@ from mechanisms.ledgers.fixed import (
     SampleLedger,
     UniformLedger,
 )
-from mechanisms.mechanism import Mechanism, Release
+from mechanisms.mechanism import HoldsMechanism, Mechanism, Release
 from mechanisms.registry import names, specs
 from mechanisms.release import ReleaseRule
 from mechanisms.requirements import FixedRequirements, validate_budgets, validate_windows
@@ -36,7 +36,7 @@ _LEDGERS: dict[str, type[BudgetLedger]] = {
 HOMOGENEOUS = frozenset(names(family="central", homogeneous=True))
 
 
-class FixedMechanism:
+class FixedMechanism(HoldsMechanism):
     """A fixed-requirement mechanism over registered users and a domain of ``d`` cells.
 
     ``step(cells)`` takes one cell index per registered user (-1: no report) and returns the
@@ -44,14 +44,8 @@ class FixedMechanism:
     a per-slot counter-based one in the job via :meth:`step_counts`).
     """
 
-    def __init__(
-        self,
-        name: str,
-        requirements: FixedRequirements,
-        d: int,
-        rng: np.random.Generator | None = None,
-        noise: str = "laplace",
-    ) -> None:
+    def __init__(self, name: str, requirements: FixedRequirements, d: int,
+                 rng: np.random.Generator | None = None, noise: str = "laplace") -> None:
         if name not in _LEDGERS:
             raise ValueError(f"unknown mechanism {name!r}; choose from {FIXED_MECHANISMS}")
         self.name = name
@@ -67,16 +61,6 @@ class FixedMechanism:
         self._keys = np.zeros(0, dtype=np.int64)
         self._sizes = np.zeros(0, dtype=np.int64)
         self.register(requirements.users, requirements.w, requirements.E)
-
-    @property
-    def rule(self) -> ReleaseRule:
-        """The release rule."""
-        return self.mechanism.rule
-
-    @property
-    def last(self) -> np.ndarray:
-        """The last published histogram (zeros before the first publication)."""
-        return self.mechanism.last
 
     @property
     def n(self) -> int:
@@ -171,27 +155,12 @@ class FixedMechanism:
         if (counts < 0).any():
             raise ValueError("counts must be >= 0")
         decision, charge = self.mechanism.release(counts, self.level_sizes(), rng or self.rng)
-        return Release(
-            slot=charge.slot,
-            histogram=decision.histogram,
-            published=charge.published,
-            nullified=charge.nullified,
-            threshold=decision.threshold,
-            dissimilarity=decision.dissimilarity,
-            level_eps1=charge.eps1,
-            level_eps2=charge.eps2,
-            level_of_user=self.level_of_user,
-            reports=int(counts.sum()),
-        )
+        return Release.of(decision, charge, self.level_of_user, int(counts.sum()))
 
 
-def create_mechanism(
-    name: str,
-    requirements: FixedRequirements,
-    d: int,
-    rng: np.random.Generator | None = None,
-    noise: str = "laplace",
-) -> FixedMechanism:
+def create_mechanism(name: str, requirements: FixedRequirements, d: int,
+                     rng: np.random.Generator | None = None,
+                     noise: str = "laplace") -> FixedMechanism:
     """Build one of ``FIXED_MECHANISMS`` over the given users.
 
     Three users with windows 4, 2 and 3 and a budget of 1 each; a slot takes one cell per user

@@ -21,7 +21,7 @@ from mechanisms.ledgers.dynamic import (
     DynamicSlotPlan,
 )
 from mechanisms.ledgers.plan import Charge, SlotPlan
-from mechanisms.mechanism import Mechanism, Release
+from mechanisms.mechanism import HoldsMechanism, Mechanism, Release
 from mechanisms.registry import names
 from mechanisms.release import ReleaseRule
 from mechanisms.requirements import validate_budgets, validate_windows
@@ -150,7 +150,7 @@ def _ledger(name: str, max_window: int, grid_bits: int | None) -> DynamicLedger:
     return DYNAMIC_LEDGERS[key](max_window, grid_bits)
 
 
-class DynamicMechanism:
+class DynamicMechanism(HoldsMechanism):
     """DPBD or DPBA over a domain of ``d`` cells, stepping one slot at a time.
 
     Declarations from ``requirements`` take effect at their slots; :meth:`declare` adds more for
@@ -159,16 +159,9 @@ class DynamicMechanism:
     (default: the largest in ``requirements``); ``grid_bits`` sets the budget grid.
     """
 
-    def __init__(
-        self,
-        name: str,
-        requirements: DynamicRequirements,
-        d: int,
-        rng: np.random.Generator | None = None,
-        noise: str = "laplace",
-        grid_bits: int = 3,
-        max_window: int | None = None,
-    ) -> None:
+    def __init__(self, name: str, requirements: DynamicRequirements, d: int,
+                 rng: np.random.Generator | None = None, noise: str = "laplace",
+                 grid_bits: int = 3, max_window: int | None = None) -> None:
         self.name = name.lower()
         self.d = int(d)
         self.requirements = requirements
@@ -185,16 +178,6 @@ class DynamicMechanism:
     def slot(self) -> int:
         """The next slot to be released (from 1)."""
         return self.ledger.slot
-
-    @property
-    def rule(self) -> ReleaseRule:
-        """The release rule."""
-        return self.mechanism.rule
-
-    @property
-    def last(self) -> np.ndarray:
-        """The last published histogram."""
-        return self.mechanism.last
 
     @property
     def users(self) -> list[str]:
@@ -288,19 +271,7 @@ class DynamicMechanism:
         counts, sizes, level_of_user = self._group(cells)
         plan = self.levels.plan()
         decision, charge = self.mechanism.release(counts, sizes, self.rng, plan)
-        return Release(
-            slot=charge.slot,
-            histogram=decision.histogram,
-            published=charge.published,
-            nullified=charge.nullified,
-            threshold=decision.threshold,
-            dissimilarity=decision.dissimilarity,
-            level_eps1=charge.eps1,
-            level_eps2=charge.eps2,
-            level_of_user=level_of_user,
-            reports=int(counts.sum()),
-            projected=plan.projected,
-        )
+        return Release.of(decision, charge, level_of_user, int(counts.sum()), plan.projected)
 
 
 class GridLevels:

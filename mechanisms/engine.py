@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from mechanisms.central import _LEDGERS, HOMOGENEOUS
-from mechanisms.mechanism import Mechanism
+from mechanisms.mechanism import HoldsMechanism, Mechanism
 from mechanisms.release import ReleaseRule
 
 
@@ -45,7 +45,7 @@ class LevelRelease:
     eps2: dict[str, float]
 
 
-class LevelEngine:
+class LevelEngine(HoldsMechanism):
     """The fixed-requirement :class:`~mechanisms.mechanism.Mechanism` over named levels;
     ``step`` releases the next slot."""
 
@@ -58,16 +58,6 @@ class LevelEngine:
         self.ledger = _LEDGERS[name](np.zeros(0, dtype=np.int64), np.zeros(0))
         self.mechanism = Mechanism(self.ledger, rule)
         self.row_of: dict[str, int] = {}
-
-    @property
-    def rule(self) -> ReleaseRule:
-        """The release rule."""
-        return self.mechanism.rule
-
-    @property
-    def last(self) -> np.ndarray:
-        """The last published histogram."""
-        return self.mechanism.last
 
     @property
     def released(self) -> int:

@@ -79,6 +79,14 @@ class Release:
     reports: int
     projected: int = 0  # dynamic mechanisms: users whose backward budget was projected
 
+    @classmethod
+    def of(cls, decision: Decision, charge: Charge, level_of_user: np.ndarray, reports: int,
+           projected: int = 0) -> Release:
+        """The release of a slot from the rule's decision and the ledger's charge."""
+        return cls(charge.slot, decision.histogram, charge.published, charge.nullified,
+                   decision.threshold, decision.dissimilarity, charge.eps1, charge.eps2,
+                   level_of_user, reports, projected)
+
     @property
     def eps1(self) -> np.ndarray:
         """Each user's dissimilarity budget charged at this slot."""
@@ -188,3 +196,19 @@ class Mechanism:
     def load_last(self, histogram: np.ndarray | list) -> None:
         """Restore the last publication (from a saved state)."""
         self.last = np.asarray(histogram, dtype=self.last.dtype)
+
+
+class HoldsMechanism:
+    """What a wrapper that keeps a :class:`Mechanism` as ``self.mechanism`` shows of it."""
+
+    mechanism: Mechanism
+
+    @property
+    def rule(self) -> ReleaseRule:
+        """The release rule."""
+        return self.mechanism.rule
+
+    @property
+    def last(self) -> np.ndarray:
+        """The last published histogram (zeros before the first publication)."""
+        return self.mechanism.last

@@ -100,6 +100,12 @@ class BudgetLedger(ABC):
         """Resize per-level state after levels were added or windows widened."""
 
 
+def _padded(values: np.ndarray, levels: int) -> np.ndarray:
+    """Per-level integers, with zeros for the levels added since."""
+    extra = levels - values.shape[0]
+    return np.concatenate([values, np.zeros(extra, dtype=np.int64)]) if extra > 0 else values
+
+
 class _History(BudgetLedger):
     """A ledger that remembers each level's eps2 over the last ``max w`` slots (age order)."""
 
@@ -181,9 +187,7 @@ class SampleLedger(BudgetLedger):
         self._grow()
 
     def _grow(self) -> None:
-        extra = self.levels - self.last.shape[0]
-        if extra > 0:
-            self.last = np.concatenate([self.last, np.zeros(extra, dtype=np.int64)])
+        self.last = _padded(self.last, self.levels)
 
     def _due(self) -> np.ndarray:
         return (self.last == 0) | (self.slot - self.last >= self.w)
@@ -227,9 +231,7 @@ class AbsorptionLedger(BudgetLedger):
         self._grow()
 
     def _grow(self) -> None:
-        extra = self.levels - self.shares.shape[0]
-        if extra > 0:
-            self.shares = np.concatenate([self.shares, np.zeros(extra, dtype=np.int64)])
+        self.shares = _padded(self.shares, self.levels)
 
     def nullified_spans(self) -> np.ndarray:
         """t_{i,N}: slots after the last publication that each level's publication borrowed."""

@@ -11,6 +11,7 @@ import sys
 import warnings
 from urllib.parse import urlsplit
 
+from streams.cli.job_args import add_releases_topic
 from streams.kafka.topics import Topics
 from streams.releases.client import DEFAULT_CONFIDENCE, ReleaseFormatWarning
 from streams.releases.dashboard import (
@@ -41,12 +42,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("dashboard", help="serve a live web page of a stream's releases",
                        description=DESCRIPTION,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--broker", metavar="HOST:PORT",
-                   help="the Kafka broker (default: $PWEVENT_BROKER)")
-    p.add_argument("--prefix", default="pwevent",
-                   help="topic name prefix; reads <prefix>.releases (default: pwevent)")
-    p.add_argument("--stream", metavar="NAME",
-                   help="the stream to show (default: the first stream found on the topic)")
+    add_releases_topic(p, "the stream to show (default: the first stream found on the topic)")
     p.add_argument("--host", default=DEFAULT_HOST,
                    help=f"address to listen on; 0.0.0.0 for every interface "
                         f"(default: {DEFAULT_HOST})")

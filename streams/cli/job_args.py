@@ -18,6 +18,15 @@ def add_broker(p: argparse.ArgumentParser, required: bool = True) -> None:
                    help="partitions of the reports and requirements topics (default: %(default)s)")
 
 
+def add_releases_topic(p: argparse.ArgumentParser, stream_help: str) -> None:
+    """``--broker``, ``--prefix`` and ``--stream`` of the commands that read the releases."""
+    p.add_argument("--broker", metavar="HOST:PORT",
+                   help="the Kafka broker (default: $PWEVENT_BROKER)")
+    p.add_argument("--prefix", default="pwevent",
+                   help="topic name prefix; reads <prefix>.releases (default: pwevent)")
+    p.add_argument("--stream", metavar="NAME", help=stream_help)
+
+
 def add_job(p: argparse.ArgumentParser) -> None:
     """Flags every worker of one deployment must agree on."""
     p.add_argument("--stream", default="default", help="stream name (default: %(default)s)")

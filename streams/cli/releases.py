@@ -13,6 +13,7 @@ from typing import TextIO
 
 import orjson
 
+from streams.cli.job_args import add_releases_topic
 from streams.kafka.topics import Topics
 from streams.releases.client import (
     DEFAULT_CONFIDENCE,
@@ -43,12 +44,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("releases", help="print a stream's releases with error bars",
                        description=DESCRIPTION,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--broker", metavar="HOST:PORT",
-                   help="the Kafka broker (default: $PWEVENT_BROKER)")
-    p.add_argument("--prefix", default="pwevent",
-                   help="topic name prefix; reads <prefix>.releases (default: pwevent)")
-    p.add_argument("--stream", metavar="NAME",
-                   help="only this stream's releases (default: every stream on the topic)")
+    add_releases_topic(p, "only this stream's releases (default: every stream on the topic)")
     p.add_argument("--from-slot", type=int, metavar="N",
                    help="skip slots before N (default: from the first slot on the topic)")
     p.add_argument("--follow", action=argparse.BooleanOptionalAction, default=False,

@@ -29,6 +29,15 @@ Declaration = tuple[int, float, int, float]  # wB, EB, wF, EF
 SUSPENDED: Declaration = (0, 0.0, 0, 0.0)  # in a ledger's ``applied``: the user is suspended
 
 
+def _admitted(key: bytes | None, value: bytes | None, partition: int, config: JobConfig
+              ) -> FixedRequirement | DynamicRequirement | RequirementRemoval | RecordError:
+    """The requirement record admitted, or why not."""
+    try:
+        return admit_requirement(key, value, partition, config)
+    except RecordError as exc:
+        return exc
+
+
 class UserRegistry(Protocol):
     """What the partition worker and the job use of a registry."""
 
@@ -98,10 +107,9 @@ class Registry:
         A removal (tombstone) is accepted with the user unregistered; ``user`` is ``None`` when
         the record names no readable user.
         """
-        try:
-            req = admit_requirement(key, value, self.partition, self.config)
-        except RecordError as exc:
-            return None, exc.reason.value, exc.detail
+        req = _admitted(key, value, self.partition, self.config)
+        if isinstance(req, RecordError):
+            return None, req.reason.value, req.detail
         i = self.index_of.get(req.user)
         if isinstance(req, RequirementRemoval):
             if i is not None and self._levels[i] >= 0:
@@ -209,10 +217,9 @@ class DynamicRegistry:
 
     def apply(self, key: bytes | None, value: bytes | None) -> tuple[str | None, str, str]:
         """One requirements record: (user, "", "") if accepted, else (user, reason, detail)."""
-        try:
-            req = admit_requirement(key, value, self.partition, self.config)
-        except RecordError as exc:
-            return None, exc.reason.value, exc.detail
+        req = _admitted(key, value, self.partition, self.config)
+        if isinstance(req, RecordError):
+            return None, req.reason.value, req.detail
         i = self.index_of.get(req.user)
         if isinstance(req, RequirementRemoval):
             if i is not None:

@@ -27,7 +27,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Final
+from typing import Any, Final
 
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
@@ -85,6 +85,17 @@ class TopicSpec:
         )
 
 
+class _TopicName:
+    """A logical topic's full name, read as an attribute of :class:`Topics`
+    (``topics.reports`` is ``topics.name("reports")``)."""
+
+    def __init__(self, key: str) -> None:
+        self.key = key
+
+    def __get__(self, topics: Topics | None, owner: type | None = None) -> Any:
+        return self if topics is None else topics.name(self.key)
+
+
 @dataclass(frozen=True, slots=True)
 class Topics:
     """The job's topics for one deployment.
@@ -114,35 +125,12 @@ class Topics:
             raise KeyError(f"unknown topic {key!r}; expected one of {TOPIC_KEYS}")
         return f"{self.prefix}.{key}" if self.prefix else key
 
-    @property
-    def reports(self) -> str:
-        """Full name of the ``reports`` topic."""
-        return self.name("reports")
-
-    @property
-    def requirements(self) -> str:
-        """Full name of the ``requirements`` topic."""
-        return self.name("requirements")
-
-    @property
-    def releases(self) -> str:
-        """Full name of the ``releases`` topic."""
-        return self.name("releases")
-
-    @property
-    def slot_partials(self) -> str:
-        """Full name of the ``slot-partials`` topic."""
-        return self.name("slot-partials")
-
-    @property
-    def decisions(self) -> str:
-        """Full name of the ``decisions`` topic."""
-        return self.name("decisions")
-
-    @property
-    def dead_letters(self) -> str:
-        """Full name of the ``dead-letters`` topic."""
-        return self.name("dead-letters")
+    reports = _TopicName("reports")
+    requirements = _TopicName("requirements")
+    releases = _TopicName("releases")
+    slot_partials = _TopicName("slot-partials")
+    decisions = _TopicName("decisions")
+    dead_letters = _TopicName("dead-letters")
 
     def specs(self) -> list[TopicSpec]:
         """All topic definitions, in :data:`TOPIC_KEYS` order."""

@@ -38,7 +38,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, ClassVar, Final
 
 __all__ = [
     "CELLS_INLINE_MAX",
@@ -232,20 +232,17 @@ class OneOf(Node):
 
     options: tuple[Node, ...]
     description: str | None = None
+    keyword: ClassVar[str] = "oneOf"
 
     def _body(self) -> JSON:
-        return {"oneOf": [node.schema() for node in self.options]}
+        return {self.keyword: [node.schema() for node in self.options]}
 
 
 @dataclass(frozen=True)
-class AnyOf(Node):
+class AnyOf(OneOf):
     """At least one of the options."""
 
-    options: tuple[Node, ...]
-    description: str | None = None
-
-    def _body(self) -> JSON:
-        return {"anyOf": [node.schema() for node in self.options]}
+    keyword: ClassVar[str] = "anyOf"
 
 
 @dataclass(frozen=True)
