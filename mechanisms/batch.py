@@ -132,8 +132,11 @@ def batch_inclusion(budgets: np.ndarray, threshold: np.ndarray) -> np.ndarray:
     return np.where(th > 0, p, 0.0)
 
 
-def draw_binomial(rng: np.random.Generator, counts: np.ndarray, p: np.ndarray) -> np.ndarray:
-    """``rng.binomial(counts, p[:, None]).sum(axis=0)``, the partial levels' sampled counts.
+def draw_binomial(
+    rng: np.random.Generator, counts: np.ndarray, p: np.ndarray
+) -> np.ndarray | list[int]:
+    """``rng.binomial(counts, p[:, None]).sum(axis=0)``, the partial levels' sampled counts
+    (an array, or a list of exact integers).
 
     Small sets are drawn one value at a time, in the same order: the generator makes the same
     draws either way, and a scalar call costs a tenth of an array call.
@@ -141,9 +144,12 @@ def draw_binomial(rng: np.random.Generator, counts: np.ndarray, p: np.ndarray) -
     if counts.size > _SCALAR_DRAWS:
         return rng.binomial(counts, p[:, None]).sum(axis=0)
     binomial = rng.binomial
-    rows = [[binomial(c, q) for c in row] for row, q in zip(counts.tolist(), p.tolist(),
-                                                                  strict=True)]
-    return np.sum(rows, axis=0, dtype=np.int64)
+    rows = counts.tolist()
+    out = [0] * counts.shape[1]
+    for row, q in zip(rows, p.tolist(), strict=True):
+        for j, c in enumerate(row):
+            out[j] += binomial(c, q)
+    return out
 
 
 class _History:
