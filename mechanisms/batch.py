@@ -261,6 +261,103 @@ class _BatchLedger:
         self.slot += 1
 
 
+class BatchedRule:
+    """The release rule (:class:`mechanisms.release.ReleaseRule`) over a batch of runs: each run
+    its generator and last publication; budgets, sizes and counts are (runs, levels[, d])
+    arrays, a padded level having budget 0 and no users."""
+
+    def __init__(self, rngs: Sequence[np.random.Generator], d: int, noise: str, test: str,
+                 sensitivity: int = 1) -> None:
+        self.rngs, self.d, self.noise, self.test = list(rngs), int(d), noise, test
+        self.sensitivity = sensitivity
+        self.runs = len(self.rngs)
+        self.last = np.zeros((self.runs, self.d), dtype=histogram_dtype(noise))
+        self._memo: dict[bytes, tuple[np.ndarray, np.ndarray]] = {}
+
+    def scaled(self, eps: np.ndarray) -> np.ndarray:
+        """Budgets divided by the sensitivity, as the rule runs on them."""
+        return eps if self.sensitivity == 1 else eps / self.sensitivity
+
+    def obs(self, eps: np.ndarray, sizes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """:func:`batch_optimal_budget`, memoised: ledgers revisit the same budgets."""
+        key = eps.tobytes() + b"|" + sizes.tobytes()
+        hit = self._memo.get(key)
+        if hit is None:
+            if len(self._memo) >= 4096:
+                self._memo.clear()
+            hit = self._memo[key] = batch_optimal_budget(eps, sizes, self.noise)
+        return hit
+
+    def sampling(self, eps1: np.ndarray, sizes: np.ndarray) -> tuple[np.ndarray, ...]:
+        """The dissimilarity's threshold, inclusion probabilities, fully kept and partly
+        sampled levels, and the runs with any partly sampled level."""
+        theta1, _ = self.obs(eps1, sizes)
+        p1 = batch_inclusion(eps1, theta1)
+        full1 = p1 >= 1.0
+        partial1 = (p1 > 0.0) & ~full1
+        return theta1, p1, full1, partial1, partial1.any(axis=1)
+
+    def release(
+        self,
+        eps2: np.ndarray,
+        nullified: np.ndarray,
+        adaptive: bool,
+        counts: np.ndarray,
+        sizes: np.ndarray,
+        first: tuple[np.ndarray, ...] | None,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Decide and release every run's slot: (histogram (runs, d), published (runs,)).
+
+        ``first`` is :meth:`sampling` of the dissimilarity budgets (adaptive rules)."""
+        d, rngs, noise = self.d, self.rngs, self.noise
+        eps2 = self.scaled(eps2)
+        theta2, err2 = self.obs(eps2, sizes)
+        live = ~nullified
+        if adaptive:
+            assert first is not None
+            # the dissimilarity (Algorithm 3): each run draws its sample and its noise
+            theta1, p1, full1, partial1, any_partial1 = first
+            sampled = np.where(full1[:, :, None], counts, 0).sum(axis=1)
+            noise1 = np.zeros(self.runs)
+            drawing = np.flatnonzero(live & (theta1 > 0))
+            for b in drawing.tolist():
+                rng = rngs[b]
+                if any_partial1[b]:
+                    part = partial1[b]
+                    sampled[b] += draw_binomial(rng, counts[b][part], p1[b][part])
+                if noise == "laplace":
+                    noise1[b] = rng.laplace(0.0, 1.0 / (d * theta1[b]))
+                else:
+                    noise1[b] = float(draw_noise(theta1[b], 1, rng, "discrete")[0])
+            total = np.abs(sampled - self.last).sum(axis=1).astype(np.float64)
+            dis = total / d + noise1 if noise == "laplace" else (total + noise1) / d
+            dis = np.where(theta1 > 0, dis, np.inf)
+            with np.errstate(divide="ignore"):
+                bar = np.sqrt(err2) if self.test == "obs" else 1.0 / theta2
+            publish = live & (theta2 > 0) & (dis > bar)
+        else:
+            publish = live & (theta2 > 0)
+        histogram = self.last.copy()
+        writing = np.flatnonzero(publish)
+        if writing.size:
+            p2 = batch_inclusion(eps2[writing], theta2[writing])
+            full2 = p2 >= 1.0
+            partial2 = (p2 > 0.0) & ~full2
+            sub = counts[writing]
+            sampled2 = np.where(full2[:, :, None], sub, 0).sum(axis=1)
+            noise2 = np.zeros((writing.size, d), dtype=self.last.dtype)
+            for i, b in enumerate(writing.tolist()):
+                rng = rngs[b]
+                part = partial2[i]
+                if part.any():
+                    sampled2[i] += draw_binomial(rng, sub[i][part], p2[i][part])
+                noise2[i] = draw_noise(theta2[b], d, rng, noise)
+            fresh = sampled2 + noise2
+            histogram[writing] = fresh
+            self.last[writing] = fresh
+        return histogram, publish
+
+
 class BatchedFixed:
     """Runs of one central mechanism (:class:`~mechanisms.central.FixedMechanism`) stepped
     together; each run keeps its requirements, its generator and its last publication.
@@ -279,9 +376,8 @@ class BatchedFixed:
             ):
                 raise ValueError("a batch holds runs of one mechanism, domain and noise")
         self.name, self.d = first.name, first.d
-        self.noise, self.test = first.rule.noise, first.rule.test
-        self.sensitivity = first.rule.sensitivity
-        self.rngs = [m.rng for m in mechanisms]
+        self.rule = BatchedRule([m.rng for m in mechanisms], first.d, first.rule.noise,
+                                first.rule.test, first.rule.sensitivity)
         self.ledger = _BatchLedger([m.ledger for m in mechanisms])
         B, L = self.ledger.E.shape
         self.runs, self.levels = B, L
@@ -289,23 +385,18 @@ class BatchedFixed:
         for b, m in enumerate(mechanisms):
             self.sizes[b, : m.ledger.levels] = m.level_sizes()
         self.level_of_user = [m.level_of_user for m in mechanisms]
-        self.last = np.zeros((B, self.d), dtype=histogram_dtype(self.noise))
         # the dissimilarity budgets are fixed per run: their OBS and sampling are too
-        self._eps1 = self._scaled(self.ledger.eps1)
-        self._theta1, _ = batch_optimal_budget(self._eps1, self.sizes, self.noise)
-        self._p1 = batch_inclusion(self._eps1, self._theta1)
-        self._full1 = self._p1 >= 1.0
-        self._partial1 = (self._p1 > 0.0) & ~self._full1
-        self._any_partial1 = self._partial1.any(axis=1)
-        self._obs: dict[bytes, tuple[np.ndarray, np.ndarray]] = {}
+        self._first = self.rule.sampling(self.rule.scaled(self.ledger.eps1), self.sizes)
 
     @property
     def slot(self) -> int:
         """The next slot to be released (from 1)."""
         return self.ledger.slot
 
-    def _scaled(self, eps: np.ndarray) -> np.ndarray:
-        return eps if self.sensitivity == 1 else eps / self.sensitivity
+    @property
+    def last(self) -> np.ndarray:
+        """Each run's last published histogram, (runs, d)."""
+        return self.rule.last
 
     def class_matrix(self, classes: Sequence[np.ndarray]) -> np.ndarray:
         """(runs, levels, classes) 0/1: which class's reports each run's level counts.
@@ -344,66 +435,84 @@ class BatchedFixed:
         """Release the next slot of every run from (runs, users) cells (-1: no report)."""
         return self.step_counts(self.level_counts(cells))
 
-    def _obs2(self, eps2: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        key = eps2.tobytes()
-        hit = self._obs.get(key)
-        if hit is None:
-            if len(self._obs) >= 4096:
-                self._obs.clear()
-            hit = self._obs[key] = batch_optimal_budget(eps2, self.sizes, self.noise)
-        return hit
-
     def step_counts(self, counts: np.ndarray) -> BatchRelease:
         """Release the next slot of every run from its reports per (level, cell): a
         (runs, levels, d) integer array (a padded level counts 0)."""
-        d, rngs, noise = self.d, self.rngs, self.noise
         ledger = self.ledger
         slot = ledger.slot
         eps2, nullified = ledger.plan()
-        theta2, err2 = self._obs2(self._scaled(eps2))
-        live = ~nullified
-        if ledger.adaptive:
-            # the dissimilarity (Algorithm 3): each run draws its sample and its noise
-            theta1, p1, partial1 = self._theta1, self._p1, self._partial1
-            sampled = np.where(self._full1[:, :, None], counts, 0).sum(axis=1)
-            noise1 = np.zeros(self.runs)
-            drawing = np.flatnonzero(live & (theta1 > 0))
-            for b in drawing.tolist():
-                rng = rngs[b]
-                if self._any_partial1[b]:
-                    part = partial1[b]
-                    sampled[b] += draw_binomial(rng, counts[b][part], p1[b][part])
-                if noise == "laplace":
-                    noise1[b] = rng.laplace(0.0, 1.0 / (d * theta1[b]))
-                else:
-                    noise1[b] = float(draw_noise(theta1[b], 1, rng, "discrete")[0])
-            total = np.abs(sampled - self.last).sum(axis=1).astype(np.float64)
-            dis = total / d + noise1 if noise == "laplace" else (total + noise1) / d
-            dis = np.where(theta1 > 0, dis, np.inf)
-            with np.errstate(divide="ignore"):
-                bar = np.sqrt(err2) if self.test == "obs" else 1.0 / theta2
-            publish = live & (theta2 > 0) & (dis > bar)
-        else:
-            publish = live & (theta2 > 0)
-        histogram = self.last.copy()
-        writing = np.flatnonzero(publish)
-        if writing.size:
-            p2 = batch_inclusion(self._scaled(eps2)[writing], theta2[writing])
-            full2 = p2 >= 1.0
-            partial2 = (p2 > 0.0) & ~full2
-            sub = counts[writing]
-            sampled2 = np.where(full2[:, :, None], sub, 0).sum(axis=1)
-            noise2 = np.zeros((writing.size, d), dtype=self.last.dtype)
-            for i, b in enumerate(writing.tolist()):
-                rng = rngs[b]
-                part = partial2[i]
-                if part.any():
-                    sampled2[i] += draw_binomial(rng, sub[i][part], p2[i][part])
-                noise2[i] = draw_noise(theta2[b], d, rng, noise)
-            fresh = sampled2 + noise2
-            histogram[writing] = fresh
-            self.last[writing] = fresh
+        histogram, publish = self.rule.release(eps2, nullified, ledger.adaptive, counts,
+                                               self.sizes, self._first)
         ledger.commit(eps2, publish)
+        return BatchRelease(slot, histogram, publish)
+
+
+class BatchedDynamic:
+    """Runs of DPBD or DPBA (:class:`~mechanisms.dynamic.DynamicMechanism`) stepped together:
+    each run's ledger plans and commits as alone; the release rule runs on the whole batch.
+
+    Built from fresh mechanisms, which the batch then steps (their ledgers advance with it).
+    """
+
+    def __init__(self, mechanisms: Sequence) -> None:
+        if not mechanisms:
+            raise ValueError("a batch needs at least one run")
+        first = mechanisms[0]
+        for m in mechanisms:
+            if m.slot != 1:
+                raise ValueError("a batch starts from fresh mechanisms (slot 1)")
+            if (m.name, m.d, m.rule.noise, m.rule.test, m.rule.sensitivity) != (
+                first.name, first.d, first.rule.noise, first.rule.test, first.rule.sensitivity
+            ):
+                raise ValueError("a batch holds runs of one mechanism, domain and noise")
+        self.mechanisms = list(mechanisms)
+        self.runs, self.d = len(self.mechanisms), first.d
+        self.rule = BatchedRule([m.rng for m in mechanisms], first.d, first.rule.noise,
+                                first.rule.test, first.rule.sensitivity)
+        self.slot = 1
+
+    def step(self, cells: Sequence[np.ndarray]) -> BatchRelease:
+        """Release the next slot of every run from its cells (-1: no report)."""
+        groups = [m._group(np.asarray(c))[:2] for m, c in zip(self.mechanisms, cells,
+                                                                strict=True)]
+        return self._release(groups)
+
+    def step_classes(self, class_counts: Sequence[np.ndarray],
+                     classes: Sequence[np.ndarray]) -> BatchRelease:
+        """Release the next slot of every run from its reports per (class, cell)
+        (:meth:`~mechanisms.dynamic.DynamicMechanism.step_classes`)."""
+        groups = []
+        for m, cc, cls in zip(self.mechanisms, class_counts, classes, strict=True):
+            m._apply()
+            if cls.shape != (m.n,):
+                raise ValueError(f"expected one class per declared user ({m.n})")
+            groups.append(m.levels.group_classes(np.asarray(cc), cls))
+        return self._release(groups)
+
+    def _release(self, groups: list[tuple[np.ndarray, np.ndarray]]) -> BatchRelease:
+        B, d = self.runs, self.d
+        P = max(1, max(c.shape[0] for c, _ in groups))
+        counts = np.zeros((B, P, d), dtype=np.int64)
+        sizes = np.zeros((B, P), dtype=np.int64)
+        eps1 = np.zeros((B, P))
+        eps2 = np.zeros((B, P))
+        nullified = np.zeros(B, dtype=bool)
+        for b, (m, (c, n)) in enumerate(zip(self.mechanisms, groups, strict=True)):
+            plan = m.levels.plan()
+            k = c.shape[0]
+            counts[b, :k] = c
+            sizes[b, :k] = n
+            eps1[b, :k] = plan.eps1
+            eps2[b, :k] = plan.eps2
+            nullified[b] = plan.nullified
+        first = self.rule.sampling(self.rule.scaled(eps1), sizes)
+        histogram, publish = self.rule.release(eps2, nullified, True, counts, sizes, first)
+        for b, m in enumerate(self.mechanisms):
+            charge = m.levels.commit(bool(publish[b]))
+            if charge.published:
+                m.mechanism.last = histogram[b].copy()
+        slot = self.slot
+        self.slot += 1
         return BatchRelease(slot, histogram, publish)
 
 

@@ -331,6 +331,8 @@ class GridLevels:
         self.codes = np.zeros((2, 0), dtype=np.int64)
         # (ledger version, level of each column, level of each user, bincount keys)
         self._cache: tuple[int, np.ndarray, np.ndarray, np.ndarray] | None = None
+        # (codes, column plan, slot plan) of the last plan
+        self._plan_cache: tuple[np.ndarray, object, SlotPlan] | None = None
         # (classes, ledger version, column of each class, users per class)
         self._class_cache: tuple[np.ndarray, int, np.ndarray, np.ndarray] | None = None
 
@@ -406,13 +408,20 @@ class GridLevels:
         """The grouped levels' budgets, read from their grid codes."""
         table = self.ledger.table
         assert table is not None
-        return SlotPlan(
+        units = self.ledger.plan_columns()
+        cached = self._plan_cache
+        # the same codes and the same column plan (neither changed since): the same plan
+        if cached is not None and cached[0] is self.codes and cached[1] is units:
+            return cached[2]
+        plan = SlotPlan(
             self.ledger.slot,
             table[self.codes[0]] * UNIT,
             table[self.codes[1]] * UNIT,
-            nullified=self.ledger.plan_columns().nullified,
+            nullified=units.nullified,
             projected=self.ledger.projected_count(),
         )
+        self._plan_cache = (self.codes, units, plan)
+        return plan
 
     def commit(self, published: bool) -> Charge:
         """Commit the users' ledger; the charge is per grouped level."""

@@ -193,7 +193,7 @@ def run_task(dataset: str, repeats: list[int], args: dict) -> list[dict]:
     repeat's stream is counted once per class of users (users whose requirements agree in every
     setting) and those counts feed every mechanism that needs only counts.
     """
-    from mechanisms.evaluation.runs import class_counts, make_step, run_batch, true_histograms
+    from mechanisms.evaluation.runs import class_counts, make_step, run_batch
     from mechanisms.requirements import user_classes
 
     rows: list[dict] = []
@@ -214,10 +214,11 @@ def run_task(dataset: str, repeats: list[int], args: dict) -> list[dict]:
 
     for repeat in repeats:
         cells, d = load_cells(dataset, args, repeat)
-        true = true_histograms(cells, d)
         settings_ = _requirements(args, cells.shape[1], repeat)
         classes = user_classes(*(reqs for _, _, reqs in settings_))
-        streams[repeat] = (settings_, class_counts(cells, classes, d), true, d)
+        counts = class_counts(cells, classes, d)
+        true = counts.counts.sum(axis=1)  # what true_histograms(cells, d) counts
+        streams[repeat] = (settings_, counts, true, d)
         for k, name in enumerate(args["mechanisms"]):
             if not counted(name):  # needs each user's cell: run now, while the cells are here
                 run(name, k, [(repeat, st, cells, true, d) for st in settings_])
@@ -231,9 +232,14 @@ def run_task(dataset: str, repeats: list[int], args: dict) -> list[dict]:
 
 
 def split_repeats(datasets: list[str], repeats: int, jobs: int) -> list[tuple[str, list[int]]]:
-    """(dataset, repeats) tasks: each dataset's repeats in about as many parts as it takes to
-    give every process two tasks; a task's runs of one mechanism are one batch."""
-    parts = min(repeats, max(1, -(-2 * max(1, jobs) // len(datasets))))
+    """(dataset, repeats) tasks: each dataset's repeats in the fewest parts that give every
+    process the same number of tasks (the more repeats a task holds, the larger its batches:
+    a task's runs of one mechanism are one batch)."""
+    jobs = max(1, jobs)
+    parts = -(-jobs // len(datasets))
+    while (len(datasets) * parts) % jobs:
+        parts += 1
+    parts = min(repeats, parts)
     return [(ds, part.tolist()) for ds in datasets
             for part in np.array_split(np.arange(repeats), parts)]
 

@@ -58,7 +58,10 @@ def grr_frequencies(
     p = (np.exp(e) / (np.exp(e) + d - 1))[:, None]
     q = (1.0 / (np.exp(e) + d - 1))[:, None]
     kept = rng.binomial(c, p)
-    moved = rng.multinomial(c - kept, np.full(d - 1, 1.0 / (d - 1)))  # (groups, d, d-1)
+    if d == 2:  # one other cell takes every moved report (a one-cell multinomial draws nothing)
+        moved = (c - kept)[:, :, None]
+    else:
+        moved = rng.multinomial(c - kept, np.full(d - 1, 1.0 / (d - 1)))  # (groups, d, d-1)
     # a report moved from cell j by offset k (1..d-1) lands on cell (j + k) mod d
     target = (np.arange(d)[:, None] + np.arange(1, d)[None, :]) % d
     flat = (np.arange(groups)[:, None, None] * d + target[None, :, :]).ravel()

@@ -76,7 +76,7 @@ class ClassCounts:
     classes: np.ndarray
 
 
-def class_counts(cells: np.ndarray, classes: np.ndarray, d: int, chunk: int = 256) -> ClassCounts:
+def class_counts(cells: np.ndarray, classes: np.ndarray, d: int, chunk: int = 16) -> ClassCounts:
     """Count a (T, n) stream's reports per (slot, class, cell), ``chunk`` slots at a time."""
     T, n = cells.shape
     classes = np.asarray(classes, dtype=np.int64)
@@ -154,9 +154,15 @@ def synthetic_cells(
     return out
 
 
-def true_histograms(cells: np.ndarray, d: int) -> np.ndarray:
-    """(T, d) counts of users per cell, ignoring -1."""
+def true_histograms(cells: np.ndarray, d: int, chunk: int = 64) -> np.ndarray:
+    """(T, d) counts of users per cell, ignoring -1 (``chunk`` slots at a time, so that the
+    int64 copies stay small)."""
     T = cells.shape[0]
-    c = cells.astype(np.int64)
-    offsets = c + d * np.arange(T, dtype=np.int64)[:, None]
-    return np.bincount(offsets[c >= 0], minlength=T * d).reshape(T, d)
+    out = np.empty((T, d), dtype=np.int64)
+    for start in range(0, T, chunk):
+        c = cells[start : start + chunk].astype(np.int64)
+        rows = c.shape[0]
+        offsets = c + d * np.arange(rows, dtype=np.int64)[:, None]
+        out[start : start + rows] = np.bincount(offsets[c >= 0], minlength=rows * d).reshape(
+            rows, d)
+    return out
