@@ -44,6 +44,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from mechanisms.baselines.ldp import Plbu, grr_frequencies, grr_variance, oue_variance
 from mechanisms.central import FixedMechanism
 from mechanisms.ledgers.fixed import (
     AbsorptionLedger,
@@ -514,6 +515,97 @@ class BatchedDynamic:
         slot = self.slot
         self.slot += 1
         return BatchRelease(slot, histogram, publish)
+
+
+class BatchedPlbu:
+    """Runs of PLBU (:class:`~mechanisms.baselines.ldp.Plbu`) stepped together: the variances
+    and weights over the batch, each run's simulated reports drawn from its generator as alone
+    (small sets value by value), each run's estimate combined as alone."""
+
+    def __init__(self, mechanisms: Sequence[Plbu]) -> None:
+        if not mechanisms:
+            raise ValueError("a batch needs at least one run")
+        self.mechanisms = list(mechanisms)
+        d = self.mechanisms[0].d
+        if any(m.d != d or m.slot != 1 for m in self.mechanisms):
+            raise ValueError("a batch holds fresh runs over one domain")
+        self.runs, self.d = len(self.mechanisms), d
+        self.groups = [m.group_eps.shape[0] for m in self.mechanisms]
+        G = max(self.groups)
+        self.eps = np.zeros((self.runs, G))
+        self.grr = np.zeros((self.runs, G), dtype=bool)
+        for b, m in enumerate(self.mechanisms):
+            self.eps[b, : self.groups[b]] = m.group_eps
+            self.grr[b, : self.groups[b]] = m.use_grr
+        e = np.exp(self.eps)
+        self._p = e / (e + d - 1)  # GRR: keep the true cell
+        self._q = 1.0 / (e + d - 1)
+        self._class_maps: list[tuple[np.ndarray, np.ndarray] | None] = [None] * self.runs
+        self.slot = 1
+
+    def step(self, cells: Sequence[np.ndarray]) -> BatchRelease:
+        """Release the next slot of every run from its cells (-1: no value)."""
+        counts = np.zeros((self.runs, self.eps.shape[1], self.d), dtype=np.int64)
+        width = self.d + 1
+        for b, (m, c) in enumerate(zip(self.mechanisms, cells, strict=True)):
+            G = self.groups[b]
+            flat = np.bincount(m._keys + np.asarray(c), minlength=G * width)
+            counts[b, :G] = flat.reshape(G, width)[:, 1:]
+        return self.step_counts(counts)
+
+    def step_classes(self, class_counts: Sequence[np.ndarray],
+                     classes: Sequence[np.ndarray]) -> BatchRelease:
+        """Release the next slot of every run from its reports per (class, cell)."""
+        counts = np.zeros((self.runs, self.eps.shape[1], self.d), dtype=np.int64)
+        for b, (m, cc, cls) in enumerate(zip(self.mechanisms, class_counts, classes,
+                                             strict=True)):
+            cached = self._class_maps[b]
+            if cached is None or cached[0] is not cls:
+                cached = self._class_maps[b] = (cls, class_levels(cls, m.group_of_user))
+            np.add.at(counts[b], cached[1], np.asarray(cc, dtype=np.int64))
+        return self.step_counts(counts)
+
+    def step_counts(self, counts: np.ndarray) -> BatchRelease:
+        """Release the next slot of every run from its reports per (budget group, cell), a
+        (runs, groups, d) array (a padded group counts 0)."""
+        d = self.d
+        sizes = counts.sum(axis=2)
+        kept_n = np.maximum(sizes, 1)
+        with np.errstate(divide="ignore"):  # padded groups: budget 0, no users
+            var = np.where(self.grr, grr_variance(self.eps, d, kept_n),
+                           oue_variance(self.eps, kept_n))
+        weights = np.where(sizes > 0, 1.0 / var, 0.0)
+        histogram = np.zeros((self.runs, d))
+        for b, m in enumerate(self.mechanisms):
+            G, rng = self.groups[b], m.rng
+            size, count = sizes[b, :G], counts[b, :G]
+            freq = np.zeros((G, d))
+            oue = np.flatnonzero((size > 0) & ~m.use_grr)
+            if oue.size:  # as Plbu.step_counts
+                n = size[oue][:, None]
+                q = 1.0 / (np.exp(m.group_eps[oue]) + 1.0)[:, None]
+                ones = rng.binomial(count[oue], 0.5) + rng.binomial(n - count[oue], q)
+                freq[oue] = (ones - n * q) / (n * (0.5 - q))
+            grr = np.flatnonzero((size > 0) & m.use_grr)
+            if grr.size and d == 2 and grr.size * d <= _SCALAR_DRAWS:
+                c = count[grr]
+                p, q = self._p[b, grr][:, None], self._q[b, grr][:, None]
+                binomial = rng.binomial
+                kept = np.array([[binomial(x, pg) for x in row] for row, pg in
+                                 zip(c.tolist(), p[:, 0].tolist(), strict=True)],
+                                dtype=np.int64)
+                landed = (c - kept)[:, ::-1].astype(np.float64)  # the other cell's moved
+                safe = np.maximum(size[grr], 1)[:, None]
+                freq[grr] = ((kept + landed) / safe - q) / (p - q)
+            elif grr.size:
+                freq[grr] = grr_frequencies(count[grr], m.group_eps[grr], rng)
+            total = int(size.sum())
+            if total:
+                w = weights[b, :G]
+                histogram[b] = total * (w @ freq) / w.sum()
+        slot = self.slot
+        self.slot += 1
+        return BatchRelease(slot, histogram, np.ones(self.runs, dtype=bool))
 
 
 class BatchedSteppers:

@@ -30,7 +30,7 @@ from mechanisms.baselines.ldp import Plbu
 from mechanisms.baselines.ldp_ids import LdpIds
 from mechanisms.baselines.mtsp_ldp import MtspLdp
 from mechanisms.baselines.spas import Spas
-from mechanisms.batch import BatchedDynamic, BatchedFixed, BatchedSteppers
+from mechanisms.batch import BatchedDynamic, BatchedFixed, BatchedPlbu, BatchedSteppers
 from mechanisms.central import FixedMechanism, create_mechanism
 from mechanisms.dynamic import DynamicMechanism, DynamicRequirements
 from mechanisms.mechanism import Stepper
@@ -65,7 +65,9 @@ def build(
     return LdpIds(s.name, w, E, requirements.n, d, rng)
 
 
-def batch(mechanisms: Sequence[Stepper]) -> BatchedFixed | BatchedDynamic | BatchedSteppers:
+def batch(
+    mechanisms: Sequence[Stepper],
+) -> BatchedFixed | BatchedDynamic | BatchedPlbu | BatchedSteppers:
     """Fresh mechanisms of one kind (from :func:`build`, each with its own generator) as one
     batch stepped by one call per slot (:mod:`mechanisms.batch`): the central mechanisms
     vectorised over the runs, the others run by run. Each run releases what it would alone.
@@ -80,4 +82,6 @@ def batch(mechanisms: Sequence[Stepper]) -> BatchedFixed | BatchedDynamic | Batc
         return BatchedFixed(mechanisms)
     if len(mechanisms) > 1 and all(isinstance(m, DynamicMechanism) for m in mechanisms):
         return BatchedDynamic(mechanisms)  # one run alone: its own rule costs less
+    if mechanisms and all(isinstance(m, Plbu) for m in mechanisms):
+        return BatchedPlbu(mechanisms)
     return BatchedSteppers(mechanisms)

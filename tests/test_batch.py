@@ -160,3 +160,17 @@ def test_value_by_value_binomial_draws_what_one_array_call_draws():
         a = draw_binomial(np.random.default_rng(8), counts[:rows], p[:rows])
         b = np.random.default_rng(8).binomial(counts[:rows], p[:rows][:, None]).sum(axis=0)
         assert [int(x) for x in a] == b.tolist()
+
+
+@pytest.mark.parametrize("d", [2, 40])
+def test_plbu_batch_over_two_cells_and_many(d):
+    """Two cells: GRR's reports drawn value by value; many cells: OUE's array draws."""
+    reqs = [requirements(E, w, seed) for E, w, seed in SETTINGS]
+    alone = [make_step("plbu", r, d, np.random.default_rng([k, 15])) for k, r in enumerate(reqs)]
+    together = batch([make_step("plbu", r, d, np.random.default_rng([k, 15]))
+                      for k, r in enumerate(reqs)])
+    cells = stream(5, d=d)
+    for t in range(T):
+        got = together.step([cells[t]] * len(alone))
+        for b, mech in enumerate(alone):
+            assert np.array_equal(got.histogram[b], mech.step(cells[t]).histogram), (d, t, b)
