@@ -576,6 +576,11 @@ class BatchedPlbu:
                            oue_variance(self.eps, kept_n))
         weights = np.where(sizes > 0, 1.0 / var, 0.0)
         histogram = np.zeros((self.runs, d))
+        # GRR over two cells, the sweep's case: every run's kept reports drawn value by value,
+        # then the estimates of the whole batch at once
+        fast = self.grr & (sizes > 0) if d == 2 else np.zeros(sizes.shape, dtype=bool)
+        kept = np.zeros(counts.shape, dtype=np.int64)
+        freqs = []
         for b, m in enumerate(self.mechanisms):
             G, rng = self.groups[b], m.rng
             size, count = sizes[b, :G], counts[b, :G]
@@ -586,20 +591,28 @@ class BatchedPlbu:
                 q = 1.0 / (np.exp(m.group_eps[oue]) + 1.0)[:, None]
                 ones = rng.binomial(count[oue], 0.5) + rng.binomial(n - count[oue], q)
                 freq[oue] = (ones - n * q) / (n * (0.5 - q))
-            grr = np.flatnonzero((size > 0) & m.use_grr)
-            if grr.size and d == 2 and grr.size * d <= _SCALAR_DRAWS:
-                c = count[grr]
-                p, q = self._p[b, grr][:, None], self._q[b, grr][:, None]
+            if d == 2:
                 binomial = rng.binomial
-                kept = np.array([[binomial(x, pg) for x in row] for row, pg in
-                                 zip(c.tolist(), p[:, 0].tolist(), strict=True)],
-                                dtype=np.int64)
-                landed = (c - kept)[:, ::-1].astype(np.float64)  # the other cell's moved
-                safe = np.maximum(size[grr], 1)[:, None]
-                freq[grr] = ((kept + landed) / safe - q) / (p - q)
-            elif grr.size:
-                freq[grr] = grr_frequencies(count[grr], m.group_eps[grr], rng)
-            total = int(size.sum())
+                for g, (row, pg, go) in enumerate(zip(count.tolist(), self._p[b].tolist(),
+                                                      fast[b].tolist(), strict=False)):
+                    if go:
+                        kept[b, g] = (binomial(row[0], pg), binomial(row[1], pg))
+            else:
+                grr = np.flatnonzero((size > 0) & m.use_grr)
+                if grr.size:
+                    freq[grr] = grr_frequencies(count[grr], m.group_eps[grr], rng)
+            freqs.append(freq)
+        if fast.any():
+            landed = (counts - kept)[:, :, ::-1].astype(np.float64)  # the other cell's moved
+            safe = np.maximum(sizes, 1)[:, :, None]
+            p, q = self._p[:, :, None], self._q[:, :, None]
+            with np.errstate(divide="ignore", invalid="ignore"):
+                grr_freq = ((kept + landed) / safe - q) / (p - q)
+        for b, freq in enumerate(freqs):
+            G = self.groups[b]
+            if fast[b].any():
+                freq = np.where(fast[b, :G, None], grr_freq[b, :G], freq)
+            total = int(sizes[b].sum())
             if total:
                 w = weights[b, :G]
                 histogram[b] = total * (w @ freq) / w.sum()
