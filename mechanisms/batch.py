@@ -12,13 +12,20 @@ and with the same arguments, so each run of a batch releases exactly what it rel
 tests check it bit for bit for every registered mechanism). Only the draws are made per run: a
 short loop over the runs that draw at the slot.
 
-:class:`BatchedFixed` is the batch of the central mechanisms (PBD, PBA, BD, BA, Uniform, Sample):
-their ledgers and the release rule, vectorised over the batch. It can take per-(level, cell)
-counts directly (:meth:`BatchedFixed.step_counts`), which is how the evaluation feeds it: each
-realised stream is counted once per user *class* (users whose requirements agree in every
-setting) and :meth:`BatchedFixed.class_matrix` maps class counts to each run's level counts.
-:class:`BatchedSteppers` steps any other mechanism (dynamic ones and the baselines) run by run
-behind the same batch interface.
+- :class:`BatchedRule`: the release rule (OBS, sampling, dissimilarity, publish test, noise)
+  over the batch.
+- :class:`BatchedFixed`: the central mechanisms (PBD, PBA, BD, BA, Uniform, Sample), their
+  ledgers and the rule vectorised over the batch. It takes per-(level, cell) counts directly
+  (:meth:`BatchedFixed.step_counts`), which is how the evaluation feeds it: each realised stream
+  is counted once per user *class* (users whose requirements agree in every setting) and
+  :meth:`BatchedFixed.class_matrix` maps class counts to each run's level counts.
+- :class:`BatchedDynamic`: DPBD and DPBA, each run's per-user ledger planned and committed as
+  alone (it is not vectorised over runs), the rule over the batch.
+- :class:`BatchedPlbu`: PLBU, its variances, weights and two-cell GRR estimates over the batch.
+- :class:`BatchedSteppers`: any other mechanism (SPAS, the local-DP family, MTSP-LDP) run by
+  run behind the same batch interface.
+
+:func:`mechanisms.build.batch` picks the class.
 
 Two runs of PBA at different budgets stepped together release what each releases alone:
 
