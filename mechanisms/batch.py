@@ -53,6 +53,8 @@ import numpy as np
 
 from mechanisms.baselines.ldp import Plbu, grr_frequencies, grr_variance, oue_variance
 from mechanisms.central import FixedMechanism
+from mechanisms.dynamic import DynamicMechanism, _Directory, _validate
+from mechanisms.ledgers.columns import UNIT
 from mechanisms.ledgers.fixed import (
     AbsorptionLedger,
     BudgetLedger,
@@ -456,72 +458,154 @@ class BatchedFixed:
 
 
 class BatchedDynamic:
-    """Runs of DPBD or DPBA (:class:`~mechanisms.dynamic.DynamicMechanism`) stepped together:
-    each run's ledger plans and commits as alone; the release rule runs on the whole batch.
+    """Runs of DPBD or DPBA (:class:`~mechanisms.dynamic.DynamicMechanism`) stepped together.
 
-    Built from fresh mechanisms, which the batch then steps (their ledgers advance with it).
+    The runs' per-user ledgers are held as one :class:`~mechanisms.ledgers.dynamic.
+    DynamicLedger` whose columns each belong to one run (a run's users declare apart, so no
+    column is shared, and groups are never merged across runs): it plans and commits the whole
+    batch with one call per slot, each run nullified and published on its own. The runs' levels
+    (distinct budget pairs of a run's columns) and the release rule are computed over the batch.
+
+    Built from fresh mechanisms (their requirements, domain, noise and generators); the
+    mechanisms themselves are not stepped.
     """
 
-    def __init__(self, mechanisms: Sequence) -> None:
+    def __init__(self, mechanisms: Sequence[DynamicMechanism]) -> None:
         if not mechanisms:
             raise ValueError("a batch needs at least one run")
         first = mechanisms[0]
         for m in mechanisms:
-            if m.slot != 1:
+            if m.slot != 1 or m.n or m._extra:
                 raise ValueError("a batch starts from fresh mechanisms (slot 1)")
-            if (m.name, m.d, m.rule.noise, m.rule.test, m.rule.sensitivity) != (
-                first.name, first.d, first.rule.noise, first.rule.test, first.rule.sensitivity
-            ):
+            if (type(m.ledger), m.ledger.grid_bits, m.d, m.rule.noise, m.rule.test,
+                m.rule.sensitivity) != (type(first.ledger), first.ledger.grid_bits, first.d,
+                                        first.rule.noise, first.rule.test,
+                                        first.rule.sensitivity):
                 raise ValueError("a batch holds runs of one mechanism, domain and noise")
-        self.mechanisms = list(mechanisms)
-        self.runs, self.d = len(self.mechanisms), first.d
+        self.requirements = [m.requirements for m in mechanisms]
+        self.runs, self.d = len(mechanisms), first.d
+        widths = np.array([m.ledger.max_window for m in mechanisms], dtype=np.int64)
+        ledger = type(first.ledger)(int(widths.max()), first.ledger.grid_bits, 1 << 62)
+        ledger.owner = np.zeros(0, dtype=np.int64)
+        ledger.runs = self.runs
+        ledger.run_tie_units = np.array([m.ledger.tie_units for m in mechanisms])
+        ledger.nullified_runs = np.zeros(self.runs, dtype=bool)
+        self.ledger = ledger
         self.rule = BatchedRule([m.rng for m in mechanisms], first.d, first.rule.noise,
                                 first.rule.test, first.rule.sensitivity)
-        self.slot = 1
+        self.directories = [_Directory() for _ in mechanisms]
+        self.users = [np.zeros(0, dtype=np.int64) for _ in mechanisms]  # ledger index of each
+        self._declared = [set(np.unique(r.slot).tolist()) for r in self.requirements]
+        self._class_maps: list[tuple | None] = [None] * self.runs
+
+    @property
+    def slot(self) -> int:
+        """The next slot to be released (from 1)."""
+        return self.ledger.slot
+
+    def _apply(self) -> None:
+        """This slot's declarations, run by run (each its own declare: no shared column)."""
+        ledger, t = self.ledger, self.ledger.slot
+        for b, req in enumerate(self.requirements):
+            if t not in self._declared[b]:
+                continue
+            users, wB, EB, wF, EF = req.at(t)
+            if not users:
+                continue
+            wB, EB, wF, EF = _validate(users, wB, EB, wF, EF)
+            directory = self.directories[b]
+            local = directory.indices(users)
+            fresh = local >= directory_size(directory)
+            index = np.empty(local.size, dtype=np.int64)
+            index[~fresh] = self.users[b][local[~fresh]]
+            order = np.argsort(local[fresh], kind="stable")
+            added = ledger.n + np.arange(int(fresh.sum()), dtype=np.int64)
+            index[np.flatnonzero(fresh)[order]] = added
+            ledger.declare(index, wB, EB, wF, EF)
+            directory.add(users, local)
+            self.users[b] = np.concatenate([self.users[b], added])
+            owner = np.zeros(ledger.size.shape[0], dtype=np.int64)
+            owner[: ledger.owner.size] = ledger.owner[: owner.size]
+            owner[ledger.group[self.users[b]]] = b
+            ledger.owner = owner
 
     def step(self, cells: Sequence[np.ndarray]) -> BatchRelease:
         """Release the next slot of every run from its cells (-1: no report)."""
-        groups = [m._group(np.asarray(c))[:2] for m, c in zip(self.mechanisms, cells,
-                                                                strict=True)]
-        return self._release(groups)
+        self._apply()
+        counts = []
+        for b, c in enumerate(cells):
+            c = np.asarray(c)
+            n = self.users[b].size
+            if c.shape != (n,) or c.dtype.kind not in "iu":
+                raise ValueError(f"run {b}: expected {n} integer cells")
+            if n and (c.min() < -1 or c.max() >= self.d):
+                raise ValueError(f"run {b}: cells must lie in [0, {self.d}) or be -1")
+            keep = c >= 0
+            counts.append((self.users[b][keep], c[keep]))
+        return self._release(counts, by_user=True)
 
     def step_classes(self, class_counts: Sequence[np.ndarray],
                      classes: Sequence[np.ndarray]) -> BatchRelease:
-        """Release the next slot of every run from its reports per (class, cell)
-        (:meth:`~mechanisms.dynamic.DynamicMechanism.step_classes`)."""
-        groups = []
-        for m, cc, cls in zip(self.mechanisms, class_counts, classes, strict=True):
-            m._apply()
-            if cls.shape != (m.n,):
-                raise ValueError(f"expected one class per declared user ({m.n})")
-            groups.append(m.levels.group_classes(np.asarray(cc), cls))
-        return self._release(groups)
+        """Release the next slot of every run from its reports per (class, cell), all users of
+        a class being in one ledger column of the run."""
+        self._apply()
+        return self._release(list(zip(classes, class_counts, strict=True)), by_user=False)
 
-    def _release(self, groups: list[tuple[np.ndarray, np.ndarray]]) -> BatchRelease:
-        B, d = self.runs, self.d
-        P = max(1, max(c.shape[0] for c, _ in groups))
-        counts = np.zeros((B, P, d), dtype=np.int64)
-        sizes = np.zeros((B, P), dtype=np.int64)
+    def _release(self, reports: list, by_user: bool) -> BatchRelease:
+        ledger, d, B = self.ledger, self.d, self.runs
+        slot = ledger.slot
+        plan = ledger.plan_columns()
+        k = ledger.k
+        owner, size = ledger.owner[:k], ledger.size[:k]
+        code1, code2 = plan.stored1.astype(np.int64), plan.stored2.astype(np.int64)
+        width2 = int(code2.max(initial=0)) + 1
+        pair = code1 * width2 + code2
+        span = int(pair.max(initial=0)) + 1
+        key = owner * span + pair
+        live = size > 0
+        keys = np.unique(key[live])  # sorted by run, then by (eps1, eps2) code: as alone
+        level_of_col = np.searchsorted(keys, key)
+        run_of_level = keys // span
+        start = np.searchsorted(run_of_level, np.arange(B))
+        rank = np.arange(keys.size) - start[run_of_level]  # a level's index within its run
+        P = max(1, int(np.bincount(run_of_level, minlength=B).max(initial=0)))
+        table = ledger.table
         eps1 = np.zeros((B, P))
         eps2 = np.zeros((B, P))
-        nullified = np.zeros(B, dtype=bool)
-        for b, (m, (c, n)) in enumerate(zip(self.mechanisms, groups, strict=True)):
-            plan = m.levels.plan()
-            k = c.shape[0]
-            counts[b, :k] = c
-            sizes[b, :k] = n
-            eps1[b, :k] = plan.eps1
-            eps2[b, :k] = plan.eps2
-            nullified[b] = plan.nullified
+        eps1[run_of_level, rank] = table[(keys % span) // width2] * UNIT
+        eps2[run_of_level, rank] = table[(keys % span) % width2] * UNIT
+        sizes = np.zeros((B, P), dtype=np.int64)
+        np.add.at(sizes, (owner[live], rank[level_of_col[live]]), size[live])
+        counts = np.zeros((B, P, d), dtype=np.int64)
+        for b, (who, what) in enumerate(reports):
+            if by_user:
+                levels = rank[level_of_col[ledger.group[who]]]
+                np.add.at(counts[b], (levels, what), 1)
+            else:
+                column_of_class = self._columns(b, who)
+                used = column_of_class >= 0
+                levels = rank[level_of_col[column_of_class[used]]]
+                np.add.at(counts[b], levels, np.asarray(what)[used])
         first = self.rule.sampling(self.rule.scaled(eps1), sizes)
-        histogram, publish = self.rule.release(eps2, nullified, True, counts, sizes, first)
-        for b, m in enumerate(self.mechanisms):
-            charge = m.levels.commit(bool(publish[b]))
-            if charge.published:
-                m.mechanism.last = histogram[b].copy()
-        slot = self.slot
-        self.slot += 1
-        return BatchRelease(slot, histogram, publish)
+        histogram, publish = self.rule.release(eps2, ledger.nullified_runs.copy(), True, counts,
+                                               sizes, first)
+        done = ledger.commit_runs(publish)
+        return BatchRelease(slot, histogram, done)
+
+    def _columns(self, b: int, classes: np.ndarray) -> np.ndarray:
+        """The ledger column of each class of run b's users (cached while columns hold)."""
+        cached = self._class_maps[b]
+        if cached is None or cached[0] is not classes or cached[1] != self.ledger.version:
+            if classes.shape != self.users[b].shape:
+                raise ValueError(f"run {b}: one class per declared user expected")
+            cols = class_levels(classes, self.ledger.group[self.users[b]])
+            cached = self._class_maps[b] = (classes, self.ledger.version, cols)
+        return cached[2]
+
+
+def directory_size(directory: _Directory) -> int:
+    """Users a directory holds."""
+    return len(directory.users)
 
 
 class BatchedPlbu:

@@ -81,7 +81,7 @@ def batch(
     if mechanisms and all(isinstance(m, FixedMechanism) for m in mechanisms):
         return BatchedFixed(mechanisms)
     if len(mechanisms) > 1 and all(isinstance(m, DynamicMechanism) for m in mechanisms):
-        return BatchedDynamic(mechanisms)  # one run alone: its own rule costs less
+        return BatchedDynamic(mechanisms)  # one run alone: its own ledger costs less
     if mechanisms and all(isinstance(m, Plbu) for m in mechanisms):
         return BatchedPlbu(mechanisms)
     return BatchedSteppers(mechanisms)
