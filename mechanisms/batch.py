@@ -19,8 +19,8 @@ short loop over the runs that draw at the slot.
   (:meth:`BatchedFixed.step_counts`), which is how the evaluation feeds it: each realised stream
   is counted once per user *class* (users whose requirements agree in every setting) and
   :meth:`BatchedFixed.class_matrix` maps class counts to each run's level counts.
-- :class:`BatchedDynamic`: DPBD and DPBA, each run's per-user ledger planned and committed as
-  alone (it is not vectorised over runs), the rule over the batch.
+- :class:`BatchedDynamic`: DPBD and DPBA, the runs' per-user ledgers held as one ledger whose
+  columns each belong to one run, levels and the rule over the batch.
 - :class:`BatchedPlbu`: PLBU, its variances, weights and two-cell GRR estimates over the batch.
 - :class:`BatchedSteppers`: any other mechanism (SPAS, the local-DP family, MTSP-LDP) run by
   run behind the same batch interface.
@@ -515,7 +515,7 @@ class BatchedDynamic:
             wB, EB, wF, EF = _validate(users, wB, EB, wF, EF)
             directory = self.directories[b]
             local = directory.indices(users)
-            fresh = local >= directory_size(directory)
+            fresh = local >= len(directory.users)
             index = np.empty(local.size, dtype=np.int64)
             index[~fresh] = self.users[b][local[~fresh]]
             order = np.argsort(local[fresh], kind="stable")
@@ -601,11 +601,6 @@ class BatchedDynamic:
             cols = class_levels(classes, self.ledger.group[self.users[b]])
             cached = self._class_maps[b] = (classes, self.ledger.version, cols)
         return cached[2]
-
-
-def directory_size(directory: _Directory) -> int:
-    """Users a directory holds."""
-    return len(directory.users)
 
 
 class BatchedPlbu:
