@@ -15,8 +15,9 @@ import os
 import sys
 import time
 from collections import defaultdict
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from importlib.util import find_spec
+from multiprocessing import Manager
 from pathlib import Path
 
 import numpy as np
@@ -185,13 +186,14 @@ def counted(name: str) -> bool:
     return s.family in ("central", "dynamic") or s.name in ("spas", "plbu")
 
 
-def run_task(dataset: str, repeats: list[int], args: dict) -> list[dict]:
+def run_task(dataset: str, repeats: list[int], args: dict, progress=None) -> list[dict]:
     """Every mechanism and setting on one dataset and some of its repeats.
 
     The runs of one mechanism are stepped together (:func:`mechanisms.evaluation.runs.
     run_batch`), each with the generator it has alone, so each gives what it gives alone. Each
     repeat's stream is counted once per class of users (users whose requirements agree in every
-    setting) and those counts feed every mechanism that needs only counts.
+    setting) and those counts feed every mechanism that needs only counts. ``progress`` (a
+    queue) is told how many runs each finished batch held.
     """
     from mechanisms.evaluation.runs import class_counts, make_step, run_batch
     from mechanisms.requirements import user_classes
@@ -211,6 +213,8 @@ def run_task(dataset: str, repeats: list[int], args: dict) -> list[dict]:
                          "fresh": res.fresh, "slots": true.shape[0],
                          "seconds": round(res.seconds, 3),
                          "ratio": "" if ratio is None else ratio})
+        if progress is not None:
+            progress.put(len(specs))
 
     for repeat in repeats:
         cells, d = load_cells(dataset, args, repeat)
@@ -384,15 +388,21 @@ def run(args: argparse.Namespace) -> int:
     # one bar over the runs; disable=None: drawn on a terminal only, silent in CI logs
     bar = tqdm(total=runs, desc="evaluate", unit="run", disable=None)
     try:
-        with ProcessPoolExecutor(max_workers=max(1, args.jobs)) as pool:
-            futures = {pool.submit(run_task, ds, rs, shared): (ds, rs) for ds, rs in tasks}
-            for fut in as_completed(futures):
-                ds, rs = futures[fut]
-                done = fut.result()
-                rows.extend(done)
-                span = f"{rs[0]}" if len(rs) == 1 else f"{rs[0]}-{rs[-1]}"
-                bar.set_postfix_str(f"{ds} repeats {span} done", refresh=False)
-                bar.update(len(done))
+        with ProcessPoolExecutor(max_workers=max(1, args.jobs)) as pool, Manager() as manager:
+            # the tasks report each batch of runs they finish, so the bar moves per batch
+            progress = manager.Queue()
+            futures = {pool.submit(run_task, ds, rs, shared, progress): (ds, rs)
+                       for ds, rs in tasks}
+            pending = set(futures)
+            while pending:
+                finished, pending = wait(pending, timeout=0.5, return_when=FIRST_COMPLETED)
+                for fut in finished:
+                    ds, rs = futures[fut]
+                    rows.extend(fut.result())
+                    span = f"{rs[0]}" if len(rs) == 1 else f"{rs[0]}-{rs[-1]}"
+                    bar.set_postfix_str(f"{ds} repeats {span} done", refresh=False)
+                while not progress.empty():
+                    bar.update(progress.get())
     except (ValueError, OSError, ImportError) as exc:
         bar.close()
         print(f"pwevent evaluate: error: {exc}", file=sys.stderr)
