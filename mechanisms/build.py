@@ -7,7 +7,9 @@ always has ``slot``, ``histogram`` and ``published``. The central mechanisms tak
 :class:`~mechanisms.dynamic.DynamicRequirements`; the homogeneous baselines run at the
 strictest requirement.
 
->>> import numpy as np
+>>> from collections.abc import Sequence
+
+import numpy as np
 >>> from mechanisms.registry import names
 >>> req = FixedRequirements(("a", "b", "c"), np.array([4, 2, 3]), np.array([1.0, 1.0, 1.0]))
 >>> released = {}
@@ -20,13 +22,16 @@ strictest requirement.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 
 from mechanisms.baselines.ldp import Plbu
 from mechanisms.baselines.ldp_ids import LdpIds
 from mechanisms.baselines.mtsp_ldp import MtspLdp
 from mechanisms.baselines.spas import Spas
-from mechanisms.central import create_mechanism
+from mechanisms.batch import BatchedDynamic, BatchedFixed, BatchedPlbu, BatchedSteppers
+from mechanisms.central import FixedMechanism, create_mechanism
 from mechanisms.dynamic import DynamicMechanism, DynamicRequirements
 from mechanisms.mechanism import Stepper
 from mechanisms.registry import spec
@@ -58,3 +63,25 @@ def build(
     if s.name == "mtsp":
         return MtspLdp(w, E, requirements.n, d, rng)
     return LdpIds(s.name, w, E, requirements.n, d, rng)
+
+
+def batch(
+    mechanisms: Sequence[Stepper],
+) -> BatchedFixed | BatchedDynamic | BatchedPlbu | BatchedSteppers:
+    """Fresh mechanisms of one kind (from :func:`build`, each with its own generator) as one
+    batch stepped by one call per slot (:mod:`mechanisms.batch`): the central mechanisms
+    vectorised over the runs, the others run by run. Each run releases what it would alone.
+
+    >>> req = FixedRequirements(("a", "b"), np.array([4, 2]), np.array([1.0, 1.0]))
+    >>> runs = batch([build("pbd", req, 2, np.random.default_rng(s)) for s in range(3)])
+    >>> runs.step(np.array([[0, 1], [1, 1], [0, -1]])).histogram.shape
+    (3, 2)
+    """
+    mechanisms = list(mechanisms)
+    if mechanisms and all(isinstance(m, FixedMechanism) for m in mechanisms):
+        return BatchedFixed(mechanisms)
+    if len(mechanisms) > 1 and all(isinstance(m, DynamicMechanism) for m in mechanisms):
+        return BatchedDynamic(mechanisms)  # one run alone: its own ledger costs less
+    if mechanisms and all(isinstance(m, Plbu) for m in mechanisms):
+        return BatchedPlbu(mechanisms)
+    return BatchedSteppers(mechanisms)

@@ -98,6 +98,15 @@ class Release:
         return self.level_eps2[self.level_of_user]
 
 
+@dataclass(frozen=True)
+class SlotRelease:
+    """A slot's release with only what every release has (a run stepped from counts)."""
+
+    slot: int
+    histogram: np.ndarray
+    published: bool
+
+
 @runtime_checkable
 class Released(Protocol):
     """What every mechanism releases for a slot (its release types add their own details)."""

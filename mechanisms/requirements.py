@@ -94,3 +94,37 @@ class FixedRequirements:
         return FixedRequirements(
             self.users, np.full(self.n, w, dtype=np.int64), np.full(self.n, E, dtype=np.float64)
         )
+
+
+def user_classes(*requirements: FixedRequirements) -> np.ndarray:
+    """Label each user by its requirements over all ``requirements`` (same users, same order):
+    users of one class have the same (w, E) in every one of them, so a mechanism that groups
+    users by their requirement puts a whole class in one group.
+
+    >>> a = FixedRequirements(("x", "y", "z"), np.array([2, 2, 3]), np.array([1.0, 1.0, 1.0]))
+    >>> b = FixedRequirements(("x", "y", "z"), np.array([2, 4, 3]), np.array([0.5, 0.5, 0.5]))
+    >>> user_classes(a, b).tolist(), user_classes(a).tolist()
+    ([0, 1, 2], [0, 0, 1])
+    """
+    if not requirements:
+        raise ValueError("no requirements given")
+    n = requirements[0].n
+    if any(r.n != n for r in requirements):
+        raise ValueError("requirements over different numbers of users")
+    columns = [c for r in requirements for c in (r.w.astype(np.float64), r.E)]
+    _, labels = np.unique(np.stack(columns, axis=1), axis=0, return_inverse=True)
+    return labels.reshape(-1).astype(np.int64)
+
+
+def class_levels(classes: np.ndarray, level_of_user: np.ndarray) -> np.ndarray:
+    """The level of each class of users (labels 0..C-1, -1 for a label without users);
+    ``ValueError`` if a class's users are in different levels."""
+    classes = np.asarray(classes, dtype=np.int64)
+    level_of_user = np.asarray(level_of_user, dtype=np.int64)
+    if classes.shape != level_of_user.shape:
+        raise ValueError("one class per user expected")
+    out = np.full(int(classes.max(initial=-1)) + 1, -1, dtype=np.int64)
+    out[classes] = level_of_user
+    if not np.array_equal(out[classes], level_of_user):
+        raise ValueError("a class of users spans several levels")
+    return out

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from mechanisms.requirements import FixedRequirements
+from mechanisms.requirements import FixedRequirements, class_levels
 
 
 def oue_variance(eps: np.ndarray, n: np.ndarray | float = 1.0) -> np.ndarray:
@@ -58,7 +58,10 @@ def grr_frequencies(
     p = (np.exp(e) / (np.exp(e) + d - 1))[:, None]
     q = (1.0 / (np.exp(e) + d - 1))[:, None]
     kept = rng.binomial(c, p)
-    moved = rng.multinomial(c - kept, np.full(d - 1, 1.0 / (d - 1)))  # (groups, d, d-1)
+    if d == 2:  # one other cell takes every moved report (a one-cell multinomial draws nothing)
+        moved = (c - kept)[:, :, None]
+    else:
+        moved = rng.multinomial(c - kept, np.full(d - 1, 1.0 / (d - 1)))  # (groups, d, d-1)
     # a report moved from cell j by offset k (1..d-1) lands on cell (j + k) mod d
     target = (np.arange(d)[:, None] + np.arange(1, d)[None, :]) % d
     flat = (np.arange(groups)[:, None, None] * d + target[None, :, :]).ravel()
@@ -88,6 +91,7 @@ class Plbu:
         self.group_of_user = self.group_of_user.reshape(-1).astype(np.int64)
         self.use_grr = grr_variance(self.group_eps, self.d) < oue_variance(self.group_eps)
         self._keys = self.group_of_user * (self.d + 1) + 1
+        self._class_map: tuple[np.ndarray, np.ndarray] | None = None
 
     @property
     def user_eps(self) -> np.ndarray:
@@ -99,7 +103,20 @@ class Plbu:
         groups = self.group_eps.shape[0]
         width = self.d + 1
         counts = np.bincount(self._keys + cells, minlength=groups * width)
-        counts = counts.reshape(groups, width)[:, 1:]
+        return self.step_counts(counts.reshape(groups, width)[:, 1:])
+
+    def step_classes(self, class_counts: np.ndarray, classes: np.ndarray) -> PlbuRelease:
+        """Estimate the next slot from reports per (class of users, cell), every user of a
+        class being in one budget group (the batched evaluation's count path)."""
+        if self._class_map is None or self._class_map[0] is not classes:
+            self._class_map = (classes, class_levels(classes, self.group_of_user))
+        counts = np.zeros((self.group_eps.shape[0], self.d), dtype=np.int64)
+        np.add.at(counts, self._class_map[1], np.asarray(class_counts, dtype=np.int64))
+        return self.step_counts(counts)
+
+    def step_counts(self, counts: np.ndarray) -> PlbuRelease:
+        """Estimate the next slot from the reports per (budget group, cell)."""
+        groups = self.group_eps.shape[0]
         sizes = counts.sum(axis=1)
         freq = np.zeros((groups, self.d))
         oue = np.flatnonzero((sizes > 0) & ~self.use_grr)

@@ -116,6 +116,11 @@ class Spas:
         cells = np.asarray(cells)
         return self.step_counts(np.bincount(cells[cells >= 0], minlength=self.d))
 
+    def step_classes(self, class_counts: np.ndarray, classes: np.ndarray) -> SpasRelease:
+        """Release the next slot from reports per (class of users, cell): SPAS needs only
+        their total (the batched evaluation's count path)."""
+        return self.step_counts(np.asarray(class_counts).sum(axis=0))
+
     def step_counts(self, counts: np.ndarray) -> SpasRelease:
         """Release the next slot from the true histogram ``counts`` (d,)."""
         counts = np.asarray(counts)

@@ -7,11 +7,13 @@ histogram per slot. The metrics compare released and true histograms over the wh
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
-from mechanisms.build import build
+from mechanisms.batch import BatchedFixed
+from mechanisms.build import batch, build
 from mechanisms.dynamic import DynamicRequirements
 from mechanisms.evaluation.experiments import dynamic_rows
 from mechanisms.evaluation.metrics import ajsd, amre, mae
@@ -66,6 +68,82 @@ def run_stream(mech: Stepper, cells: np.ndarray, true: np.ndarray) -> RunResult:
                      seconds)
 
 
+@dataclass(frozen=True)
+class ClassCounts:
+    """A realised stream counted once per class of users: ``counts`` (T, classes, d) reports,
+    ``classes`` each user's class (:func:`mechanisms.requirements.user_classes`)."""
+
+    counts: np.ndarray
+    classes: np.ndarray
+
+
+def class_counts(cells: np.ndarray, classes: np.ndarray, d: int, chunk: int = 16) -> ClassCounts:
+    """Count a (T, n) stream's reports per (slot, class, cell), ``chunk`` slots at a time."""
+    T, n = cells.shape
+    classes = np.asarray(classes, dtype=np.int64)
+    C = int(classes.max(initial=-1)) + 1
+    width = d + 1
+    out = np.empty((T, C, d), dtype=np.int64)
+    keys = classes * width + 1
+    for start in range(0, T, chunk):
+        part = cells[start : start + chunk].astype(np.int64)
+        rows = part.shape[0]
+        flat = part + keys[None, :]
+        flat += (np.arange(rows, dtype=np.int64) * (C * width))[:, None]
+        table = np.bincount(flat.ravel(), minlength=rows * C * width)
+        out[start : start + rows] = table.reshape(rows, C, width)[:, :, 1:]
+    return ClassCounts(out, classes)
+
+
+def run_batch(
+    mechs: Sequence[Stepper],
+    streams: Sequence[np.ndarray | ClassCounts],
+    trues: Sequence[np.ndarray],
+    chunk: int = 256,
+) -> list[RunResult]:
+    """Replay each run's stream through its mechanism, all runs stepped together
+    (:func:`mechanisms.build.batch`); each run's result is what :func:`run_stream` gives it
+    alone (``seconds`` is the batch's time divided among its runs).
+
+    A stream is (T, n) cells or its :class:`ClassCounts`; counts feed the central mechanisms
+    their level counts and the others their ``step_classes``, without a pass over the users.
+    """
+    runs = batch(mechs)
+    B = len(mechs)
+    T, d = trues[0].shape
+    released = np.zeros((B, T, d), dtype=np.float64)
+    fresh = np.zeros(B, dtype=np.int64)
+    counted = all(isinstance(s, ClassCounts) for s in streams)
+    start = time.perf_counter()
+    if counted and isinstance(runs, BatchedFixed):
+        matrix = runs.class_matrix([s.classes for s in streams])  # (B, L, C)
+        C = matrix.shape[2]
+        for lo in range(0, T, chunk):
+            hi = min(lo + chunk, T)
+            cc = np.zeros((B, hi - lo, C, d), dtype=np.int64)
+            for b, s in enumerate(streams):
+                cc[b, :, : s.counts.shape[1]] = s.counts[lo:hi]
+            level = np.matmul(matrix[:, None], cc)  # (B, slots, L, d)
+            for i in range(hi - lo):
+                release = runs.step_counts(level[:, i])
+                released[:, lo + i] = release.histogram
+                fresh += release.published
+    elif counted:
+        classes = [s.classes for s in streams]
+        for t in range(T):
+            release = runs.step_classes([s.counts[t] for s in streams], classes)
+            released[:, t] = release.histogram
+            fresh += release.published
+    else:
+        for t in range(T):
+            release = runs.step([np.asarray(s[t], dtype=np.int64) for s in streams])
+            released[:, t] = release.histogram
+            fresh += release.published
+    seconds = (time.perf_counter() - start) / B
+    return [RunResult(amre(released[b], trues[b]), ajsd(released[b], trues[b]),
+                      mae(released[b], trues[b]), int(fresh[b]), seconds) for b in range(B)]
+
+
 def synthetic_cells(
     probabilities: np.ndarray, n: int, rng: np.random.Generator
 ) -> np.ndarray:
@@ -77,9 +155,15 @@ def synthetic_cells(
     return out
 
 
-def true_histograms(cells: np.ndarray, d: int) -> np.ndarray:
-    """(T, d) counts of users per cell, ignoring -1."""
+def true_histograms(cells: np.ndarray, d: int, chunk: int = 64) -> np.ndarray:
+    """(T, d) counts of users per cell, ignoring -1 (``chunk`` slots at a time, so that the
+    int64 copies stay small)."""
     T = cells.shape[0]
-    c = cells.astype(np.int64)
-    offsets = c + d * np.arange(T, dtype=np.int64)[:, None]
-    return np.bincount(offsets[c >= 0], minlength=T * d).reshape(T, d)
+    out = np.empty((T, d), dtype=np.int64)
+    for start in range(0, T, chunk):
+        c = cells[start : start + chunk].astype(np.int64)
+        rows = c.shape[0]
+        offsets = c + d * np.arange(rows, dtype=np.int64)[:, None]
+        out[start : start + rows] = np.bincount(offsets[c >= 0], minlength=rows * d).reshape(
+            rows, d)
+    return out

@@ -180,6 +180,12 @@ class DynamicLedger:
         self._pending: DynamicSlotPlan | None = None
         self._units: ColumnPlan | None = None
         self._view: _Runs | None = None
+        # several independent runs in one ledger (mechanisms.batch.BatchedDynamic): each
+        # column's run and tie slack, and each run's nullification of the planned slot
+        self.owner: np.ndarray | None = None
+        self.runs = 1
+        self.run_tie_units: np.ndarray | None = None
+        self.nullified_runs = np.zeros(1, dtype=bool)
 
     # ----------------------------------------------------------------- columns
     @property
@@ -462,6 +468,33 @@ class DynamicLedger:
         np.minimum(remain, pool_remain, out=remain)
         return share, np.maximum(remain, 0, out=remain)
 
+    def _absorption_runs(self, cur: _Runs) -> np.ndarray:
+        """:meth:`_absorption` for a ledger of several runs: sets :attr:`nullified_runs` and
+        returns eps_AF, computed (as for one run) only for the runs not nullified."""
+        t, k = self.slot, self.k
+        owner = self.owner[:k]
+        null = np.zeros(self.runs, dtype=bool)
+        null[owner[self._reaches_border(cur, t) & (self.size[:k] > 0)]] = True
+        pool = self.pool
+        if len(pool):
+            hit = self._reaches_border(pool, t) & ~self._suspended(pool.col)
+            null[owner[pool.col[hit]]] = True
+        self.nullified_runs = null
+        absorb = np.zeros(k, dtype=np.int64)
+        live = np.flatnonzero(~null[owner])
+        if live.size:
+            sub = cur.take(live)
+            absorb[live] = self._absorb(sub, t)
+            cur.put(live, sub)
+            if len(pool):
+                sel = np.flatnonzero(~null[owner[pool.col]])
+                if sel.size:
+                    psub = pool.take(sel)
+                    values = self._absorb(psub, t)
+                    pool.put(sel, psub)
+                    np.maximum.at(absorb, psub.col, values)
+        return absorb
+
     def _absorption(self, cur: _Runs) -> tuple[bool, np.ndarray]:
         """DPBA: whether the slot is nullified, and each column's absorption budget eps_AF."""
         t = self.slot
@@ -494,7 +527,8 @@ class DynamicLedger:
         np.subtract(runs.s_hi, v_hi, out=v_hi)
         slack = np.subtract(runs.share, 1)
         slack >>= 1
-        np.minimum(slack, self.tie_units, out=slack)
+        tie = self.tie_units if self.owner is None else self.run_tie_units[self.owner[runs.col]]
+        np.minimum(slack, tie, out=slack)
         return v_hi >= -slack
 
     def refresh_stale(self) -> None:
@@ -571,16 +605,28 @@ class DynamicLedger:
         np.minimum(bound2, left, out=bound2)
         np.maximum(bound2, 0, out=bound2)
         nullified = False
-        if self.absorbs:
-            nullified, absorb = self._absorption(cur)
-            want = np.minimum(np.maximum(absorb, 0), remain)
-        else:
-            want = remain >> 1  # remain >= 0
-        if nullified:
-            eps2 = np.zeros(k, dtype=np.int64)
-            stored2 = eps2 if self.table is None else np.zeros(k, dtype=np.uint16)
-        else:
+        if self.owner is not None:  # several runs: each run nullified or not
+            self.nullified_runs = np.zeros(self.runs, dtype=bool)
+            if self.absorbs:
+                want = np.minimum(np.maximum(self._absorption_runs(cur), 0), remain)
+            else:
+                want = remain >> 1
             eps2, stored2 = self._round(np.minimum(want, bound2, out=bound2))
+            dead = self.nullified_runs[self.owner[:k]]
+            if dead.any():
+                eps2, stored2 = np.where(dead, 0, eps2), np.where(dead, 0, stored2)
+            nullified = bool(self.nullified_runs.all())
+        else:
+            if self.absorbs:
+                nullified, absorb = self._absorption(cur)
+                want = np.minimum(np.maximum(absorb, 0), remain)
+            else:
+                want = remain >> 1  # remain >= 0
+            if nullified:
+                eps2 = np.zeros(k, dtype=np.int64)
+                stored2 = eps2 if self.table is None else np.zeros(k, dtype=np.uint16)
+            else:
+                eps2, stored2 = self._round(np.minimum(want, bound2, out=bound2))
         self._units = ColumnPlan(eps1, stored1, eps2, stored2, budget, projected, nullified)
         return self._units
 
@@ -657,6 +703,44 @@ class DynamicLedger:
         if self.slot % self.merge_every == 0:
             merge_groups(self)
         return published
+
+    def commit_runs(self, published: np.ndarray) -> np.ndarray:
+        """:meth:`commit_columns` for a ledger of several runs: ``published`` per run; returns
+        which runs published (not nullified). A run's columns move exactly as in a ledger of
+        its own; groups are never merged (a merge could join columns of different runs)."""
+        p = self.plan_columns()
+        t, k = self.slot, self.k
+        done = np.asarray(published, dtype=bool) & ~self.nullified_runs
+        charged = done[self.owner[:k]]
+        eps1, stored1 = p.eps1, p.stored1
+        eps2, stored2 = np.where(charged, p.eps2, 0), np.where(charged, p.stored2, 0)
+        cols = np.arange(k)
+        self.ring1.write(t, stored1)
+        self.ring2.write(t, stored2)
+        # as commit_columns, with zero charges for the runs that did not publish (adding zero
+        # units is what skipping does)
+        ages = self.wB[:k] - 1
+        self.sum1[:k] += eps1 - self.ring1.at_age(cols, t, ages)
+        self.sum2[:k] += eps2
+        gone = self.ring2.at_nonzero(cols, t, t - ages)
+        if gone is not None:
+            self.sum2[:k] -= gone
+        self._advance(self._current(), eps2, t, opened=True)
+        if len(self.pool):
+            np.subtract(
+                self.pool_remain[:k], eps2, out=self.pool_remain[:k], where=self.npool[:k] > 0
+            )
+            self._advance(self.pool, eps2[self.pool.col], t, opened=False)
+            expired = t + 1 > self.pool.b + self.pool.w - 1
+            if expired.any():
+                cols = self.pool.col[expired]
+                np.subtract.at(self.npool, cols, 1)
+                self.pool_dirty[cols] = True
+                self.pool.keep(~expired)
+        self.slot += 1
+        self._pending = None
+        self._units = None
+        return done
 
     def _advance(self, runs: _Runs, eps2: np.ndarray | None, t: int, opened: bool) -> None:
         """Move the runs' sums from slot t to t + 1 after eps2 was charged at t (None: zero)."""

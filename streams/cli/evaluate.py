@@ -1,8 +1,10 @@
 """``pwevent evaluate``: replay datasets through mechanisms and report AMRE, AJSD and MAE.
 
-Runs (dataset, repeat) tasks in parallel processes; each task builds its stream once and runs
-every mechanism and every (E, w) setting on it. Writes ``results.csv``, ``summary.md`` (means
-over repeats laid out like Tables 5 and 6 of papers/000) and PNG plots of AMRE.
+Runs (dataset, repeats) tasks in parallel processes; each task builds each repeat's stream once
+and runs every mechanism and every (E, w) setting on it, the runs of one mechanism stepped
+together as one batch (:func:`mechanisms.evaluation.runs.run_batch`). Writes ``results.csv``,
+``summary.md`` (means over repeats laid out like Tables 5 and 6 of papers/000) and PNG plots of
+AMRE.
 """
 
 from __future__ import annotations
@@ -13,8 +15,9 @@ import os
 import sys
 import time
 from collections import defaultdict
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from importlib.util import find_spec
+from multiprocessing import Manager
 from pathlib import Path
 
 import numpy as np
@@ -159,29 +162,90 @@ def load_cells(dataset: str, args: dict, repeat: int) -> tuple[np.ndarray, int]:
     return cells, data.d
 
 
-def run_task(dataset: str, repeat: int, args: dict) -> list[dict]:
-    """Every mechanism and setting on one dataset and repeat."""
+def _requirements(args: dict, n: int, repeat: int) -> list[tuple[Setting, list, object]]:
+    """Each setting of a repeat with its rng tag and the users' requirements."""
     from mechanisms.evaluation.experiments import paper_requirements, ratio_requirements
-    from mechanisms.evaluation.runs import make_step, run_stream, true_histograms
 
-    cells, d = load_cells(dataset, args, repeat)
-    true = true_histograms(cells, d)
-    rows = []
+    out = []
     for E, w, ratio in args["settings"]:
         tag = [int(E * 1000), w] + ([] if ratio is None else [int(ratio * 1000)])
         if ratio is None:
-            reqs = paper_requirements(cells.shape[1], E, w,
+            reqs = paper_requirements(n, E, w,
                                       np.random.default_rng([args["seed"], repeat, 1, *tag]))
         else:
-            reqs = ratio_requirements(cells.shape[1], ratio, args["ratio_experiment"])
-        for k, name in enumerate(args["mechanisms"]):
+            reqs = ratio_requirements(n, ratio, args["ratio_experiment"])
+        out.append(((E, w, ratio), tag, reqs))
+    return out
+
+
+def counted(name: str) -> bool:
+    """Whether mechanism ``name`` runs on a stream's per-class counts (no pass over users)."""
+    from mechanisms.registry import spec
+
+    s = spec(name)
+    return s.family in ("central", "dynamic") or s.name in ("spas", "plbu")
+
+
+def run_task(dataset: str, repeats: list[int], args: dict, progress=None) -> list[dict]:
+    """Every mechanism and setting on one dataset and some of its repeats.
+
+    The runs of one mechanism are stepped together (:func:`mechanisms.evaluation.runs.
+    run_batch`), each with the generator it has alone, so each gives what it gives alone. Each
+    repeat's stream is counted once per class of users (users whose requirements agree in every
+    setting) and those counts feed every mechanism that needs only counts. ``progress`` (a
+    queue) is told how many runs each finished batch held.
+    """
+    from mechanisms.evaluation.runs import class_counts, make_step, run_batch
+    from mechanisms.requirements import user_classes
+
+    rows: list[dict] = []
+    streams: dict[int, tuple] = {}
+
+    def run(name: str, k: int, specs: list[tuple[int, tuple, np.ndarray, np.ndarray, int]]):
+        mechs = []
+        for repeat, (_, tag, reqs), _, _, d in specs:
             rng = np.random.default_rng([args["seed"], repeat, 2, *tag, k])
-            res = run_stream(make_step(name, reqs, d, rng, args["noise"]), cells, true)
-            rows.append({"dataset": dataset, "mechanism": name, "E": E, "w": w, "repeat": repeat,
-                         "amre": res.amre, "ajsd": res.ajsd, "mae": res.mae, "fresh": res.fresh,
-                         "slots": cells.shape[0], "seconds": round(res.seconds, 3),
+            mechs.append(make_step(name, reqs, d, rng, args["noise"]))
+        results = run_batch(mechs, [s[2] for s in specs], [s[3] for s in specs])
+        for (repeat, ((E, w, ratio), _, _), _, true, _), res in zip(specs, results, strict=True):
+            rows.append({"dataset": dataset, "mechanism": name, "E": E, "w": w,
+                         "repeat": repeat, "amre": res.amre, "ajsd": res.ajsd, "mae": res.mae,
+                         "fresh": res.fresh, "slots": true.shape[0],
+                         "seconds": round(res.seconds, 3),
                          "ratio": "" if ratio is None else ratio})
+        if progress is not None:
+            progress.put(len(specs))
+
+    for repeat in repeats:
+        cells, d = load_cells(dataset, args, repeat)
+        settings_ = _requirements(args, cells.shape[1], repeat)
+        classes = user_classes(*(reqs for _, _, reqs in settings_))
+        counts = class_counts(cells, classes, d)
+        true = counts.counts.sum(axis=1)  # what true_histograms(cells, d) counts
+        streams[repeat] = (settings_, counts, true, d)
+        for k, name in enumerate(args["mechanisms"]):
+            if not counted(name):  # needs each user's cell: run now, while the cells are here
+                run(name, k, [(repeat, st, cells, true, d) for st in settings_])
+        del cells
+    for k, name in enumerate(args["mechanisms"]):
+        if counted(name):
+            run(name, k, [(repeat, st, counts, true, d)
+                          for repeat, (settings_, counts, true, d) in streams.items()
+                          for st in settings_])
     return rows
+
+
+def split_repeats(datasets: list[str], repeats: int, jobs: int) -> list[tuple[str, list[int]]]:
+    """(dataset, repeats) tasks: each dataset's repeats in the fewest parts that give every
+    process the same number of tasks (the more repeats a task holds, the larger its batches:
+    a task's runs of one mechanism are one batch)."""
+    jobs = max(1, jobs)
+    parts = -(-jobs // len(datasets))
+    while (len(datasets) * parts) % jobs:
+        parts += 1
+    parts = min(repeats, parts)
+    return [(ds, part.tolist()) for ds in datasets
+            for part in np.array_split(np.arange(repeats), parts)]
 
 
 def write_summary(rows: list[dict], args: argparse.Namespace, out: Path) -> None:
@@ -317,19 +381,28 @@ def run(args: argparse.Namespace) -> int:
               "settings": settings(args),
               "mechanisms": args.mechanisms, "noise": args.noise,
               "ratio_experiment": args.ratio_experiment}
-    tasks = [(ds, r) for ds in args.dataset for r in range(args.repeat)]
+    tasks = split_repeats(args.dataset, args.repeat, args.jobs)
     rows: list[dict] = []
     started = time.monotonic()
-    # one bar per run; disable=None: drawn on a terminal only, silent in CI logs
-    bar = tqdm(total=len(tasks), desc="evaluate", unit="task", disable=None)
+    runs = len(args.dataset) * args.repeat * len(shared["settings"]) * len(args.mechanisms)
+    # one bar over the runs; disable=None: drawn on a terminal only, silent in CI logs
+    bar = tqdm(total=runs, desc="evaluate", unit="run", disable=None)
     try:
-        with ProcessPoolExecutor(max_workers=max(1, args.jobs)) as pool:
-            futures = {pool.submit(run_task, ds, r, shared): (ds, r) for ds, r in tasks}
-            for fut in as_completed(futures):
-                ds, r = futures[fut]
-                rows.extend(fut.result())
-                bar.set_postfix_str(f"{ds} repeat {r} done", refresh=False)
-                bar.update()
+        with ProcessPoolExecutor(max_workers=max(1, args.jobs)) as pool, Manager() as manager:
+            # the tasks report each batch of runs they finish, so the bar moves per batch
+            progress = manager.Queue()
+            futures = {pool.submit(run_task, ds, rs, shared, progress): (ds, rs)
+                       for ds, rs in tasks}
+            pending = set(futures)
+            while pending:
+                finished, pending = wait(pending, timeout=0.5, return_when=FIRST_COMPLETED)
+                for fut in finished:
+                    ds, rs = futures[fut]
+                    rows.extend(fut.result())
+                    span = f"{rs[0]}" if len(rs) == 1 else f"{rs[0]}-{rs[-1]}"
+                    bar.set_postfix_str(f"{ds} repeats {span} done", refresh=False)
+                while not progress.empty():
+                    bar.update(progress.get())
     except (ValueError, OSError, ImportError) as exc:
         bar.close()
         print(f"pwevent evaluate: error: {exc}", file=sys.stderr)
