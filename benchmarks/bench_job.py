@@ -3,7 +3,8 @@
 Starts the embedded broker; for 1 and 4 partitions it registers ``--users`` users, fills the
 ``reports`` topic with one report per user per slot for ``--slots`` slots, measures a bare
 aiokafka consumer (``getmany`` + ``orjson.loads``) on that topic, then starts one real worker
-(``pwevent worker``) on the backlog. Slot t closes when the worker reads the first report of
+(``pwevent worker``, ``--event-time history``: the reports are dated from the epoch, as
+recorded data replayed) on the backlog. Slot t closes when the worker reads the first report of
 slot t + 1, so the worker's rate is the reports of the closed slots over the time between the
 first and the last slot close (Kafka timestamps of the partials). The latency of a slot is the
 time from its last partial to its release, measured in a second run where reports arrive at a
@@ -120,7 +121,8 @@ def measure(bootstrap: str, parts: int, users: int, slots: int, data: list,
     cmd = [sys.executable, "-m", "streams.cli", "worker", "--broker", bootstrap, "--prefix",
            prefix, "--partitions", str(parts), "--stream", "b", "--mechanism", mechanism,
            "--cells", "100", "--slot-ms", str(SLOT_MS), "--data-dir", str(workdir / "data"),
-           "--idle-close-ms", "600000", "--loglevel", "warning"]
+           "--idle-close-ms", "600000", "--loglevel", "warning",
+           "--metrics-port", "0", "--event-time", "history"]
     worker = subprocess.Popen(cmd, stdout=(workdir / "log").open("wb"), stderr=subprocess.STDOUT,
                               env=env)
     try:
@@ -139,8 +141,12 @@ def measure(bootstrap: str, parts: int, users: int, slots: int, data: list,
         partials = asyncio.run(timestamps(bootstrap, topics.slot_partials, 10**9, 0))
         deadline = time.monotonic() + 600
         rel: list[tuple] = []
+        # a release's own timestamp is its slot's end in event time: when it was released is
+        # the timestamp of its decision record (produced with it)
         while len(rel) < closed and time.monotonic() < deadline and worker.poll() is None:
-            rel = asyncio.run(timestamps(bootstrap, topics.releases, closed, 5))
+            rel = [(ts, doc) for ts, doc in asyncio.run(
+                timestamps(bootstrap, topics.decisions, 10**6, 5))
+                if "published" in doc and "slot" in doc]
         partials = asyncio.run(timestamps(bootstrap, topics.slot_partials, 10**6, 3))
         raw = asyncio.run(measure_raw(bootstrap, topics.reports, len(flat)))
     finally:
