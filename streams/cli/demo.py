@@ -109,7 +109,7 @@ def _log_excerpt(path: Path, limit: int = 4000) -> str:
 
 
 def _summary(source: Source, releases: dict[int, dict], sent: dict, seconds: float,
-             slot0: int, rejected: int) -> dict:
+             slot0: int, rejected: int | None) -> dict:
     true = source.true_histograms()
     amre = None
     if true is not None and releases:
@@ -132,7 +132,9 @@ def _print_summary(args: argparse.Namespace, summary: dict) -> None:
         print(orjson.dumps(summary).decode(), flush=True)
     else:
         print(f"\n{summary['slots_released']}/{summary['slots_expected']} slots released, "
-              f"{summary['reports_sent']:,} reports sent, {summary['reports_rejected']} rejected, "
+              f"{summary['reports_sent']:,} reports sent, "
+              f"{'?' if summary['reports_rejected'] is None else summary['reports_rejected']} "
+              "rejected, "
               f"AMRE {summary['amre'] if summary['amre'] is None else round(summary['amre'], 2)}"
               f", {summary['seconds']} s", flush=True)
 
@@ -272,23 +274,38 @@ def run(args: argparse.Namespace) -> int:  # noqa: C901 - one orchestration, ste
             return 1
         # the replay signs the watermark that closes the last slot of the demo's stream
         args.secret, args.stream = secret, stream
-        sent = asyncio.run(produce(args, source, bootstrap, show_progress=show))
-        releases = asyncio.run(_follow_releases(bootstrap, topics.releases, source.slots,
-                                                deadline, show))
-        # the operator's count, from the dead-letter topic (releases carry no exact counts)
         from streams.kafka.offsets import read_topic
 
-        dead = asyncio.run(read_topic(bootstrap, topics.dead_letters, idle=0.5, limit=10.0))
-        summary = _summary(source, releases, sent, time.monotonic() - started, 0, len(dead))
+        sent: dict = {}
+        releases: dict[int, dict] = {}
+        dead: list | None = None  # None: not read (interrupted before)
+        interrupted = False
+        try:
+            sent = asyncio.run(produce(args, source, bootstrap, show_progress=show))
+            releases = asyncio.run(_follow_releases(bootstrap, topics.releases, source.slots,
+                                                    deadline, show))
+            # the operator's count, from the dead-letter topic (releases carry no exact counts)
+            dead = asyncio.run(read_topic(bootstrap, topics.dead_letters, idle=0.5, limit=10.0))
+        except KeyboardInterrupt:
+            if url is None:
+                raise
+            # with --dashboard, Ctrl-C ends the demo at any point: it reports what it saw and
+            # stops everything it started, as at the end of the page's serving time
+            interrupted = True
+        summary = _summary(source, releases, sent, time.monotonic() - started, 0,
+                           None if dead is None else len(dead))
         if worker.poll() is not None and len(releases) < source.slots:
             print("pwevent demo: the worker stopped early; its log:\n"
                   + _log_excerpt(workdir / "worker.log"), file=sys.stderr)
         if url is not None:
             _print_summary(args, summary)
-            _keep_serving(url, args.dashboard_seconds, args.json_summary)
+            if not interrupted:
+                _keep_serving(url, args.dashboard_seconds, args.json_summary)
             if server is not None:
                 server.stop()  # before the worker and the broker it follows
             _stop_worker_with(worker, embedded)
+            if interrupted:
+                return 0
     if url is None:
         _print_summary(args, summary)
     return 0 if summary["slots_released"] == summary["slots_expected"] else 1

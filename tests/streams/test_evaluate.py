@@ -146,7 +146,7 @@ def test_batched_evaluation_reproduces_the_committed_results(tmp_path):
     assert main(["evaluate", "--dataset", "sin", "--epsilon", "0.6", "--window", "120",
                  "--repeat", "1", "--mechanisms", ",".join(mechanisms), "--jobs", "1",
                  "--out", str(tmp_path)]) == 0
-    committed = Path(__file__).parent.parent / "docs" / "results" / "results.csv"
+    committed = Path(__file__).parents[2] / "docs" / "results" / "results.csv"
     key = ("dataset", "mechanism", "E", "w", "repeat")
     with committed.open() as handle:
         want = {tuple(r[k] for k in key): r for r in csv.DictReader(handle)}
