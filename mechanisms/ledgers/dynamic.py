@@ -691,15 +691,8 @@ class DynamicLedger:
                     self.pool_remain[:k], eps2, out=self.pool_remain[:k], where=self.npool[:k] > 0
                 )
             self._advance(self.pool, eps2[self.pool.col] if charged else None, t, opened=False)
-            expired = t + 1 > self.pool.b + self.pool.w - 1
-            if expired.any():
-                cols = self.pool.col[expired]
-                np.subtract.at(self.npool, cols, 1)
-                self.pool_dirty[cols] = True
-                self.pool.keep(~expired)
-        self.slot += 1
-        self._pending = None
-        self._units = None
+            self._expire_pool(t)
+        self._next_slot()
         if self.slot % self.merge_every == 0:
             merge_groups(self)
         return published
@@ -731,16 +724,23 @@ class DynamicLedger:
                 self.pool_remain[:k], eps2, out=self.pool_remain[:k], where=self.npool[:k] > 0
             )
             self._advance(self.pool, eps2[self.pool.col], t, opened=False)
-            expired = t + 1 > self.pool.b + self.pool.w - 1
-            if expired.any():
-                cols = self.pool.col[expired]
-                np.subtract.at(self.npool, cols, 1)
-                self.pool_dirty[cols] = True
-                self.pool.keep(~expired)
+            self._expire_pool(t)
+        self._next_slot()
+        return done
+
+    def _expire_pool(self, t: int) -> None:
+        """Drop the closed runs whose windows end at ``t``."""
+        expired = t + 1 > self.pool.b + self.pool.w - 1
+        if expired.any():
+            cols = self.pool.col[expired]
+            np.subtract.at(self.npool, cols, 1)
+            self.pool_dirty[cols] = True
+            self.pool.keep(~expired)
+
+    def _next_slot(self) -> None:
         self.slot += 1
         self._pending = None
         self._units = None
-        return done
 
     def _advance(self, runs: _Runs, eps2: np.ndarray | None, t: int, opened: bool) -> None:
         """Move the runs' sums from slot t to t + 1 after eps2 was charged at t (None: zero)."""
