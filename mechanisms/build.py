@@ -7,9 +7,6 @@ always has ``slot``, ``histogram`` and ``published``. The central mechanisms tak
 :class:`~mechanisms.dynamic.DynamicRequirements`; the homogeneous baselines run at the
 strictest requirement.
 
->>> from collections.abc import Sequence
-
-import numpy as np
 >>> from mechanisms.registry import names
 >>> req = FixedRequirements(("a", "b", "c"), np.array([4, 2, 3]), np.array([1.0, 1.0, 1.0]))
 >>> released = {}
@@ -26,14 +23,14 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from mechanisms.baselines.ldp import Plbu
+from mechanisms.baselines.ldp import BatchedPlbu, Plbu
 from mechanisms.baselines.ldp_ids import LdpIds
 from mechanisms.baselines.mtsp_ldp import MtspLdp
 from mechanisms.baselines.spas import Spas
-from mechanisms.batch import BatchedDynamic, BatchedFixed, BatchedPlbu, BatchedSteppers
-from mechanisms.central import FixedMechanism, create_mechanism
+from mechanisms.central import BatchedFixed, FixedMechanism, create_mechanism
 from mechanisms.dynamic import DynamicMechanism, DynamicRequirements
-from mechanisms.mechanism import Stepper
+from mechanisms.dynamic_batch import BatchedDynamic
+from mechanisms.mechanism import BatchRelease, Released, Stepper
 from mechanisms.registry import spec
 from mechanisms.requirements import FixedRequirements
 
@@ -69,7 +66,7 @@ def batch(
     mechanisms: Sequence[Stepper],
 ) -> BatchedFixed | BatchedDynamic | BatchedPlbu | BatchedSteppers:
     """Fresh mechanisms of one kind (from :func:`build`, each with its own generator) as one
-    batch stepped by one call per slot (:mod:`mechanisms.batch`): the central mechanisms
+    batch stepped by one call per slot : the central mechanisms
     vectorised over the runs, the others run by run. Each run releases what it would alone.
 
     >>> req = FixedRequirements(("a", "b"), np.array([4, 2]), np.array([1.0, 1.0]))
@@ -85,3 +82,33 @@ def batch(
     if mechanisms and all(isinstance(m, Plbu) for m in mechanisms):
         return BatchedPlbu(mechanisms)
     return BatchedSteppers(mechanisms)
+
+
+class BatchedSteppers:
+    """Runs of any mechanism stepped one by one behind the batch interface: the dynamic
+    mechanisms and the baselines, whose state is kept per run."""
+
+    def __init__(self, steppers: Sequence) -> None:
+        if not steppers:
+            raise ValueError("a batch needs at least one run")
+        self.steppers = list(steppers)
+        self.runs = len(self.steppers)
+        self.slot = 1
+
+    def step(self, cells: np.ndarray) -> BatchRelease:
+        """Release the next slot of every run from (runs, users) cells (-1: no report)."""
+        return self._collect([s.step(c) for s, c in zip(self.steppers, cells, strict=True)])
+
+    def step_classes(self, class_counts: Sequence[np.ndarray],
+                     classes: Sequence[np.ndarray]) -> BatchRelease:
+        """Release the next slot of every run from its reports per (class, cell): runs whose
+        mechanism needs only counts (``step_classes``) are fed those."""
+        return self._collect([s.step_classes(cc, cls) for s, cc, cls in
+                              zip(self.steppers, class_counts, classes, strict=True)])
+
+    def _collect(self, releases: list[Released]) -> BatchRelease:
+        slot = self.slot
+        self.slot += 1
+        return BatchRelease(slot, np.stack([np.asarray(r.histogram, dtype=np.float64)
+                                            for r in releases]),
+                            np.array([bool(r.published) for r in releases]))

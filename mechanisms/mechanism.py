@@ -26,14 +26,15 @@ PBD, stepped twice on 3 users who all report cell 0:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 import numpy as np
 
-from mechanisms.ledgers.plan import Charge, SlotPlan
+from mechanisms.ledgers.plan import Charge, RunsPlan, SlotPlan
 from mechanisms.registry import histogram_dtype
-from mechanisms.release import Decision, ReleaseRule
+from mechanisms.release import Decision, ReleaseRule, Sampling
 
 
 @runtime_checkable
@@ -96,6 +97,33 @@ class Release:
     def eps2(self) -> np.ndarray:
         """Each user's publication budget charged at this slot (0 unless published)."""
         return self.level_eps2[self.level_of_user]
+
+
+@dataclass(frozen=True)
+class BatchRelease:
+    """One slot of every run of a batch: ``histogram`` is (runs, d), ``published`` (runs,)."""
+
+    slot: int
+    histogram: np.ndarray
+    published: np.ndarray
+
+
+@runtime_checkable
+class RunsLedger(Protocol):
+    """A ledger of a batch of runs: plans and commits every run at once."""
+
+    @property
+    def slot(self) -> int:
+        """The slot the next plan is for (from 1)."""
+        ...
+
+    def plan_runs(self) -> RunsPlan:
+        """Each run's and level's eps1 and eps2 for the next slot, and which runs are nullified."""
+        ...
+
+    def commit_runs(self, published: np.ndarray) -> np.ndarray:
+        """Record each run's decision; returns which runs published."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -168,12 +196,27 @@ class Mechanism:
     plan given, such as the ledger's plan restricted to the levels that have users), commits
     the decision and keeps the histogram when it was published: an approximated slot releases
     the last publication again.
+
+    Over a ledger of a batch of runs (:class:`RunsLedger`), :meth:`release_runs` does the same
+    for every run with one call: counts and sizes carry a leading run axis, each run draws from
+    its own generator and keeps its own last publication (``lasts``, one row per run).
     """
 
-    def __init__(self, ledger: Ledger, rule: ReleaseRule) -> None:
+    def __init__(self, ledger: Ledger | RunsLedger, rule: ReleaseRule, runs: int = 1) -> None:
         self.ledger = ledger
         self.rule = rule
-        self.last = np.zeros(rule.d, dtype=histogram_dtype(rule.noise))
+        self.lasts = np.zeros((runs, rule.d), dtype=histogram_dtype(rule.noise))
+
+    @property
+    def last(self) -> np.ndarray:
+        """The last published histogram (zeros before the first publication) of the one run."""
+        if self.lasts.shape[0] != 1:
+            raise ValueError(f"a mechanism of {self.lasts.shape[0]} runs: use lasts")
+        return self.lasts[0]
+
+    @last.setter
+    def last(self, histogram: np.ndarray) -> None:
+        self.lasts = np.asarray(histogram, dtype=self.lasts.dtype)[None, :]
 
     @property
     def slot(self) -> int:
@@ -194,6 +237,22 @@ class Mechanism:
         if charge.published:
             self.last = decision.histogram
         return decision, charge
+
+    def release_runs(
+        self,
+        counts: np.ndarray,
+        sizes: np.ndarray,
+        rngs: Sequence[np.random.Generator],
+        first: Sampling | None = None,
+    ) -> BatchRelease:
+        """Release the next slot of every run from reports per (run, level, cell) and users per
+        (run, level); ``first`` is the rule's sampling of eps1 where the caller keeps it."""
+        plan = self.ledger.plan_runs()
+        decision = self.rule.decide_runs(plan.eps1, plan.eps2, plan.nullified, plan.adaptive,
+                                         counts, sizes, self.lasts, rngs, first)
+        published = self.ledger.commit_runs(decision.published)
+        self.lasts = decision.histogram  # a run that did not publish holds its last
+        return BatchRelease(plan.slot, decision.histogram, published)
 
     def adopt(self, published: bool, histogram: np.ndarray | list) -> Charge:
         """Advance through a slot already released elsewhere (its decision and histogram)."""

@@ -7,27 +7,41 @@ import numpy as np
 from mechanisms.noise import noise_variance
 
 
+def candidate_errors(
+    values: np.ndarray, counts: np.ndarray, real: np.ndarray, noise: str = "laplace"
+) -> np.ndarray:
+    """Sampling plus noise error of every budget taken as the threshold, row by row.
+
+    ``values`` are each row's distinct budgets in ascending order (zeros allowed first, then
+    padding where ``real`` is false), ``counts`` their multiplicities. The error of a candidate
+    is inf unless it is a real, positive value. O(levels) per row, from prefix sums of n_j,
+    n_j a_j and n_j a_j^2 with a_j = e^{eps_j} - 1 (Definition 12).
+    """
+    n = np.asarray(counts, dtype=np.float64)
+    a = np.expm1(values)
+    zero = np.zeros((values.shape[0], 1))
+    # prefix sums over the values strictly below each candidate
+    pn = np.concatenate((zero, np.cumsum(n, axis=1)), axis=1)[:, :-1]
+    pa = np.concatenate((zero, np.cumsum(n * a, axis=1)), axis=1)[:, :-1]
+    pa2 = np.concatenate((zero, np.cumsum(n * a * a, axis=1)), axis=1)[:, :-1]
+    positive = real & (values > 0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        variance = pa / a - pa2 / (a * a)
+        bias = pn - pa / a
+        errors = variance + bias * bias + noise_variance(values, noise)
+    return np.where(positive, errors, np.inf)
+
+
 def reporting_errors(
     values: np.ndarray, counts: np.ndarray, noise: str = "laplace"
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Sampling plus noise error for every distinct positive budget taken as the threshold.
-
-    ``values`` are distinct budgets sorted ascending (zeros allowed first), ``counts`` their
-    multiplicities. Returns ``(candidates, errors)`` over the positive values, in O(m) using
-    prefix sums of n_j, n_j a_j and n_j a_j^2 with a_j = e^{eps_j} - 1 (Definition 12).
-    """
-    a = np.expm1(values)
-    n = counts.astype(np.float64)
-    # prefix sums over the values strictly below each candidate
-    pn = np.concatenate(([0.0], np.cumsum(n)))[:-1]
-    pa = np.concatenate(([0.0], np.cumsum(n * a)))[:-1]
-    pa2 = np.concatenate(([0.0], np.cumsum(n * a * a)))[:-1]
+    """The positive ones among distinct ascending budgets ``values`` (multiplicities
+    ``counts``), and the error of each taken as the threshold."""
+    values = np.asarray(values, dtype=np.float64)
+    errors = candidate_errors(values[None, :], np.asarray(counts)[None, :],
+                              np.ones((1, values.size), dtype=bool), noise)[0]
     positive = values > 0
-    b = a[positive]
-    variance = pa[positive] / b - pa2[positive] / (b * b)
-    bias = pn[positive] - pa[positive] / b
-    errors = variance + bias * bias + noise_variance(values[positive], noise)
-    return values[positive], errors
+    return values[positive], errors[positive]
 
 
 def optimal_budget(
@@ -61,6 +75,49 @@ def optimal_budget(
     mult = np.bincount(inverse.reshape(-1), weights=c[keep], minlength=values.shape[0])
     if values.size == 0 or values[-1] <= 0:
         return 0.0, float("inf")
-    candidates, errors = reporting_errors(values, mult, noise)
-    k = int(np.argmin(errors))
-    return float(candidates[k]), float(errors[k])
+    theta, err = batch_optimal_budget(values[None, :], mult[None, :], noise)
+    return float(theta[0]), float(err[0])
+
+
+def batch_optimal_budget(
+    budgets: np.ndarray, sizes: np.ndarray, noise: str = "laplace"
+) -> tuple[np.ndarray, np.ndarray]:
+    """OBS of each row of a batch of runs: (threshold, error) per run, ``(0, inf)`` for a row
+    without a positive budget.
+
+    ``budgets`` and ``sizes`` are (runs, levels): each level's budget and its number of users
+    (a level of size 0 does not count). Each row goes through the same operations as a run
+    alone (distinct budgets in ascending order, their multiplicities, sequential prefix sums of
+    n_j, n_j a_j and n_j a_j^2 with a_j = e^{eps_j} - 1, Definition 12), so a run's threshold
+    does not depend on the batch it is in.
+    """
+    budgets = np.asarray(budgets, dtype=np.float64)
+    B, L = budgets.shape
+    keep = sizes > 0
+    if L == 1:  # one value: no prefix sums, the error is the noise variance alone
+        theta = np.where(keep[:, 0] & (budgets[:, 0] > 0), budgets[:, 0], 0.0)
+        with np.errstate(divide="ignore"):
+            err = np.where(theta > 0, noise_variance(theta, noise), np.inf)
+        return theta, err
+    vals = np.where(keep, budgets, np.inf)
+    order = np.argsort(vals, axis=1, kind="stable")
+    sv = np.take_along_axis(vals, order, axis=1)
+    sc = np.take_along_axis(np.where(keep, sizes, 0).astype(np.float64), order, axis=1)
+    new = np.ones((B, L), dtype=bool)
+    new[:, 1:] = sv[:, 1:] != sv[:, :-1]
+    rank = np.cumsum(new, axis=1) - 1
+    rows = np.broadcast_to(np.arange(B)[:, None], (B, L))
+    finite = np.isfinite(sv)
+    values = np.zeros((B, L))
+    values[rows, rank] = np.where(finite, sv, 0.0)
+    real = np.zeros((B, L), dtype=bool)
+    real[rows, rank] = finite
+    n = np.zeros((B, L))
+    np.add.at(n, (rows, rank), sc)  # sums of integers: exact in any order
+    errors = candidate_errors(values, n, real, noise)
+    k = np.argmin(errors, axis=1)
+    idx = np.arange(B)
+    any_positive = (real & (values > 0)).any(axis=1)
+    theta = np.where(any_positive, values[idx, k], 0.0)
+    err = np.where(any_positive, errors[idx, k], np.inf)
+    return theta, err

@@ -6,14 +6,15 @@ which is what the partitions of the job send (docs/design.md, ledger and release
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from mechanisms.ledgers.plan import SlotPlan
 from mechanisms.noise import draw_noise, noise_std
-from mechanisms.obs import optimal_budget
-from mechanisms.sampling import sample_counts
+from mechanisms.obs import batch_optimal_budget
+from mechanisms.sampling import draw_binomial, inclusion_probabilities
 
 TESTS = ("obs", "scale")
 
@@ -28,47 +29,55 @@ class Decision:
     dissimilarity: float | None
 
 
+@dataclass(frozen=True)
+class RunsDecision:
+    """The rule's outcome for one slot of each run of a batch.
+
+    ``histogram`` is (runs, d): a run that does not publish repeats its last publication.
+    ``threshold`` is the publication threshold (0 for a nullified run), ``dissimilarity`` the
+    noisy dissimilarity (nan where the run did not test it).
+    """
+
+    published: np.ndarray
+    histogram: np.ndarray
+    threshold: np.ndarray
+    dissimilarity: np.ndarray
+
+    def run(self, b: int) -> Decision:
+        """Run ``b``'s decision."""
+        dis = float(self.dissimilarity[b])
+        return Decision(bool(self.published[b]), self.histogram[b], float(self.threshold[b]),
+                        None if np.isnan(dis) else dis)
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """A level set's sampling under OBS, per run: the threshold, each level's inclusion
+    probability, the levels kept whole and those sampled, and the runs that sample any."""
+
+    threshold: np.ndarray
+    p: np.ndarray
+    full: np.ndarray
+    partial: np.ndarray
+    any_partial: np.ndarray
+
+
 class ObsCache:
-    """OBS results memoised by (budgets, sizes): ledgers revisit the same budget vectors."""
+    """OBS results of a batch memoised by (budgets, sizes): ledgers revisit the same budgets."""
 
     def __init__(self, noise: str, limit: int = 4096) -> None:
         self.noise, self.limit = noise, limit
-        self._memo: dict[bytes, tuple[float, float]] = {}
+        self._memo: dict[bytes, tuple[np.ndarray, np.ndarray]] = {}
 
-    def __call__(self, budgets: np.ndarray, sizes: np.ndarray) -> tuple[float, float]:
-        """``optimal_budget(budgets, sizes)``."""
-        key = budgets.tobytes() + b"|" + sizes.tobytes()
+    def __call__(self, budgets: np.ndarray, sizes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``batch_optimal_budget(budgets, sizes)``: (threshold, error) per run."""
+        key = f"{budgets.shape}".encode() + budgets.tobytes() + b"|" + sizes.tobytes()
         hit = self._memo.get(key)
         if hit is None:
             if len(self._memo) >= self.limit:
                 self._memo.clear()
-            hit = self._memo[key] = optimal_budget(budgets, sizes, self.noise)
+            hit = self._memo[key] = batch_optimal_budget(budgets, sizes, self.noise)
         return hit
-
-
-def dissimilarity(
-    counts: np.ndarray,
-    level_eps1: np.ndarray,
-    sizes: np.ndarray,
-    last: np.ndarray,
-    rng: np.random.Generator,
-    noise: str,
-    obs: ObsCache | None = None,
-) -> tuple[float, float]:
-    """Algorithm 3: mean |sampled count - last publication| plus noise; returns (dis, theta1).
-
-    With integer noise the sum of absolute differences (sensitivity 1) is perturbed by the
-    two-sided geometric and then divided by d, so no floating-point Laplace is drawn.
-    """
-    d = counts.shape[1]
-    theta, _ = (obs or ObsCache(noise))(level_eps1, sizes)
-    if theta <= 0:
-        return float("inf"), 0.0
-    sampled = sample_counts(counts, level_eps1, theta, rng)
-    total = float(np.abs(sampled - last).sum())
-    if noise == "laplace":
-        return total / d + float(rng.laplace(0.0, 1.0 / (d * theta))), theta
-    return (total + float(draw_noise(theta, 1, rng, "discrete")[0])) / d, theta
 
 
 class ReleaseRule:
@@ -81,6 +90,11 @@ class ReleaseRule:
     neighbouring streams differ by one report added or removed, 2 when by one report's value
     changed. The rule then runs on budgets divided by it (OBS, sampling, noise and the tests),
     which is the same as scaling every noise by it; the ledgers charge the full budgets.
+
+    The rule decides a batch of independent runs at once (:meth:`decide_runs`): every per-level
+    and per-cell array carries a leading run axis, everything deterministic is computed for the
+    whole batch, and each run draws from its own generator exactly the values it draws alone,
+    so a run's release does not depend on the batch it is in. :meth:`decide` is a batch of one.
     """
 
     def __init__(self, d: int, noise: str = "laplace", test: str = "obs",
@@ -102,6 +116,19 @@ class ReleaseRule:
         drawn per cell, so a cell's variance is that of one draw, whatever the levels."""
         return np.full(self.d, noise_std(float(threshold), self.noise))
 
+    def scaled(self, eps: np.ndarray) -> np.ndarray:
+        """Budgets divided by the sensitivity, as the rule runs on them."""
+        return eps if self.sensitivity == 1 else eps / self.sensitivity
+
+    def sampling(self, eps: np.ndarray, sizes: np.ndarray) -> Sampling:
+        """The Sampling Mechanism of (runs, levels) budgets ``eps`` (already scaled) under
+        OBS's threshold. Fixed mechanisms compute it once for their constant eps1."""
+        theta, _ = self.obs(eps, sizes)
+        p = inclusion_probabilities(eps, theta)
+        full = p >= 1.0
+        partial = (p > 0.0) & ~full
+        return Sampling(theta, p, full, partial, partial.any(axis=1))
+
     def decide(
         self,
         plan: SlotPlan,
@@ -113,20 +140,73 @@ class ReleaseRule:
         """Run the rule on a (levels, d) count matrix; ``last`` is the last publication."""
         if plan.nullified:
             return Decision(False, last, 0.0, None)
-        eps1, eps2 = plan.eps1, plan.eps2
-        if self.sensitivity != 1:
-            eps1, eps2 = eps1 / self.sensitivity, eps2 / self.sensitivity
-        theta2, err2 = self.obs(eps2, sizes)
-        dis: float | None = None
-        if plan.adaptive:
-            dis, _ = dissimilarity(counts, eps1, sizes, last, rng, self.noise, self.obs)
-        if theta2 <= 0:
-            return Decision(False, last, 0.0, dis)
-        if dis is not None:
-            bar = np.sqrt(err2) if self.test == "obs" else 1.0 / theta2
-            if not dis > bar:
-                return Decision(False, last, theta2, dis)
-        sampled = sample_counts(counts, eps2, theta2, rng)
-        histogram = sampled + draw_noise(theta2, self.d, rng, self.noise)
-        return Decision(True, histogram, theta2, dis)
+        sizes = np.asarray(sizes)
+        return self.decide_runs(
+            plan.eps1[None], plan.eps2[None], np.zeros(1, dtype=bool), plan.adaptive,
+            np.asarray(counts)[None], sizes[None], np.asarray(last)[None], [rng],
+        ).run(0)
 
+    def decide_runs(
+        self,
+        eps1: np.ndarray,
+        eps2: np.ndarray,
+        nullified: np.ndarray,
+        adaptive: bool,
+        counts: np.ndarray,
+        sizes: np.ndarray,
+        last: np.ndarray,
+        rngs: Sequence[np.random.Generator],
+        first: Sampling | None = None,
+    ) -> RunsDecision:
+        """Decide and release one slot of every run: budgets and sizes are (runs, levels),
+        counts (runs, levels, d), ``last`` each run's last publication (runs, d). A padded
+        level has budget 0 and no users. ``first`` is :meth:`sampling` of the scaled ``eps1``
+        when the caller keeps it."""
+        d, noise, runs = self.d, self.noise, len(rngs)
+        eps2 = self.scaled(eps2)
+        theta2, err2 = self.obs(eps2, sizes)
+        live = ~nullified
+        dis = np.full(runs, np.nan)
+        if adaptive:
+            # the dissimilarity (Algorithm 3): each run draws its sample and its noise
+            first = first if first is not None else self.sampling(self.scaled(eps1), sizes)
+            theta1 = first.threshold
+            sampled = np.where(first.full[:, :, None], counts, 0).sum(axis=1)
+            noise1 = np.zeros(runs)
+            for b in np.flatnonzero(live & (theta1 > 0)).tolist():
+                rng = rngs[b]
+                if first.any_partial[b]:
+                    part = first.partial[b]
+                    sampled[b] += draw_binomial(rng, counts[b][part], first.p[b][part])
+                if noise == "laplace":
+                    noise1[b] = rng.laplace(0.0, 1.0 / (d * theta1[b]))
+                else:
+                    noise1[b] = float(draw_noise(theta1[b], 1, rng, "discrete")[0])
+            # with integer noise the sum of absolute differences (sensitivity 1) is perturbed
+            # and then divided by d, so no floating-point Laplace is drawn
+            total = np.abs(sampled - last).sum(axis=1).astype(np.float64)
+            tested = total / d + noise1 if noise == "laplace" else (total + noise1) / d
+            tested = np.where(theta1 > 0, tested, np.inf)
+            dis = np.where(live, tested, np.nan)
+            with np.errstate(divide="ignore"):
+                bar = np.sqrt(err2) if self.test == "obs" else 1.0 / theta2
+            publish = live & (theta2 > 0) & (tested > bar)
+        else:
+            publish = live & (theta2 > 0)
+        histogram = np.array(last, copy=True)
+        writing = np.flatnonzero(publish)
+        if writing.size:
+            p2 = inclusion_probabilities(eps2[writing], theta2[writing])
+            full2 = p2 >= 1.0
+            partial2 = (p2 > 0.0) & ~full2
+            sub = counts[writing]
+            sampled2 = np.where(full2[:, :, None], sub, 0).sum(axis=1)
+            noise2 = np.zeros((writing.size, d), dtype=histogram.dtype)
+            for i, b in enumerate(writing.tolist()):
+                rng = rngs[b]
+                part = partial2[i]
+                if part.any():
+                    sampled2[i] += draw_binomial(rng, sub[i][part], p2[i][part])
+                noise2[i] = draw_noise(theta2[b], d, rng, noise)
+            histogram[writing] = sampled2 + noise2
+        return RunsDecision(publish, histogram, np.where(live, theta2, 0.0), dis)

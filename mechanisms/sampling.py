@@ -10,14 +10,46 @@ from __future__ import annotations
 
 import numpy as np
 
+#: a partial level set with at most this many (level, cell) draws is drawn value by value: the
+#: same calls of the generator's binomial sampler as one array call, at a fraction of its cost
+_SCALAR_DRAWS = 24
 
-def inclusion_probabilities(budgets: np.ndarray, threshold: float) -> np.ndarray:
-    """Probability of keeping a user with each budget, for threshold ``threshold``."""
+
+def inclusion_probabilities(budgets: np.ndarray, threshold: float | np.ndarray) -> np.ndarray:
+    """Probability of keeping a user with each budget, for threshold ``threshold``.
+
+    For a batch of runs, ``budgets`` is (runs, levels) and ``threshold`` one value per run.
+    """
     b = np.asarray(budgets, dtype=np.float64)
-    if not threshold > 0:
-        return np.zeros_like(b)
-    p = np.expm1(b) / np.expm1(threshold)
-    return np.clip(np.where(b >= threshold, 1.0, p), 0.0, 1.0)
+    if np.ndim(threshold) == 0:
+        if not threshold > 0:
+            return np.zeros_like(b)
+        p = np.expm1(b) / np.expm1(threshold)
+        return np.clip(np.where(b >= threshold, 1.0, p), 0.0, 1.0)
+    th = np.asarray(threshold, dtype=np.float64)[:, None]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        p = np.expm1(b) / np.expm1(th)
+        p = np.clip(np.where(b >= th, 1.0, p), 0.0, 1.0)
+    return np.where(th > 0, p, 0.0)
+
+
+def draw_binomial(
+    rng: np.random.Generator, counts: np.ndarray, p: np.ndarray
+) -> np.ndarray | list[int]:
+    """``rng.binomial(counts, p[:, None]).sum(axis=0)``: the sampled counts of partly kept
+    levels (an array, or a list of exact integers).
+
+    Small sets are drawn one value at a time, in the same order: the generator makes the same
+    draws either way, and a scalar call costs a tenth of an array call.
+    """
+    if counts.size > _SCALAR_DRAWS:
+        return rng.binomial(counts, p[:, None]).sum(axis=0)
+    binomial = rng.binomial
+    out = [0] * counts.shape[1]
+    for row, q in zip(counts.tolist(), p.tolist(), strict=True):
+        for j, c in enumerate(row):
+            out[j] += binomial(c, q)
+    return out
 
 
 def sample_users(budgets: np.ndarray, threshold: float, rng: np.random.Generator) -> np.ndarray:
@@ -35,5 +67,5 @@ def sample_counts(
     out = counts[full].sum(axis=0, dtype=np.int64)
     partial = (p > 0.0) & ~full
     if partial.any():
-        out = out + rng.binomial(counts[partial], p[partial][:, None]).sum(axis=0)
+        out = out + draw_binomial(rng, counts[partial], p[partial])
     return out.astype(np.int64)

@@ -10,10 +10,12 @@ Users without a value at a slot send nothing.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
+from mechanisms.mechanism import BatchRelease
 from mechanisms.requirements import FixedRequirements, class_levels
 
 
@@ -92,6 +94,7 @@ class Plbu:
         self.use_grr = grr_variance(self.group_eps, self.d) < oue_variance(self.group_eps)
         self._keys = self.group_of_user * (self.d + 1) + 1
         self._class_map: tuple[np.ndarray, np.ndarray] | None = None
+        self._batch = BatchedPlbu([self])  # the estimator, with a batch of one
 
     @property
     def user_eps(self) -> np.ndarray:
@@ -116,26 +119,116 @@ class Plbu:
 
     def step_counts(self, counts: np.ndarray) -> PlbuRelease:
         """Estimate the next slot from the reports per (budget group, cell)."""
-        groups = self.group_eps.shape[0]
-        sizes = counts.sum(axis=1)
-        freq = np.zeros((groups, self.d))
-        oue = np.flatnonzero((sizes > 0) & ~self.use_grr)
-        if oue.size:  # every OUE group at once
-            n = sizes[oue][:, None]
-            q = 1.0 / (np.exp(self.group_eps[oue]) + 1.0)[:, None]
-            ones = self.rng.binomial(counts[oue], 0.5) + self.rng.binomial(n - counts[oue], q)
-            freq[oue] = (ones - n * q) / (n * (0.5 - q))
-        grr = np.flatnonzero((sizes > 0) & self.use_grr)
-        if grr.size:  # every GRR group at once
-            freq[grr] = grr_frequencies(counts[grr], self.group_eps[grr], self.rng)
-        var = np.where(
-            self.use_grr,
-            grr_variance(self.group_eps, self.d, np.maximum(sizes, 1)),
-            oue_variance(self.group_eps, np.maximum(sizes, 1)),
-        )
-        weights = np.where(sizes > 0, 1.0 / var, 0.0)
-        total = int(sizes.sum())
-        histogram = total * (weights @ freq) / weights.sum() if total else np.zeros(self.d)
+        histogram = self._batch.estimate(np.asarray(counts)[None])[0]
         release = PlbuRelease(self.slot, histogram, True, self.group_eps)
         self.slot += 1
         return release
+
+
+class BatchedPlbu:
+    """Runs of PLBU (:class:`Plbu`) stepped together: the variances
+    and weights over the batch, each run's simulated reports drawn from its generator as alone
+    (small sets value by value), each run's estimate combined as alone."""
+
+    def __init__(self, mechanisms: Sequence[Plbu]) -> None:
+        if not mechanisms:
+            raise ValueError("a batch needs at least one run")
+        self.mechanisms = list(mechanisms)
+        d = self.mechanisms[0].d
+        if any(m.d != d or m.slot != 1 for m in self.mechanisms):
+            raise ValueError("a batch holds fresh runs over one domain")
+        self.runs, self.d = len(self.mechanisms), d
+        self.groups = [m.group_eps.shape[0] for m in self.mechanisms]
+        G = max(self.groups)
+        self.eps = np.zeros((self.runs, G))
+        self.grr = np.zeros((self.runs, G), dtype=bool)
+        for b, m in enumerate(self.mechanisms):
+            self.eps[b, : self.groups[b]] = m.group_eps
+            self.grr[b, : self.groups[b]] = m.use_grr
+        e = np.exp(self.eps)
+        self._p = e / (e + d - 1)  # GRR: keep the true cell
+        self._q = 1.0 / (e + d - 1)
+        self._class_maps: list[tuple[np.ndarray, np.ndarray] | None] = [None] * self.runs
+        self.slot = 1
+
+    def step(self, cells: Sequence[np.ndarray]) -> BatchRelease:
+        """Release the next slot of every run from its cells (-1: no value)."""
+        counts = np.zeros((self.runs, self.eps.shape[1], self.d), dtype=np.int64)
+        width = self.d + 1
+        for b, (m, c) in enumerate(zip(self.mechanisms, cells, strict=True)):
+            G = self.groups[b]
+            flat = np.bincount(m._keys + np.asarray(c), minlength=G * width)
+            counts[b, :G] = flat.reshape(G, width)[:, 1:]
+        return self.step_counts(counts)
+
+    def step_classes(self, class_counts: Sequence[np.ndarray],
+                     classes: Sequence[np.ndarray]) -> BatchRelease:
+        """Release the next slot of every run from its reports per (class, cell)."""
+        counts = np.zeros((self.runs, self.eps.shape[1], self.d), dtype=np.int64)
+        for b, (m, cc, cls) in enumerate(zip(self.mechanisms, class_counts, classes,
+                                             strict=True)):
+            cached = self._class_maps[b]
+            if cached is None or cached[0] is not cls:
+                cached = self._class_maps[b] = (cls, class_levels(cls, m.group_of_user))
+            np.add.at(counts[b], cached[1], np.asarray(cc, dtype=np.int64))
+        return self.step_counts(counts)
+
+    def step_counts(self, counts: np.ndarray) -> BatchRelease:
+        """Release the next slot of every run from its reports per (budget group, cell), a
+        (runs, groups, d) array (a padded group counts 0)."""
+        histogram = self.estimate(counts)
+        slot = self.slot
+        self.slot += 1
+        return BatchRelease(slot, histogram, np.ones(self.runs, dtype=bool))
+
+    def estimate(self, counts: np.ndarray) -> np.ndarray:
+        """Every run's estimate (runs, d) from its reports per (budget group, cell)."""
+        d = self.d
+        sizes = counts.sum(axis=2)
+        kept_n = np.maximum(sizes, 1)
+        with np.errstate(divide="ignore"):  # padded groups: budget 0, no users
+            var = np.where(self.grr, grr_variance(self.eps, d, kept_n),
+                           oue_variance(self.eps, kept_n))
+        weights = np.where(sizes > 0, 1.0 / var, 0.0)
+        histogram = np.zeros((self.runs, d))
+        # GRR over two cells, the sweep's case: every run's kept reports drawn value by value,
+        # then the estimates of the whole batch at once
+        fast = self.grr & (sizes > 0) if d == 2 else np.zeros(sizes.shape, dtype=bool)
+        kept = np.zeros(counts.shape, dtype=np.int64)
+        freqs = []
+        for b, m in enumerate(self.mechanisms):
+            G, rng = self.groups[b], m.rng
+            size, count = sizes[b, :G], counts[b, :G]
+            freq = np.zeros((G, d))
+            oue = np.flatnonzero((size > 0) & ~m.use_grr)
+            if oue.size:  # every OUE group at once
+                n = size[oue][:, None]
+                q = 1.0 / (np.exp(m.group_eps[oue]) + 1.0)[:, None]
+                ones = rng.binomial(count[oue], 0.5) + rng.binomial(n - count[oue], q)
+                freq[oue] = (ones - n * q) / (n * (0.5 - q))
+            if d == 2:
+                binomial = rng.binomial
+                for g, (row, pg, go) in enumerate(zip(count.tolist(), self._p[b].tolist(),
+                                                      fast[b].tolist(), strict=False)):
+                    if go:
+                        kept[b, g] = (binomial(row[0], pg), binomial(row[1], pg))
+            else:
+                grr = np.flatnonzero((size > 0) & m.use_grr)
+                if grr.size:
+                    freq[grr] = grr_frequencies(count[grr], m.group_eps[grr], rng)
+            freqs.append(freq)
+        if fast.any():
+            landed = (counts - kept)[:, :, ::-1].astype(np.float64)  # the other cell's moved
+            safe = np.maximum(sizes, 1)[:, :, None]
+            p, q = self._p[:, :, None], self._q[:, :, None]
+            with np.errstate(divide="ignore", invalid="ignore"):
+                grr_freq = ((kept + landed) / safe - q) / (p - q)
+        for b, freq in enumerate(freqs):
+            G = self.groups[b]
+            if fast[b].any():
+                freq = np.where(fast[b, :G, None], grr_freq[b, :G], freq)
+            total = int(sizes[b].sum())
+            if total:
+                w = weights[b, :G]
+                histogram[b] = total * (w @ freq) / w.sum()
+        return histogram

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from mechanisms.batch import BatchedFixed
 from mechanisms.build import batch, build
+from mechanisms.central import BatchedFixed
 from mechanisms.dynamic import DynamicRequirements
 from mechanisms.evaluation.experiments import dynamic_rows
 from mechanisms.evaluation.metrics import ajsd, amre, mae

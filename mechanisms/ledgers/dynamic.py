@@ -180,7 +180,7 @@ class DynamicLedger:
         self._pending: DynamicSlotPlan | None = None
         self._units: ColumnPlan | None = None
         self._view: _Runs | None = None
-        # several independent runs in one ledger (mechanisms.batch.BatchedDynamic): each
+        # several independent runs in one ledger (mechanisms.dynamic_batch.BatchedDynamic): each
         # column's run and tie slack, and each run's nullification of the planned slot
         self.owner: np.ndarray | None = None
         self.runs = 1

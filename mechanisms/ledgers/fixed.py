@@ -5,59 +5,129 @@ whether the slot is nullified) and then *commits* the release rule's decision. I
 only on requirements and past publish/approximate decisions, which are public (docs/design.md,
 decision 2), so users with the same requirement share one row: memory is O(levels x max w).
 
+Every ledger holds a batch of independent runs: its arrays carry a leading run axis
+(:meth:`BudgetLedger.plan_runs`, :meth:`BudgetLedger.commit_runs`), so the evaluation steps many
+runs with one call per slot. The job and the library hold one run and use :meth:`~BudgetLedger.
+plan` and :meth:`~BudgetLedger.commit`, whose arrays are per level. :meth:`BudgetLedger.stack`
+batches the ledgers of fresh runs, padding the runs with fewer levels (a padded level has
+w = 1, E = 0 and is charged nothing).
+
 Slots are numbered from 1 as in the paper.
+
+Two runs of the distribution ledger, the second with half the budget, plan their first slot:
+
+>>> ledger = DistributionLedger(np.array([[2, 4], [2, 4]]), np.array([[1.0, 2.0], [0.5, 1.0]]))
+>>> ledger.plan_runs().eps2.tolist()
+[[0.25, 0.5], [0.125, 0.25]]
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 
 import numpy as np
 
-from mechanisms.ledgers.plan import Charge, SlotPlan
+from mechanisms.ledgers.plan import Charge, RunsPlan, SlotPlan
 
 
 class BudgetLedger(ABC):
-    """A ledger over levels with windows ``w`` and budgets ``E``."""
+    """A ledger over levels with windows ``w`` and budgets ``E``: (levels,) arrays for one run,
+    (runs, levels) for a batch."""
 
     name: str = ""
     adaptive: bool = True
 
     def __init__(self, w: np.ndarray, E: np.ndarray) -> None:
-        self.w = np.asarray(w, dtype=np.int64).copy()
-        self.E = np.asarray(E, dtype=np.float64).copy()
-        if self.w.shape != self.E.shape or self.w.ndim != 1:
-            raise ValueError("w and E must be one-dimensional arrays of equal length")
+        w = np.asarray(w, dtype=np.int64)
+        E = np.asarray(E, dtype=np.float64)
+        if w.shape != E.shape or w.ndim not in (1, 2):
+            raise ValueError("w and E must be arrays of equal shape, (levels,) or (runs, levels)")
+        self.windows = np.atleast_2d(w).copy()
+        self.budgets = np.atleast_2d(E).copy()
+        self.valid = np.ones(self.windows.shape, dtype=bool)  # false: a padded level
         self.slot = 1
-        self._pending: SlotPlan | None = None
+        self._pending: RunsPlan | None = None
+        self._grow()
+
+    @classmethod
+    def stack(cls, ledgers: Sequence[BudgetLedger]) -> BudgetLedger:
+        """One ledger over the runs of fresh one-run ledgers of this kind."""
+        if not ledgers or any(type(x) is not cls for x in ledgers):
+            raise ValueError(f"a batch holds runs of one ledger kind ({cls.__name__})")
+        if any(x.slot != 1 or x.runs != 1 for x in ledgers):
+            raise ValueError("a batch starts from fresh one-run ledgers (slot 1)")
+        L = max(x.levels for x in ledgers)
+        w = np.ones((len(ledgers), L), dtype=np.int64)
+        E = np.zeros((len(ledgers), L))
+        valid = np.zeros((len(ledgers), L), dtype=bool)
+        for b, x in enumerate(ledgers):
+            w[b, : x.levels], E[b, : x.levels], valid[b, : x.levels] = x.w, x.E, True
+        out = cls(w, E)
+        out.valid = valid
+        return out
+
+    @property
+    def runs(self) -> int:
+        """Number of runs in the batch (1 for the job and the library)."""
+        return int(self.windows.shape[0])
 
     @property
     def levels(self) -> int:
-        """Number of levels."""
-        return int(self.w.shape[0])
+        """Number of levels (of the run with the most, in a batch)."""
+        return int(self.windows.shape[1])
 
-    def plan(self) -> SlotPlan:
-        """Plan the next slot without changing the ledger; repeated calls agree."""
+    def _one(self, values: np.ndarray) -> np.ndarray:
+        if self.runs != 1:
+            raise ValueError(f"a ledger of {self.runs} runs: use its per-run arrays")
+        return values[0]
+
+    @property
+    def w(self) -> np.ndarray:
+        """Each level's window (one run)."""
+        return self._one(self.windows)
+
+    @property
+    def E(self) -> np.ndarray:  # noqa: N802 - the papers' name
+        """Each level's window budget (one run)."""
+        return self._one(self.budgets)
+
+    def plan_runs(self) -> RunsPlan:
+        """Plan the next slot of every run without changing the ledger; repeated calls agree."""
         if self._pending is None or self._pending.slot != self.slot:
-            self._pending = self._plan()
+            eps2, nullified = self._plan()
+            self._pending = RunsPlan(self.slot, self.eps1, eps2, nullified, self.adaptive)
         return self._pending
 
-    def commit(self, published: bool) -> Charge:
-        """Record the decision for the planned slot and advance to the next slot."""
-        plan = self.plan()
-        published = bool(published) and not plan.nullified
-        eps2 = plan.eps2.copy() if published else np.zeros_like(plan.eps2)
+    def plan(self) -> SlotPlan:
+        """Plan the next slot of the one run."""
+        self._one(self.windows)
+        return self.plan_runs().run(0)
+
+    def commit_runs(self, published: np.ndarray) -> np.ndarray:
+        """Record every run's decision for the planned slot and advance to the next slot;
+        returns which runs published (a nullified run never does)."""
+        plan = self.plan_runs()
+        published = np.asarray(published, dtype=bool) & ~plan.nullified
         self._commit(plan, published)
         self.slot += 1
         self._pending = None
-        return Charge(plan.slot, plan.eps1.copy(), eps2, published, plan.nullified)
+        return published
+
+    def commit(self, published: bool) -> Charge:
+        """Record the one run's decision for the planned slot and advance to the next slot."""
+        plan = self.plan()
+        done = bool(self.commit_runs(np.array([bool(published)]))[0])
+        eps2 = plan.eps2.copy() if done else np.zeros_like(plan.eps2)
+        return Charge(plan.slot, plan.eps1.copy(), eps2, done, plan.nullified)
 
     def add_level(self, w: int, E: float) -> int:
-        """Append a level with no history; returns its index."""
-        self.w = np.append(self.w, np.int64(w))
-        self.E = np.append(self.E, np.float64(E))
+        """Append a level with no history to the one run; returns its index."""
+        self._one(self.windows)
+        self.windows = np.append(self.windows, [[np.int64(w)]], axis=1)
+        self.budgets = np.append(self.budgets, [[np.float64(E)]], axis=1)
+        self.valid = np.ones(self.windows.shape, dtype=bool)
         self._grow()
-        self._pending = None
         return self.levels - 1
 
     def strictest_level(self, w: int, E: float) -> int:
@@ -71,13 +141,12 @@ class BudgetLedger(ABC):
         """Make a level's requirement stricter (larger window, smaller budget)."""
         if w < self.w[level] or self.E[level] < E:
             raise ValueError("a level's requirement can only be tightened")
-        self.w[level] = w
-        self.E[level] = E
+        self.windows[0, level] = w
+        self.budgets[0, level] = E
         self._grow()
-        self._pending = None
 
     def state(self) -> dict:
-        """A JSON-able snapshot of the ledger."""
+        """A JSON-able snapshot of the one run's ledger."""
         return {"name": self.name, "slot": self.slot, "w": self.w.tolist(), "E": self.E.tolist()}
 
     def load_state(self, state: dict) -> None:
@@ -85,63 +154,110 @@ class BudgetLedger(ABC):
         if state.get("name") != self.name:
             raise ValueError(f"state of ledger {state.get('name')!r} given to {self.name!r}")
         self.slot = int(state["slot"])
-        self.w = np.asarray(state["w"], dtype=np.int64)
-        self.E = np.asarray(state["E"], dtype=np.float64)
+        self.windows = np.asarray(state["w"], dtype=np.int64).reshape(1, -1)
+        self.budgets = np.asarray(state["E"], dtype=np.float64).reshape(1, -1)
+        self.valid = np.ones(self.windows.shape, dtype=bool)
         self._grow()
-        self._pending = None
 
     @abstractmethod
-    def _plan(self) -> SlotPlan: ...
+    def _plan(self) -> tuple[np.ndarray, np.ndarray]:
+        """eps2 (runs, levels) and nullified (runs,) of the next slot."""
 
     @abstractmethod
-    def _commit(self, plan: SlotPlan, published: bool) -> None: ...
+    def _commit(self, plan: RunsPlan, published: np.ndarray) -> None: ...
 
-    def _grow(self) -> None:  # noqa: B027 - optional hook, most ledgers keep no extra state
+    def _grow(self) -> None:
         """Resize per-level state after levels were added or windows widened."""
+        self._pending = None
+        self.eps1 = (self.budgets / (2.0 * self.windows) if self.adaptive
+                     else np.zeros(self.budgets.shape))
 
 
 def _padded(values: np.ndarray, levels: int) -> np.ndarray:
-    """Per-level integers, with zeros for the levels added since."""
-    extra = levels - values.shape[0]
-    return np.concatenate([values, np.zeros(extra, dtype=np.int64)]) if extra > 0 else values
+    """Per-(run, level) integers, with zeros for the levels added since."""
+    extra = levels - values.shape[1]
+    return np.pad(values, ((0, 0), (0, extra))) if extra > 0 else values
+
+
+class _Window:
+    """Each run's levels' eps2 over the last ``width`` slots, in age order (column 0: the last
+    slot); writing moves a window over a wider buffer, so a slot costs no copy of the
+    history."""
+
+    def __init__(self, runs: int, levels: int, width: int) -> None:
+        self.width = width
+        self.spare = width + 64
+        self.buffer = np.zeros((runs, levels, width + self.spare))
+        self.pos = self.spare
+
+    def view(self) -> np.ndarray:
+        """(runs, levels, width), age order."""
+        return self.buffer[:, :, self.pos : self.pos + self.width]
+
+    def push(self, eps2: np.ndarray) -> None:
+        """Record a slot's eps2: it becomes age 1."""
+        if self.pos == 0:
+            self.buffer[:, :, self.spare :] = self.buffer[:, :, : self.width].copy()
+            self.pos = self.spare
+        self.pos -= 1
+        self.buffer[:, :, self.pos] = eps2
 
 
 class _History(BudgetLedger):
     """A ledger that remembers each level's eps2 over the last ``max w`` slots (age order)."""
 
-    def __init__(self, w: np.ndarray, E: np.ndarray) -> None:
-        self.recent = np.zeros((0, 0))
-        super().__init__(w, E)
-        self._grow()
+    history: _Window | None = None
 
     def _grow(self) -> None:
-        width = int(self.w.max(initial=1))
-        old = self.recent
-        self.recent = np.zeros((self.levels, width))
-        rows, cols = min(old.shape[0], self.levels), min(old.shape[1], width)
-        self.recent[:rows, :cols] = old[:rows, :cols]
-        # mask of the previous w_l - 1 slots (ages 1 .. w_l - 1 at columns 0 .. w_l - 2)
-        self._prev_mask = np.arange(width)[None, :] < (self.w - 1)[:, None]
+        super()._grow()
+        # a run sums rows as wide as its largest window: runs are grouped by that width so
+        # that a run's sums do not depend on the batch it is in
+        widths = self.windows.max(axis=1, initial=1)
+        width = int(widths.max(initial=1))
+        old = self.history
+        self.history = _Window(self.runs, self.levels, width)
+        if old is not None:
+            rows, cols = min(old.view().shape[1], self.levels), min(old.width, width)
+            self.history.view()[:, :rows, :cols] = old.view()[:, :rows, :cols]
+        self.groups = []
+        for w in np.unique(widths).tolist():
+            rows = np.flatnonzero(widths == w)
+            # the previous w_l - 1 slots: ages 1 .. w_l - 1 at columns 0 .. w_l - 2
+            mask = np.arange(w)[None, None, :] < (self.windows[rows] - 1)[:, :, None]
+            self.groups.append((rows, w, mask, rows.size == self.runs))
+
+    @property
+    def recent(self) -> np.ndarray:
+        """The one run's eps2 per level over the last ``max w`` slots (column 0: the last)."""
+        assert self.history is not None
+        return self._one(self.history.view())
 
     def _spent_before(self) -> np.ndarray:
-        """eps2 charged over each level's previous w_l - 1 slots."""
-        return np.where(self._prev_mask, self.recent, 0.0).sum(axis=1)
+        """eps2 charged over each level's previous w_l - 1 slots, per run."""
+        assert self.history is not None
+        view = self.history.view()
+        spent = np.empty(self.budgets.shape)
+        for rows, width, mask, every in self.groups:
+            part = view[:, :, :width] if every else view[rows, :, :width]
+            spent[rows] = np.where(mask, part, 0.0).sum(axis=2)
+        return spent
 
     def _push(self, eps2: np.ndarray) -> None:
-        if self.recent.shape[1] > 1:
-            self.recent[:, 1:] = self.recent[:, :-1].copy()
-        self.recent[:, 0] = eps2
+        assert self.history is not None
+        self.history.push(eps2)
 
     def state(self) -> dict:
         return super().state() | {"recent": self.recent.tolist()}
 
     def load_state(self, state: dict) -> None:
+        self.history = None
         super().load_state(state)
         recent = np.asarray(state["recent"], dtype=np.float64)
         # a ledger without levels yet stores [] (no row to infer the width from)
-        self.recent = recent.reshape(self.levels, -1) if recent.size else np.zeros(
-            (self.levels, 0))
-        self._grow()
+        if recent.size:
+            recent = recent.reshape(self.levels, -1)
+            cols = min(recent.shape[1], self.recent.shape[1])
+            self.recent[:, :cols] = recent[:, :cols]
 
 
 class DistributionLedger(_History):
@@ -149,13 +265,12 @@ class DistributionLedger(_History):
 
     name = "distribution"
 
-    def _plan(self) -> SlotPlan:
-        eps1 = self.E / (2.0 * self.w)
-        remaining = np.maximum(self.E / 2.0 - self._spent_before(), 0.0)
-        return SlotPlan(self.slot, eps1, remaining / 2.0, nullified=False)
+    def _plan(self) -> tuple[np.ndarray, np.ndarray]:
+        remaining = np.maximum(self.budgets / 2.0 - self._spent_before(), 0.0)
+        return remaining / 2.0, np.zeros(self.runs, dtype=bool)
 
-    def _commit(self, plan: SlotPlan, published: bool) -> None:
-        self._push(plan.eps2 if published else np.zeros(self.levels))
+    def _commit(self, plan: RunsPlan, published: np.ndarray) -> None:
+        self._push(np.where(published[:, None], plan.eps2, 0.0))
 
 
 class UniformLedger(BudgetLedger):
@@ -164,11 +279,10 @@ class UniformLedger(BudgetLedger):
     name = "uniform"
     adaptive = False
 
-    def _plan(self) -> SlotPlan:
-        zero = np.zeros(self.levels)
-        return SlotPlan(self.slot, zero, self.E / self.w, nullified=False, adaptive=False)
+    def _plan(self) -> tuple[np.ndarray, np.ndarray]:
+        return self.budgets / self.windows, np.zeros(self.runs, dtype=bool)
 
-    def _commit(self, plan: SlotPlan, published: bool) -> None:
+    def _commit(self, plan: RunsPlan, published: np.ndarray) -> None:
         pass
 
 
@@ -180,38 +294,33 @@ class SampleLedger(BudgetLedger):
 
     name = "sample"
     adaptive = False
-
-    def __init__(self, w: np.ndarray, E: np.ndarray) -> None:
-        self.last = np.zeros(0, dtype=np.int64)
-        super().__init__(w, E)
-        self._grow()
+    last_runs = np.zeros((0, 0), dtype=np.int64)
 
     def _grow(self) -> None:
-        self.last = _padded(self.last, self.levels)
+        super()._grow()
+        if self.last_runs.shape[0] != self.runs:
+            self.last_runs = np.zeros((self.runs, 0), dtype=np.int64)
+        self.last_runs = _padded(self.last_runs, self.levels)
 
-    def _due(self) -> np.ndarray:
-        return (self.last == 0) | (self.slot - self.last >= self.w)
+    @property
+    def last(self) -> np.ndarray:
+        """The one run's last publishing slot per level (0: never)."""
+        return self._one(self.last_runs)
 
-    def _plan(self) -> SlotPlan:
-        due = self._due()
-        return SlotPlan(
-            self.slot,
-            np.zeros(self.levels),
-            np.where(due, self.E, 0.0),
-            nullified=not bool(due.any()),
-            adaptive=False,
-        )
+    def _plan(self) -> tuple[np.ndarray, np.ndarray]:
+        due = (self.last_runs == 0) | (self.slot - self.last_runs >= self.windows)
+        return np.where(due, self.budgets, 0.0), ~(due & self.valid).any(axis=1)
 
-    def _commit(self, plan: SlotPlan, published: bool) -> None:
-        if published:
-            self.last = np.where(plan.eps2 > 0, self.slot, self.last)
+    def _commit(self, plan: RunsPlan, published: np.ndarray) -> None:
+        self.last_runs = np.where(published[:, None] & (plan.eps2 > 0), self.slot,
+                                  self.last_runs)
 
     def state(self) -> dict:
         return super().state() | {"last": self.last.tolist()}
 
     def load_state(self, state: dict) -> None:
         super().load_state(state)
-        self.last = np.asarray(state["last"], dtype=np.int64)
+        self.last_runs = np.asarray(state["last"], dtype=np.int64).reshape(1, -1)
 
 
 class AbsorptionLedger(BudgetLedger):
@@ -223,36 +332,45 @@ class AbsorptionLedger(BudgetLedger):
     """
 
     name = "absorption"
-
-    def __init__(self, w: np.ndarray, E: np.ndarray) -> None:
-        self.shares = np.zeros(0, dtype=np.int64)
-        self.last_published = 0
-        super().__init__(w, E)
-        self._grow()
+    shares_runs = np.zeros((0, 0), dtype=np.int64)
+    published_runs = np.zeros(0, dtype=np.int64)
 
     def _grow(self) -> None:
-        self.shares = _padded(self.shares, self.levels)
+        super()._grow()
+        if self.shares_runs.shape[0] != self.runs:
+            self.shares_runs = np.zeros((self.runs, 0), dtype=np.int64)
+            self.published_runs = np.zeros(self.runs, dtype=np.int64)
+        self.shares_runs = _padded(self.shares_runs, self.levels)
+
+    @property
+    def shares(self) -> np.ndarray:
+        """The one run's shares absorbed by each level's last publication."""
+        return self._one(self.shares_runs)
+
+    @property
+    def last_published(self) -> int:
+        """The one run's last publishing slot (0: never)."""
+        return int(self._one(self.published_runs[:, None])[0])
 
     def nullified_spans(self) -> np.ndarray:
         """t_{i,N}: slots after the last publication that each level's publication borrowed."""
         return np.maximum(self.shares - 1, 0)
 
-    def _plan(self) -> SlotPlan:
-        share = self.E / (2.0 * self.w)
-        spans = self.nullified_spans()
-        since = self.slot - self.last_published
-        bound = int(spans.max(initial=0))
-        nullified = self.last_published > 0 and since <= bound
-        absorbed = np.maximum(since - spans, 0)
-        eps2 = share * np.minimum(absorbed, self.w)
-        return SlotPlan(self.slot, share, eps2, nullified=nullified)
+    def _plan(self) -> tuple[np.ndarray, np.ndarray]:
+        spans = np.maximum(self.shares_runs - 1, 0)
+        since = self.slot - self.published_runs
+        bound = spans.max(axis=1, initial=0)
+        nullified = (self.published_runs > 0) & (since <= bound)
+        absorbed = np.maximum(since[:, None] - spans, 0)
+        return self.eps1 * np.minimum(absorbed, self.windows), nullified
 
-    def _commit(self, plan: SlotPlan, published: bool) -> None:
-        if published:
-            since = self.slot - self.last_published
-            absorbed = np.maximum(since - self.nullified_spans(), 0)
-            self.shares = np.minimum(absorbed, self.w)
-            self.last_published = self.slot
+    def _commit(self, plan: RunsPlan, published: np.ndarray) -> None:
+        if published.any():
+            since = self.slot - self.published_runs
+            absorbed = np.maximum(since[:, None] - np.maximum(self.shares_runs - 1, 0), 0)
+            self.shares_runs = np.where(published[:, None],
+                                        np.minimum(absorbed, self.windows), self.shares_runs)
+            self.published_runs = np.where(published, self.slot, self.published_runs)
 
     def state(self) -> dict:
         return super().state() | {
@@ -262,5 +380,5 @@ class AbsorptionLedger(BudgetLedger):
 
     def load_state(self, state: dict) -> None:
         super().load_state(state)
-        self.shares = np.asarray(state["shares"], dtype=np.int64)
-        self.last_published = int(state["last_published"])
+        self.shares_runs = np.asarray(state["shares"], dtype=np.int64).reshape(1, -1)
+        self.published_runs = np.array([int(state["last_published"])], dtype=np.int64)

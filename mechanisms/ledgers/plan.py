@@ -39,3 +39,19 @@ class Charge:
     published: bool
     nullified: bool
     extra: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class RunsPlan:
+    """A slot's plan for each run of a batch: budgets are (runs, levels), ``nullified`` (runs,)."""
+
+    slot: int
+    eps1: np.ndarray
+    eps2: np.ndarray
+    nullified: np.ndarray
+    adaptive: bool = True
+
+    def run(self, b: int) -> SlotPlan:
+        """Run ``b``'s plan."""
+        return SlotPlan(self.slot, self.eps1[b], self.eps2[b], bool(self.nullified[b]),
+                        self.adaptive)

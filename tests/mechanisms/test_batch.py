@@ -5,9 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from mechanisms.batch import BatchedFixed, batch_optimal_budget
 from mechanisms.build import batch
-from mechanisms.central import create_mechanism
+from mechanisms.central import BatchedFixed, create_mechanism
 from mechanisms.evaluation.runs import (
     ClassCounts,
     class_counts,
@@ -16,7 +15,7 @@ from mechanisms.evaluation.runs import (
     run_stream,
     true_histograms,
 )
-from mechanisms.obs import optimal_budget
+from mechanisms.obs import batch_optimal_budget, optimal_budget
 from mechanisms.registry import REGISTRY, names
 from mechanisms.requirements import FixedRequirements, user_classes
 
@@ -152,7 +151,7 @@ def test_batch_refuses_mixed_mechanisms():
 
 
 def test_value_by_value_binomial_draws_what_one_array_call_draws():
-    from mechanisms.batch import draw_binomial
+    from mechanisms.sampling import draw_binomial
 
     counts = np.array([[3000, 20, 0, 7], [1, 0, 500, 4000], [9, 9, 9, 9]] * 3)
     p = np.linspace(0.05, 0.95, counts.shape[0])
