@@ -80,6 +80,32 @@ class ObsCache:
         return hit
 
 
+def _draw_partial(
+    rngs: Sequence[np.random.Generator],
+    drawing: list[int],
+    partial: np.ndarray,
+    counts: np.ndarray,
+    p: np.ndarray,
+    d: int,
+) -> np.ndarray:
+    """(runs, d): for each run in ``drawing``, its partly sampled levels' counts thinned with
+    its generator (:func:`~mechanisms.sampling.draw_binomial`); zeros for the others."""
+    out = np.zeros((partial.shape[0], d), dtype=np.int64)
+    flagged = partial.any(axis=1).tolist() if drawing else []
+    some = [b for b in drawing if flagged[b]]
+    if not some:
+        return out
+    per_run = partial[some].sum(axis=1).tolist()
+    rows = counts[some][partial[some]].tolist()  # the runs' partial levels, run after run
+    probs = p[some][partial[some]].tolist()
+    drawn, at = [], 0
+    for b, k in zip(some, per_run, strict=True):
+        drawn.append(draw_binomial(rngs[b], rows[at : at + k], probs[at : at + k]))
+        at += k
+    out[some] = drawn
+    return out
+
+
 class ReleaseRule:
     """PWSM's decision (Algorithm 2) with either OBS's error or the noise scale as threshold.
 
@@ -172,16 +198,17 @@ class ReleaseRule:
             first = first if first is not None else self.sampling(self.scaled(eps1), sizes)
             theta1 = first.threshold
             sampled = np.where(first.full[:, :, None], counts, 0).sum(axis=1)
+            drawing = np.flatnonzero(live & (theta1 > 0)).tolist()
+            sampled += _draw_partial(rngs, drawing, first.partial, counts, first.p, d)
             noise1 = np.zeros(runs)
-            for b in np.flatnonzero(live & (theta1 > 0)).tolist():
-                rng = rngs[b]
-                if first.any_partial[b]:
-                    part = first.partial[b]
-                    sampled[b] += draw_binomial(rng, counts[b][part], first.p[b][part])
+            if drawing:
+                scale = theta1.tolist()
                 if noise == "laplace":
-                    noise1[b] = rng.laplace(0.0, 1.0 / (d * theta1[b]))
+                    noise1[drawing] = [rngs[b].laplace(0.0, 1.0 / (d * scale[b]))
+                                       for b in drawing]
                 else:
-                    noise1[b] = float(draw_noise(theta1[b], 1, rng, "discrete")[0])
+                    noise1[drawing] = [float(draw_noise(scale[b], 1, rngs[b], "discrete")[0])
+                                       for b in drawing]
             # with integer noise the sum of absolute differences (sensitivity 1) is perturbed
             # and then divided by d, so no floating-point Laplace is drawn
             total = np.abs(sampled - last).sum(axis=1).astype(np.float64)
@@ -201,12 +228,11 @@ class ReleaseRule:
             partial2 = (p2 > 0.0) & ~full2
             sub = counts[writing]
             sampled2 = np.where(full2[:, :, None], sub, 0).sum(axis=1)
-            noise2 = np.zeros((writing.size, d), dtype=histogram.dtype)
-            for i, b in enumerate(writing.tolist()):
-                rng = rngs[b]
-                part = partial2[i]
-                if part.any():
-                    sampled2[i] += draw_binomial(rng, sub[i][part], p2[i][part])
-                noise2[i] = draw_noise(theta2[b], d, rng, noise)
-            histogram[writing] = sampled2 + noise2
+            rows = list(range(writing.size))
+            sampled2 += _draw_partial([rngs[b] for b in writing.tolist()], rows, partial2, sub,
+                                      p2, d)
+            scale = theta2[writing].tolist()
+            histogram[writing] = sampled2 + np.array(
+                [draw_noise(scale[i], d, rngs[b], noise) for i, b in enumerate(writing.tolist())],
+                dtype=histogram.dtype)
         return RunsDecision(publish, histogram, np.where(live, theta2, 0.0), dis)

@@ -34,19 +34,25 @@ def inclusion_probabilities(budgets: np.ndarray, threshold: float | np.ndarray) 
 
 
 def draw_binomial(
-    rng: np.random.Generator, counts: np.ndarray, p: np.ndarray
+    rng: np.random.Generator, counts: np.ndarray | list, p: np.ndarray | list
 ) -> np.ndarray | list[int]:
     """``rng.binomial(counts, p[:, None]).sum(axis=0)``: the sampled counts of partly kept
-    levels (an array, or a list of exact integers).
+    levels, a (levels, d) matrix of counts and a probability per level (an array, or a list of
+    exact integers).
 
     Small sets are drawn one value at a time, in the same order: the generator makes the same
     draws either way, and a scalar call costs a tenth of an array call.
     """
-    if counts.size > _SCALAR_DRAWS:
-        return rng.binomial(counts, p[:, None]).sum(axis=0)
+    rows = counts.tolist() if isinstance(counts, np.ndarray) else counts
+    probs = p.tolist() if isinstance(p, np.ndarray) else p
+    if not rows:
+        return []
+    if len(rows) * len(rows[0]) > _SCALAR_DRAWS:
+        drawn = rng.binomial(np.array(rows, dtype=np.int64), np.array(probs)[:, None])
+        return drawn.sum(axis=0)
     binomial = rng.binomial
-    out = [0] * counts.shape[1]
-    for row, q in zip(counts.tolist(), p.tolist(), strict=True):
+    out = [0] * len(rows[0])
+    for row, q in zip(rows, probs, strict=True):
         for j, c in enumerate(row):
             out[j] += binomial(c, q)
     return out

@@ -211,20 +211,26 @@ class _History(BudgetLedger):
     def _grow(self) -> None:
         super()._grow()
         # a run sums rows as wide as its largest window: runs are grouped by that width so
-        # that a run's sums do not depend on the batch it is in
+        # that a run's sums do not depend on the batch it is in; the history keeps the runs
+        # in order of width (row i holds run order[i]), so each group is a slice of it
         widths = self.windows.max(axis=1, initial=1)
         width = int(widths.max(initial=1))
-        old = self.history
+        order = np.argsort(widths, kind="stable")
+        old, old_order = self.history, getattr(self, "order", None)
         self.history = _Window(self.runs, self.levels, width)
-        if old is not None:
+        if old is not None and old_order is not None and old_order.size == self.runs:
             rows, cols = min(old.view().shape[1], self.levels), min(old.width, width)
-            self.history.view()[:, :rows, :cols] = old.view()[:, :rows, :cols]
+            runs_view = old.view()[np.argsort(old_order)]  # back in run order
+            self.history.view()[:, :rows, :cols] = runs_view[order, :rows, :cols]
+        self.order = order
+        self.inverse = None if (order == np.arange(self.runs)).all() else np.argsort(order)
         self.groups = []
+        sorted_widths = widths[order]
         for w in np.unique(widths).tolist():
-            rows = np.flatnonzero(widths == w)
+            lo, hi = np.searchsorted(sorted_widths, [w, w + 1]).tolist()
             # the previous w_l - 1 slots: ages 1 .. w_l - 1 at columns 0 .. w_l - 2
-            mask = np.arange(w)[None, None, :] < (self.windows[rows] - 1)[:, :, None]
-            self.groups.append((rows, w, mask, rows.size == self.runs))
+            mask = np.arange(w)[None, None, :] < (self.windows[order[lo:hi]] - 1)[:, :, None]
+            self.groups.append((lo, hi, w, mask))
 
     @property
     def recent(self) -> np.ndarray:
@@ -237,14 +243,13 @@ class _History(BudgetLedger):
         assert self.history is not None
         view = self.history.view()
         spent = np.empty(self.budgets.shape)
-        for rows, width, mask, every in self.groups:
-            part = view[:, :, :width] if every else view[rows, :, :width]
-            spent[rows] = np.where(mask, part, 0.0).sum(axis=2)
-        return spent
+        for lo, hi, width, mask in self.groups:
+            spent[lo:hi] = np.where(mask, view[lo:hi, :, :width], 0.0).sum(axis=2)
+        return spent if self.inverse is None else spent[self.inverse]
 
     def _push(self, eps2: np.ndarray) -> None:
         assert self.history is not None
-        self.history.push(eps2)
+        self.history.push(eps2 if self.inverse is None else eps2[self.order])
 
     def state(self) -> dict:
         return super().state() | {"recent": self.recent.tolist()}
