@@ -10,7 +10,7 @@ partitions, then measures, on the same topic:
 * ``faust-batch``: :class:`streams.job.ingest.BatchIngest` (``orjson.loads`` per record, a RocksDB
   table updated per batch);
 * ``faust-batch-parse``: the same with full validation
-  (:func:`streams.records.parsing.parse_reports`).
+  (:func:`streams.records.report_parsing.parse_reports`).
 
 Every Faust variant runs in its own process and consumer group with ``store="rocksdb://"``, the
 web server disabled and a temporary data directory. Rates count records from the first delivered
@@ -52,7 +52,8 @@ from streams.job.ingest import (  # noqa: E402
 )
 from streams.kafka.broker import EmbeddedBroker  # noqa: E402
 from streams.kafka.topics import TopicSpec, create_topics  # noqa: E402
-from streams.records.parsing import CellDomain, parse_reports  # noqa: E402
+from streams.records.domains import CellDomain  # noqa: E402
+from streams.records.report_parsing import parse_reports  # noqa: E402
 
 FAUST_VARIANTS = ("faust-agent", "faust-take", "faust-batch", "faust-batch-parse")
 TIME0 = 1_700_000_000_000

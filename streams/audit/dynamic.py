@@ -27,7 +27,7 @@ from mechanisms.ledgers.columns import UNIT, grid_table
 from streams.job.slot_protocol import GRID_BITS, level_name
 
 if TYPE_CHECKING:
-    from streams.audit.accounting import AuditReport, Record
+    from streams.audit.report import AuditReport, Record
 
 TOLERANCE: Final = 1e-9
 MAX_CELLS: Final = 50_000_000  # users x slots held for the per-user window checks

@@ -20,7 +20,8 @@ from typing import Any, TextIO
 
 import orjson
 
-from streams.audit.accounting import AuditReport, Record, audit
+from streams.audit.accounting import audit
+from streams.audit.report import AuditReport, Record
 from streams.kafka.topics import Topics
 
 AUDITED = ("requirements", "decisions", "releases")

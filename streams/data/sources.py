@@ -118,7 +118,7 @@ class Source:
 def _peek(line: bytes) -> tuple[bytes, int | None]:
     """A recorded line's key (its user, as the job keys reports) and event time (``None``
     when the job could not read one)."""
-    from streams.records.parsing import RecordError, parse_time
+    from streams.records.field_parsing import RecordError, parse_time
 
     try:
         doc: Any = orjson.loads(line)

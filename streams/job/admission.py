@@ -15,11 +15,11 @@ from __future__ import annotations
 
 from streams.job.config import JobConfig
 from streams.job.ingest import key_partition
-from streams.records.parsing import (
+from streams.records.field_formats import Reason
+from streams.records.field_parsing import RecordError
+from streams.records.requirement_parsing import (
     DynamicRequirement,
     FixedRequirement,
-    Reason,
-    RecordError,
     RequirementRemoval,
     parse_requirement,
 )

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from mechanisms.dynamic import DYNAMIC_MECHANISMS
 from mechanisms.registry import names
 from streams.job.slotting import SlotClock
-from streams.records.parsing import CellDomain, Domain, domain_from_config
+from streams.records.domains import CellDomain, Domain, domain_from_config
 
 JOB_MECHANISMS = names(in_job=True)
 NEIGHBOURING = ("add-remove", "replace")

@@ -24,8 +24,8 @@ from mechanisms.randomness import slot_generator
 from streams.job.config import JobConfig
 from streams.job.coordinator_placement import ReleasePlacement, release_placement
 from streams.job.slot_protocol import Decision, PartitionMessage, Start, kind, secret_check
-from streams.records.formats import CELLS_INLINE_MAX, NOISE_DISTRIBUTIONS, RELEASE_VERSION
-from streams.records.parsing import BinDomain, CategoryDomain, Domain, GridDomain
+from streams.records.domains import BinDomain, CategoryDomain, Domain, GridDomain
+from streams.records.output_formats import CELLS_INLINE_MAX, NOISE_DISTRIBUTIONS, RELEASE_VERSION
 
 KEEP_RELEASED = 64
 log = logging.getLogger("pwevent.coordinator")

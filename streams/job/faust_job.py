@@ -71,7 +71,8 @@ from streams.job.slot_protocol import (
 )
 from streams.kafka.settings import client_options, faust_options
 from streams.kafka.topics import Topics
-from streams.records.parsing import DEAD_LETTER_PAYLOAD_BYTES, dead_letter
+from streams.records.dead_letters import dead_letter
+from streams.records.input_formats import DEAD_LETTER_PAYLOAD_BYTES
 
 log = logging.getLogger("pwevent.job")
 

@@ -50,7 +50,7 @@ from mechanisms.ledgers.fixed import (
     SampleLedger,
     UniformLedger,
 )
-from streams.records.formats import Reason
+from streams.records.field_formats import Reason
 
 log = logging.getLogger("pwevent.observe")
 

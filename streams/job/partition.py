@@ -31,7 +31,9 @@ from streams.job.placement import Placement
 from streams.job.registries import UserRegistry
 from streams.job.slot_protocol import Control
 from streams.job.slotting import DUPLICATE, OK, STATUS_REASON, Slotter
-from streams.records.parsing import Reason, RecordError, parse_reports
+from streams.records.field_formats import Reason
+from streams.records.field_parsing import RecordError
+from streams.records.report_parsing import parse_reports
 
 RawRecord = tuple[bytes | None, bytes | None, int, int]  # key, value, partition, offset
 NO_HORIZON = 2**62  # the horizon when none is configured

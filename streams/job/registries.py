@@ -17,11 +17,11 @@ import numpy as np
 from mechanisms.engine import level_key
 from streams.job.admission import admit_requirement
 from streams.job.config import JobConfig
-from streams.records.parsing import (
+from streams.records.field_formats import Reason
+from streams.records.field_parsing import RecordError
+from streams.records.requirement_parsing import (
     DynamicRequirement,
     FixedRequirement,
-    Reason,
-    RecordError,
     RequirementRemoval,
 )
 

@@ -45,7 +45,7 @@ from typing import Any, Final
 import numpy as np
 import orjson
 
-from streams.records.formats import RELEASE_VERSION
+from streams.records.output_formats import RELEASE_VERSION
 
 __all__ = [
     "DEFAULT_CONFIDENCE",

@@ -11,7 +11,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from streams.audit.accounting import registrations
+from streams.audit.registrations import registrations
 from streams.cli.audit import to_records
 from streams.cli.main import main
 from streams.job.ingest import RawProducer, key_partition

@@ -38,8 +38,9 @@ from streams.job.config import JobConfig
 from streams.job.coordinator import cell_labels
 from streams.job.pipeline import InProcessJob
 from streams.kafka.broker import EmbeddedBroker
-from streams.records.formats import CELLS_INLINE_MAX, RELEASE_VERSION
-from streams.records.parsing import BinDomain, CategoryDomain, CellDomain, GridDomain, load_schema
+from streams.records.domains import BinDomain, CategoryDomain, CellDomain, GridDomain
+from streams.records.formats import load_schema
+from streams.records.output_formats import CELLS_INLINE_MAX, RELEASE_VERSION
 from streams.releases.client import (
     KNOWN_VERSION,
     Noise,

@@ -31,7 +31,7 @@ from jobkit import (
 
 from streams.kafka.broker import EmbeddedBroker
 from streams.kafka.offsets import read_topic
-from streams.records.parsing import load_schema
+from streams.records.formats import load_schema
 
 USERS = [f"u{i}" for i in range(60)]
 W = [4 + (i % 3) * 3 for i in range(60)]

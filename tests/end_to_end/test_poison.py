@@ -25,7 +25,8 @@ from jobkit import (
 from streams.job.ingest import key_partition
 from streams.kafka.broker import EmbeddedBroker
 from streams.kafka.offsets import read_topic
-from streams.records.parsing import DEAD_LETTER_PAYLOAD_BYTES, decode_dead_letter
+from streams.records.dead_letters import decode_dead_letter
+from streams.records.input_formats import DEAD_LETTER_PAYLOAD_BYTES
 
 USERS = [f"u{i}" for i in range(12)]
 SIZES = [0, 1, 1_000, 100_000, 800_000, 1_000_000]

@@ -7,8 +7,9 @@ import numpy as np
 import orjson
 import pytest
 
-from streams.audit.accounting import AuditReport, Record, audit
+from streams.audit.accounting import audit
 from streams.audit.dynamic import _check_windows
+from streams.audit.report import AuditReport, Record
 from streams.job.config import JobConfig
 from streams.job.ingest import key_partition
 from streams.job.pipeline import InProcessJob

@@ -17,7 +17,7 @@ from streams.job.pipeline import InProcessJob
 from streams.job.registries import SUSPENDED, DynamicRegistry
 from streams.job.roles import make_accumulator
 from streams.job.slot_protocol import secret_check
-from streams.records.parsing import load_schema
+from streams.records.formats import load_schema
 
 D = 4
 SLOT_MS = 100
@@ -306,7 +306,11 @@ def test_replayed_sources_declare_the_dynamic_requirements_of_evaluate() -> None
     DPBD and DPBA; the fixed mechanisms keep {user, w, E}."""
     from mechanisms.evaluation.experiments import dynamic_rows
     from streams.data.sources import make_source
-    from streams.records.parsing import DynamicRequirement, FixedRequirement, parse_requirement
+    from streams.records.requirement_parsing import (
+        DynamicRequirement,
+        FixedRequirement,
+        parse_requirement,
+    )
 
     src = make_source("sin", 30, 3, seed=4, epsilon=0.6, window=120)
     assert src.requirements is not None

@@ -1,6 +1,7 @@
-"""The record formats are defined once (streams.records.formats): the committed JSON Schemas are
-generated from them, the job's validator (streams.records.parsing) takes its constants from them,
-and the validator and the schemas agree on which documents they accept."""
+"""The record formats are defined once (streams.records.formats and the modules it names): the
+committed JSON Schemas are generated from them, the job's validator (streams.records.field_parsing
+and the parsers next to it) takes its constants from them, and the validator and the schemas agree
+on which documents they accept."""
 
 from __future__ import annotations
 
@@ -16,39 +17,26 @@ from hypothesis import strategies as st
 from jsonschema import Draft202012Validator
 
 from streams.kafka.topics import TOPIC_KEYS
-from streams.records import formats
-from streams.records import parsing as records
-from streams.records.formats import (
+from streams.records import field_formats, format_nodes, formats, output_formats
+from streams.records import field_parsing as records
+from streams.records.dead_letters import dead_letter, decode_dead_letter
+from streams.records.domains import BinDomain, CategoryDomain, CellDomain, GridDomain
+from streams.records.field_formats import TIME_LIMIT_MS, TIME_PATTERN, USER_MAX_LENGTH, Reason
+from streams.records.field_parsing import REASONS, RecordError, parse_time
+from streams.records.formats import FORMATS, SCHEMA_DIR, json_schema, load_schema, render
+from streams.records.input_formats import (
     DEAD_LETTER_BYTES_FIELDS,
     DEAD_LETTER_FIELDS,
     DEAD_LETTER_REQUIRED,
     DYNAMIC_FIELDS,
     FIXED_FIELDS,
-    FORMATS,
     REPORT_FIELDS,
-    SCHEMA_DIR,
-    TIME_LIMIT_MS,
-    TIME_PATTERN,
-    USER_MAX_LENGTH,
-    json_schema,
-    render,
 )
-from streams.records.parsing import (
-    REASONS,
-    BinDomain,
-    CategoryDomain,
-    CellDomain,
+from streams.records.report_parsing import parse_reports
+from streams.records.requirement_parsing import (
     DynamicRequirement,
     FixedRequirement,
-    GridDomain,
-    Reason,
-    RecordError,
-    dead_letter,
-    decode_dead_letter,
-    load_schema,
-    parse_reports,
     parse_requirement,
-    parse_time,
 )
 
 
@@ -80,7 +68,7 @@ def test_generated_schema_is_valid_and_versioned(topic: str) -> None:
     Draft202012Validator.check_schema(schema)
     version = schema["x-schema-version"]
     assert type(version) is int and version >= 1
-    assert schema["$id"] == f"{formats.SCHEMA_BASE}/v{version}/{topic}.json"
+    assert schema["$id"] == f"{format_nodes.SCHEMA_BASE}/v{version}/{topic}.json"
     assert schema["$schema"] == "https://json-schema.org/draft/2020-12/schema"
     assert schema["title"] and schema["description"]
 
@@ -148,7 +136,7 @@ def test_input_and_internal_records_stay_as_strict_as_before() -> None:
 
 def test_releases_are_version_2_and_say_so() -> None:
     schema = json_schema("releases")
-    assert schema["x-schema-version"] == formats.RELEASE_VERSION == 2
+    assert schema["x-schema-version"] == output_formats.RELEASE_VERSION == 2
     assert schema["$id"].endswith("/v2/releases.json")
     assert schema["properties"]["schema_version"]["minimum"] == 2
     assert set(schema["required"]) == set(V1_RELEASE) | {"schema_version", "cells", "noise",
@@ -166,16 +154,16 @@ def test_releases_are_version_2_and_say_so() -> None:
         assert not validator("releases").is_valid({**RELEASE, **bad}), bad
     scale = schema["properties"]["noise"]["oneOf"][0]["properties"]["scale"]
     assert "standard deviation" in scale["description"]
-    assert formats.NOISE_DISTRIBUTIONS == {"discrete": "discrete_laplace", "laplace": "laplace"}
+    assert output_formats.NOISE_DISTRIBUTIONS == {"discrete": "discrete_laplace",
+                                                  "laplace": "laplace"}
 
 
 # -- the validator takes its constants from the formats -----------------------------------------
 
 
 def test_records_uses_the_format_definitions() -> None:
-    assert records.Reason is formats.Reason
-    assert records.SCHEMA_DIR == SCHEMA_DIR
-    assert tuple(r.value for r in formats.Reason) == REASONS
+    assert records.Reason is field_formats.Reason
+    assert tuple(r.value for r in field_formats.Reason) == REASONS
     assert json_schema("dead-letters")["properties"]["reason"]["enum"] == list(REASONS)
     assert REPORT_FIELDS == ("user", "time", "value")
     assert tuple(json_schema("reports")["required"]) == REPORT_FIELDS
@@ -206,7 +194,7 @@ def test_limits_are_the_schemas_limits() -> None:
 
 def test_other_modules_agree_with_the_formats() -> None:
     """Modules outside records.py that name format fields: the audit and the start record."""
-    from streams.audit.accounting import OPTIONAL_RELEASE_FIELDS, RELEASE_FIELDS
+    from streams.audit.release_checks import OPTIONAL_RELEASE_FIELDS, RELEASE_FIELDS
     from streams.job.config import NEIGHBOURING, JobConfig
 
     # the audit takes every release field for public, and only those

@@ -10,7 +10,7 @@ from streams.job.coordinator import Coordinator
 from streams.job.partition import PartitionAccumulator, watermark_of, watermark_record
 from streams.job.placement import CoordinatorLedger
 from streams.job.registries import Registry
-from streams.records.parsing import RecordError
+from streams.records.field_parsing import RecordError
 
 CFG = JobConfig(mechanism="pba", domain={"kind": "cells", "size": 3}, slot_ms=100, partitions=1,
                 secret="s", lateness_ms=0, event_time="history")

@@ -13,24 +13,23 @@ from jobkit import spy_deliveries
 from jsonschema import Draft202012Validator
 
 from streams.kafka.topics import TOPIC_KEYS
-from streams.records.parsing import (
-    REASONS,
+from streams.records.dead_letters import dead_letter, decode_dead_letter
+from streams.records.domains import (
     BinDomain,
     CategoryDomain,
     CellDomain,
+    GridDomain,
+    domain_from_config,
+)
+from streams.records.field_formats import Reason
+from streams.records.field_parsing import REASONS, RecordError, parse_time
+from streams.records.formats import load_schema
+from streams.records.report_parsing import parse_reports
+from streams.records.requirement_parsing import (
     DynamicRequirement,
     FixedRequirement,
-    GridDomain,
-    Reason,
-    RecordError,
     RequirementRemoval,
-    dead_letter,
-    decode_dead_letter,
-    domain_from_config,
-    load_schema,
-    parse_reports,
     parse_requirement,
-    parse_time,
 )
 
 

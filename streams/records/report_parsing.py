@@ -1,0 +1,133 @@
+"""Fast batch parsing of the reports topic: :func:`parse_reports` turns a batch of raw report
+values into a :class:`ReportBatch` of arrays (user, time, cell), with the rejections."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import orjson
+
+from streams.records.domains import Domain
+from streams.records.field_formats import TIME_LIMIT_MS, USER_MAX_LENGTH, Reason
+from streams.records.field_parsing import (
+    RecordError,
+    Rejection,
+    json_type,
+    parse_time,
+    parse_user,
+)
+from streams.records.input_formats import REPORT_FIELDS
+
+__all__ = ["ReportBatch", "parse_reports"]
+
+
+@dataclass(frozen=True)
+class ReportBatch:
+    """The accepted reports of a batch as arrays, plus the rejections.
+
+    ``index[i]`` is the position in the input batch of the ``i``-th accepted report; the arrays are
+    in input order. ``rejected`` is sorted by index.
+    """
+
+    index: np.ndarray
+    users: np.ndarray
+    times: np.ndarray
+    cells: np.ndarray
+    rejected: list[Rejection]
+
+    def __len__(self) -> int:
+        return int(self.index.shape[0])
+
+    def select(self, keep: np.ndarray) -> ReportBatch:
+        """The accepted reports where ``keep`` (a boolean mask over them) holds."""
+        return ReportBatch(self.index[keep], self.users[keep], self.times[keep],
+                           self.cells[keep], self.rejected)
+
+
+def parse_reports(
+    values: Sequence[bytes | None],
+    domain: Domain,
+    keys: Sequence[bytes | None] | None = None,
+) -> ReportBatch:
+    """Parse and validate a batch of raw report values (JSON bytes).
+
+    ``keys``, when given, are the records' keys; a key that is present must equal the user id.
+    """
+    loads = orjson.loads
+    decode_error = orjson.JSONDecodeError
+    f_user, f_time, f_value = REPORT_FIELDS
+    rejected: list[Rejection] = []
+    pos: list[int] = []
+    users: list[str] = []
+    times: list[int] = []
+    raw_values: list[object] = []
+    for i, raw in enumerate(values):
+        if raw is None:
+            rejected.append(Rejection(i, Reason.MALFORMED_JSON, "empty value (tombstone)"))
+            continue
+        try:
+            doc = loads(raw)
+        except decode_error as exc:
+            rejected.append(Rejection(i, Reason.MALFORMED_JSON, str(exc)[:200]))
+            continue
+        if type(doc) is not dict:
+            rejected.append(
+                Rejection(i, Reason.BAD_TYPE, f"report must be a JSON object, not {json_type(doc)}")
+            )
+            continue
+        try:
+            user = doc[f_user]
+            t = doc[f_time]
+            value = doc[f_value]
+        except KeyError:
+            missing = [f for f in REPORT_FIELDS if f not in doc]
+            rejected.append(Rejection(i, Reason.MISSING_FIELD, f"missing {', '.join(missing)}"))
+            continue
+        # fast path: the common well-formed shapes, checked inline
+        if type(user) is not str or not 0 < len(user) <= USER_MAX_LENGTH:
+            try:
+                user = parse_user(user)
+            except RecordError as exc:
+                rejected.append(Rejection(i, exc.reason, exc.detail))
+                continue
+        if type(t) is not int or not 0 <= t < TIME_LIMIT_MS:
+            try:
+                t = parse_time(t)
+            except RecordError as exc:
+                rejected.append(Rejection(i, exc.reason, exc.detail))
+                continue
+        if keys is not None:
+            key = keys[i]
+            if key is None:
+                rejected.append(Rejection(i, Reason.MISSING_KEY,
+                                          "a report must be keyed by its user"))
+                continue
+            if key != user.encode():
+                rejected.append(
+                    Rejection(i, Reason.BAD_TYPE, f"record key {key[:64]!r} differs from user")
+                )
+                continue
+        pos.append(i)
+        users.append(user)
+        times.append(t)
+        raw_values.append(value)
+
+    cells, domain_rejected = domain.map_values(raw_values)
+    index = np.asarray(pos, dtype=np.int64)
+    users_arr = np.empty(len(users), dtype=object)
+    users_arr[:] = users
+    times_arr = np.asarray(times, dtype=np.int64)
+    if domain_rejected:
+        keep = cells >= 0
+        for r in domain_rejected:
+            rejected.append(Rejection(pos[r.index], r.reason, r.detail))
+        rejected.sort(key=lambda r: r.index)
+        index, users_arr, times_arr, cells = (
+            index[keep],
+            users_arr[keep],
+            times_arr[keep],
+            cells[keep],
+        )
+    return ReportBatch(index, users_arr, times_arr, cells, rejected)
