@@ -22,6 +22,7 @@ import orjson
 
 from streams.audit.accounting import audit
 from streams.audit.report import AuditReport, Record
+from streams.cli.options import PREFIX, add_options, option
 from streams.kafka.topics import Topics
 
 AUDITED = ("requirements", "decisions", "releases")
@@ -58,23 +59,25 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("audit", help="check the job's privacy accounting from its topics",
                        description=DESCRIPTION,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--broker", metavar="HOST:PORT",
-                   help="read the topics from this broker (default: $PWEVENT_BROKER)")
-    p.add_argument("--prefix", default="pwevent", help="topic name prefix (default: %(default)s)")
-    p.add_argument("--stream", required=True, metavar="NAME",
-                   help="the stream to audit (decision and release keys <NAME>/<slot>)")
-    p.add_argument("--partitions", type=int, metavar="N",
-                   help="partitions of the requirements topic (default: the broker's count, "
-                        "or the start record's config.partitions, else 1)")
-    p.add_argument("--json", action="store_true", help="print one JSON object")
-    for name in AUDITED:
-        p.add_argument(f"--{name}", metavar="FILE", help=f"a JSON-lines dump of {name}")
-    p.add_argument("--dump", metavar="DIR",
-                   help="with --broker: also write the records read to DIR/requirements.jsonl, "
-                        "decisions.jsonl and releases.jsonl (one {partition, offset, key, "
-                        "value} object per line), to audit again later with the file options")
-    p.add_argument("--timeout", type=float, default=30.0, metavar="S",
-                   help="seconds allowed for reading the broker (default: %(default)s)")
+    add_options(p, (
+        option("--broker", "read the topics from this broker (default: $PWEVENT_BROKER)",
+               metavar="HOST:PORT"),
+        PREFIX,
+        option("--stream", "the stream to audit (decision and release keys <NAME>/<slot>)",
+               required=True, metavar="NAME"),
+        option("--partitions", "partitions of the requirements topic (default: the broker's "
+               "count, or the start record's config.partitions, else 1)", type=int,
+               metavar="N"),
+        option("--json", "print one JSON object", action="store_true"),
+        *(option(f"--{name}", f"a JSON-lines dump of {name}", metavar="FILE")
+          for name in AUDITED),
+        option("--dump", "with --broker: also write the records read to "
+               "DIR/requirements.jsonl, decisions.jsonl and releases.jsonl (one {partition, "
+               "offset, key, value} object per line), to audit again later with the file "
+               "options", metavar="DIR"),
+        option("--timeout", "seconds allowed for reading the broker (default: %(default)s)",
+               type=float, default=30.0, metavar="S"),
+    ))
     p.set_defaults(func=run)
 
 

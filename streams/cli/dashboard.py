@@ -11,9 +11,10 @@ import sys
 import warnings
 from urllib.parse import urlsplit
 
-from streams.cli.job_args import add_releases_topic
+from streams.cli.job_args import add_releases_reader, confidence_option
+from streams.cli.options import option
 from streams.kafka.topics import Topics
-from streams.releases.client import DEFAULT_CONFIDENCE, ReleaseFormatWarning
+from streams.releases.client import ReleaseFormatWarning
 from streams.releases.dashboard import (
     DEFAULT_HOST,
     DEFAULT_PORT,
@@ -37,25 +38,25 @@ the dashboard for operators.
 Exit status: 0 interrupted (Ctrl-C), 2 a usage error or a port that cannot be had."""
 
 
+#: The flags of ``pwevent dashboard`` after those naming the releases topic.
+DASHBOARD_OPTIONS = (
+    option("--host", "address to listen on; 0.0.0.0 for every interface "
+           f"(default: {DEFAULT_HOST})", default=DEFAULT_HOST),
+    option("--port", f"port to listen on, 0 for a free one (default: {DEFAULT_PORT})",
+           type=int, default=DEFAULT_PORT),
+    option("--metrics-url", "a worker's metrics endpoint, such as http://worker-0:9464/metrics; "
+           "repeat it for every worker (default: none, and the operator panel says that metrics "
+           "are not configured)", action="append", default=[], metavar="URL"),
+    confidence_option("the bands and error bars"),
+)
+
+
 def add_parser(sub: argparse._SubParsersAction) -> None:
     """Register the ``dashboard`` sub-command."""
-    p = sub.add_parser("dashboard", help="serve a live web page of a stream's releases",
-                       description=DESCRIPTION,
-                       formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_releases_topic(p, "the stream to show (default: the first stream found on the topic)")
-    p.add_argument("--host", default=DEFAULT_HOST,
-                   help=f"address to listen on; 0.0.0.0 for every interface "
-                        f"(default: {DEFAULT_HOST})")
-    p.add_argument("--port", type=int, default=DEFAULT_PORT,
-                   help=f"port to listen on, 0 for a free one (default: {DEFAULT_PORT})")
-    p.add_argument("--metrics-url", action="append", default=[], metavar="URL",
-                   help="a worker's metrics endpoint, such as http://worker-0:9464/metrics; "
-                        "repeat it for every worker (default: none, and the operator panel "
-                        "says that metrics are not configured)")
-    p.add_argument("--confidence", type=float, default=DEFAULT_CONFIDENCE, metavar="C",
-                   help="confidence level of the bands and error bars, in (0, 1) (default: "
-                        f"{DEFAULT_CONFIDENCE})")
-    p.set_defaults(func=run)
+    add_releases_reader(
+        sub, "dashboard", "serve a live web page of a stream's releases", DESCRIPTION,
+        "the stream to show (default: the first stream found on the topic)", DASHBOARD_OPTIONS,
+        run)
 
 
 def metrics_urls(value: list[str] | str) -> list[str]:

@@ -26,9 +26,10 @@ import numpy as np
 import orjson
 
 from mechanisms.dynamic import DYNAMIC_MECHANISMS
-from streams.cli.replay import add_source, build_source, produce
+from streams.cli.options import MECHANISM, PARTITIONS, RATE, SLOT_MS, add_options, option
+from streams.cli.replay import add_source, build_source
+from streams.cli.replay_produce import produce
 from streams.data.sources import Source
-from streams.job.config import JOB_MECHANISMS
 from streams.releases.dashboard import DEFAULT_PORT
 
 
@@ -37,33 +38,27 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("demo", help="run the Kafka job end to end on this machine",
                        description="Run the whole job on this machine, with the embedded "
                                    "Kafka-protocol broker unless --broker names one.")
-    p.add_argument("--broker", default=os.environ.get("PWEVENT_BROKER"), metavar="HOST:PORT",
-                   help="use this broker instead of starting the embedded one "
-                        "(default: $PWEVENT_BROKER, else the embedded broker)")
-    p.add_argument("--mechanism", default="pbd", choices=JOB_MECHANISMS,
-                   help="the job's mechanism; dpbd and dpba register dynamic requirements "
-                        "(default: %(default)s)")
-    p.add_argument("--partitions", type=int, default=2,
-                   help="partitions of the reports and requirements topics "
-                        "(default: %(default)s)")
-    p.add_argument("--slot-ms", type=int, default=1000,
-                   help="slot length in ms (default: %(default)s)")
-    p.add_argument("--rate", type=float, default=0.0,
-                   help="reports per second, 0 for as fast as possible (default: %(default)s)")
-    p.add_argument("--timeout", type=float, default=180.0,
-                   help="give up after this many seconds (default: %(default)s)")
-    p.add_argument("--json-summary", action="store_true",
-                   help="print the summary as one JSON object")
-    p.add_argument("--dashboard", action="store_true",
-                   help="also serve the live dashboard of the demo's stream, with the worker's "
-                        "metrics, print its URL, and keep serving it after the replay until "
-                        "Ctrl-C")
-    p.add_argument("--dashboard-port", type=int, default=DEFAULT_PORT, metavar="PORT",
-                   help="port of the dashboard on 127.0.0.1, 0 for a free one "
-                        f"(default: {DEFAULT_PORT})")
-    p.add_argument("--dashboard-seconds", type=float, default=None, metavar="S",
-                   help="with --dashboard, stop serving this many seconds after the replay "
-                        "(default: serve until Ctrl-C)")
+    add_options(p, (
+        option("--broker", "use this broker instead of starting the embedded one "
+               "(default: $PWEVENT_BROKER, else the embedded broker)",
+               default=os.environ.get("PWEVENT_BROKER"), metavar="HOST:PORT"),
+        MECHANISM.but(help="the job's mechanism; dpbd and dpba register dynamic requirements "
+                           "(default: %(default)s)"),
+        PARTITIONS.but(default=2),
+        SLOT_MS.but(default=1000),
+        RATE,
+        option("--timeout", "give up after this many seconds (default: %(default)s)",
+               type=float, default=180.0),
+        option("--json-summary", "print the summary as one JSON object", action="store_true"),
+        option("--dashboard", "also serve the live dashboard of the demo's stream, with the "
+               "worker's metrics, print its URL, and keep serving it after the replay until "
+               "Ctrl-C", action="store_true"),
+        option("--dashboard-port", "port of the dashboard on 127.0.0.1, 0 for a free one "
+               f"(default: {DEFAULT_PORT})", type=int, default=DEFAULT_PORT, metavar="PORT"),
+        option("--dashboard-seconds", "with --dashboard, stop serving this many seconds after "
+               "the replay (default: serve until Ctrl-C)", type=float, default=None,
+               metavar="S"),
+    ))
     add_source(p)
     p.set_defaults(func=run, slots=30, register_timeout=0.0)
 

@@ -1,82 +1,94 @@
-"""Command-line flags shared by the commands that run or feed the Kafka job."""
+"""Command-line flags shared by the commands that run or feed the Kafka job, and by those that
+read what it publishes."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import os
+from collections.abc import Callable, Iterable
 
-from streams.job.config import JOB_MECHANISMS, JobConfig
+from streams.cli.options import (
+    MECHANISM,
+    PARTITIONS,
+    PREFIX,
+    SLOT_MS,
+    Option,
+    add_options,
+    option,
+)
+from streams.job.config import JobConfig
+from streams.releases.client import DEFAULT_CONFIDENCE
 
 
-def add_broker(p: argparse.ArgumentParser, required: bool = True) -> None:
+def add_broker(p: argparse.ArgumentParser) -> None:
     """``--broker`` (default ``$PWEVENT_BROKER``), ``--prefix`` and ``--partitions``."""
-    p.add_argument("--broker", default=os.environ.get("PWEVENT_BROKER"),
-                   help="bootstrap HOST:PORT (default: $PWEVENT_BROKER)")
-    p.add_argument("--prefix", default="pwevent", help="topic name prefix (default: %(default)s)")
-    p.add_argument("--partitions", type=int, default=4,
-                   help="partitions of the reports and requirements topics (default: %(default)s)")
+    broker = option("--broker", "bootstrap HOST:PORT (default: $PWEVENT_BROKER)",
+                    default=os.environ.get("PWEVENT_BROKER"))
+    add_options(p, (broker, PREFIX, PARTITIONS))
 
 
-def add_releases_topic(p: argparse.ArgumentParser, stream_help: str) -> None:
-    """``--broker``, ``--prefix`` and ``--stream`` of the commands that read the releases."""
-    p.add_argument("--broker", metavar="HOST:PORT",
-                   help="the Kafka broker (default: $PWEVENT_BROKER)")
-    p.add_argument("--prefix", default="pwevent",
-                   help="topic name prefix; reads <prefix>.releases (default: pwevent)")
-    p.add_argument("--stream", metavar="NAME", help=stream_help)
+def add_releases_reader(sub: argparse._SubParsersAction, name: str, help: str, description: str,
+                        stream_help: str, options: Iterable[Option],
+                        run: Callable[[argparse.Namespace], int]) -> None:
+    """Register ``name``, a command that reads the releases topic: ``description`` shown as
+    written, ``--broker``, ``--prefix`` and ``--stream`` (``stream_help``), then ``options``."""
+    p = sub.add_parser(name, help=help, description=description,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_options(p, (
+        option("--broker", "the Kafka broker (default: $PWEVENT_BROKER)", metavar="HOST:PORT"),
+        PREFIX.but(help="topic name prefix; reads <prefix>.releases (default: pwevent)"),
+        option("--stream", stream_help, metavar="NAME"),
+        *options,
+    ))
+    p.set_defaults(func=run)
+
+
+def confidence_option(bars: str) -> Option:
+    """``--confidence`` of the commands that show the releases' ``bars``."""
+    return option("--confidence", f"confidence level of {bars}, in (0, 1) (default: "
+                  f"{DEFAULT_CONFIDENCE})", type=float, default=DEFAULT_CONFIDENCE, metavar="C")
+
+
+#: The flags every worker of one deployment must agree on, in the order ``--help`` lists them.
+JOB_OPTIONS = (
+    option("--stream", "stream name (default: %(default)s)", default="default"),
+    MECHANISM,
+    option("--max-window", "the longest window a requirement may declare; longer ones are "
+           "dead-lettered as invalid_requirement (default: %(default)s)", type=int, default=200),
+    option("--min-epsilon", "the smallest budget E (EB, EF) a requirement may declare "
+           "(default: %(default)s)", type=float, default=0.01),
+    option("--max-epsilon", "the largest budget E (EB, EF) a requirement may declare "
+           "(default: %(default)s)", type=float, default=10.0),
+    option("--neighbouring", "add-remove: noise hides one report added or removed; replace: one "
+           "report's value changed, twice the noise (default: %(default)s)",
+           choices=("add-remove", "replace"), default="add-remove"),
+    option("--event-time", "live: reject reports and watermarks more than --max-clock-skew-ms "
+           "ahead of the worker's clock; history: replaying recorded data, the clock is not "
+           "consulted (default: %(default)s)", choices=("live", "history"), default="live"),
+    option("--max-clock-skew-ms", "live event time: how far ahead of the clock a report may be, "
+           "in ms (default: %(default)s)", type=int, default=300_000),
+    option("--cells", "domain of cell indices 0..CELLS-1 (default: 2)", type=int, default=None),
+    option("--domain", 'domain as JSON, e.g. {"kind": "grid", ...}; overrides --cells '
+           "(default: unset, --cells applies)", default=None),
+    SLOT_MS,
+    option("--origin-ms", "start of slot 0 in epoch ms; replaying history (--event-time "
+           "history), reports before it are 'late' (default: %(default)s)", type=int, default=0),
+    option("--lateness-ms", "allowed lateness in ms (default: %(default)s)", type=int, default=0),
+    option("--horizon-ms", "reports more than this many ms ahead of the watermark are 'future' "
+           "(default: off; live, the clock bounds event times instead)", type=int, default=None),
+    option("--noise", "discrete Laplace (two-sided geometric) or continuous Laplace noise "
+           "(default: %(default)s)", choices=("discrete", "laplace"), default="discrete"),
+    option("--secret", "randomness secret, the same on every worker (default: $PWEVENT_SECRET)",
+           default=None),
+    option("--idle-close-ms", "close open slots after this many ms without reports "
+           "(default: %(default)s)", type=int, default=2_000),
+)
 
 
 def add_job(p: argparse.ArgumentParser) -> None:
-    """Flags every worker of one deployment must agree on."""
-    p.add_argument("--stream", default="default", help="stream name (default: %(default)s)")
-    p.add_argument("--mechanism", choices=JOB_MECHANISMS, default="pbd",
-                   help="pbd, pba and the baselines take fixed requirements {user, w, E}; "
-                        "dpbd and dpba take dynamic ones {user, wB, EB, wF, EF} "
-                        "(default: %(default)s)")
-    p.add_argument("--max-window", type=int, default=200,
-                   help="the longest window a requirement may declare; longer ones are "
-                        "dead-lettered as invalid_requirement (default: %(default)s)")
-    p.add_argument("--min-epsilon", type=float, default=0.01,
-                   help="the smallest budget E (EB, EF) a requirement may declare "
-                        "(default: %(default)s)")
-    p.add_argument("--max-epsilon", type=float, default=10.0,
-                   help="the largest budget E (EB, EF) a requirement may declare "
-                        "(default: %(default)s)")
-    p.add_argument("--neighbouring", choices=("add-remove", "replace"), default="add-remove",
-                   help="add-remove: noise hides one report added or removed; replace: one "
-                        "report's value changed, twice the noise (default: %(default)s)")
-    p.add_argument("--event-time", choices=("live", "history"), default="live",
-                   help="live: reject reports and watermarks more than --max-clock-skew-ms "
-                        "ahead of the worker's clock; history: replaying recorded data, the "
-                        "clock is not consulted (default: %(default)s)")
-    p.add_argument("--max-clock-skew-ms", type=int, default=300_000,
-                   help="live event time: how far ahead of the clock a report may be, in ms "
-                        "(default: %(default)s)")
-    p.add_argument("--cells", type=int, default=None,
-                   help="domain of cell indices 0..CELLS-1 (default: 2)")
-    p.add_argument("--domain", default=None,
-                   help='domain as JSON, e.g. {"kind": "grid", ...}; overrides --cells '
-                        '(default: unset, --cells applies)')
-    p.add_argument("--slot-ms", type=int, default=60_000,
-                   help="slot length in ms (default: %(default)s)")
-    p.add_argument("--origin-ms", type=int, default=0,
-                   help="start of slot 0 in epoch ms; replaying history (--event-time "
-                        "history), reports before it are 'late' (default: %(default)s)")
-    p.add_argument("--lateness-ms", type=int, default=0,
-                   help="allowed lateness in ms (default: %(default)s)")
-    p.add_argument("--horizon-ms", type=int, default=None,
-                   help="reports more than this many ms ahead of the watermark are 'future' "
-                        "(default: off; live, the clock bounds event times instead)")
-    p.add_argument("--noise", choices=("discrete", "laplace"), default="discrete",
-                   help="discrete Laplace (two-sided geometric) or continuous Laplace noise "
-                        "(default: %(default)s)")
-    p.add_argument("--secret", default=None,
-                   help="randomness secret, the same on every worker "
-                        "(default: $PWEVENT_SECRET)")
-    p.add_argument("--idle-close-ms", type=int, default=2_000,
-                   help="close open slots after this many ms without reports "
-                        "(default: %(default)s)")
+    """Flags every worker of one deployment must agree on (:data:`JOB_OPTIONS`)."""
+    add_options(p, JOB_OPTIONS)
 
 
 def job_config(args: argparse.Namespace) -> JobConfig:

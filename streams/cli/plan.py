@@ -9,6 +9,8 @@ from typing import TextIO
 
 import orjson
 
+from streams.cli.options import add_options, option
+
 PLAN_MECHANISMS = ("pbd", "pba", "bd", "ba", "uniform", "sample", "dpbd", "dpba")
 
 
@@ -25,14 +27,16 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
             "slot,user,wB,EB,wF,EF."
         ),
     )
-    p.add_argument("--mechanism", required=True, choices=PLAN_MECHANISMS,
-                   help="the mechanism whose ledger is planned")
-    p.add_argument("--requirements", required=True, metavar="FILE",
-                   help="CSV of the users' requirements: user,w,E for the fixed mechanisms, "
-                        "slot,user,wB,EB,wF,EF for dpbd and dpba")
-    p.add_argument("--schedule", required=True, metavar="BITS",
-                   help="the release rule's choice per slot: 1 publish, 0 approximate")
-    p.add_argument("--json", action="store_true", help="one JSON object per line per slot")
+    add_options(p, (
+        option("--mechanism", "the mechanism whose ledger is planned", required=True,
+               choices=PLAN_MECHANISMS),
+        option("--requirements", "CSV of the users' requirements: user,w,E for the fixed "
+               "mechanisms, slot,user,wB,EB,wF,EF for dpbd and dpba", required=True,
+               metavar="FILE"),
+        option("--schedule", "the release rule's choice per slot: 1 publish, 0 approximate",
+               required=True, metavar="BITS"),
+        option("--json", "one JSON object per line per slot", action="store_true"),
+    ))
     p.set_defaults(func=run)
 
 

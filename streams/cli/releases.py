@@ -13,10 +13,10 @@ from typing import TextIO
 
 import orjson
 
-from streams.cli.job_args import add_releases_topic
+from streams.cli.job_args import add_releases_reader, confidence_option
+from streams.cli.options import option
 from streams.kafka.topics import Topics
 from streams.releases.client import (
-    DEFAULT_CONFIDENCE,
     Release,
     ReleaseFormatWarning,
     ReleaseReadError,
@@ -39,26 +39,25 @@ noise, threshold, users and schema_version.
 Exit status: 0 done (or interrupted while following), 2 a usage or broker error."""
 
 
+#: The flags of ``pwevent releases`` after those naming the releases topic.
+RELEASES_OPTIONS = (
+    option("--from-slot", "skip slots before N (default: from the first slot on the topic)",
+           type=int, metavar="N"),
+    option("--follow", "keep printing new releases until interrupted (default: "
+           "--no-follow, print what is on the topic and exit)",
+           action=argparse.BooleanOptionalAction, default=False),
+    confidence_option("the error bars"),
+    option("--json", "one JSON object per line (default: a table)", action="store_true"),
+    option("--timeout", "seconds allowed to connect and, without --follow, for reading to "
+           "make progress (default: 30)", type=float, default=30.0, metavar="S"),
+)
+
+
 def add_parser(sub: argparse._SubParsersAction) -> None:
     """Register the ``releases`` sub-command."""
-    p = sub.add_parser("releases", help="print a stream's releases with error bars",
-                       description=DESCRIPTION,
-                       formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_releases_topic(p, "only this stream's releases (default: every stream on the topic)")
-    p.add_argument("--from-slot", type=int, metavar="N",
-                   help="skip slots before N (default: from the first slot on the topic)")
-    p.add_argument("--follow", action=argparse.BooleanOptionalAction, default=False,
-                   help="keep printing new releases until interrupted (default: --no-follow, "
-                        "print what is on the topic and exit)")
-    p.add_argument("--confidence", type=float, default=DEFAULT_CONFIDENCE, metavar="C",
-                   help="confidence level of the error bars, in (0, 1) (default: "
-                        f"{DEFAULT_CONFIDENCE})")
-    p.add_argument("--json", action="store_true",
-                   help="one JSON object per line (default: a table)")
-    p.add_argument("--timeout", type=float, default=30.0, metavar="S",
-                   help="seconds allowed to connect and, without --follow, for reading to make "
-                        "progress (default: 30)")
-    p.set_defaults(func=run)
+    add_releases_reader(
+        sub, "releases", "print a stream's releases with error bars", DESCRIPTION,
+        "only this stream's releases (default: every stream on the topic)", RELEASES_OPTIONS, run)
 
 
 def _number(x: float) -> str:

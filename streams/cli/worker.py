@@ -8,7 +8,36 @@ import sys
 from pathlib import Path
 
 from streams.cli.job_args import add_broker, add_job, job_config, need_broker
+from streams.cli.options import add_options, option
 from streams.job.observe import METRICS_HOST, METRICS_PORT
+
+#: The flags of ``pwevent worker`` after those of the job.
+WORKER_OPTIONS = (
+    option("--data-dir", "where RocksDB tables live (default: ./pwevent-data)", type=Path,
+           default=Path("pwevent-data")),
+    option("--instance-id", "this worker's stable identity in the consumer group (default: host "
+           "name and data directory): a worker restarted after a crash takes its partitions back "
+           "at once; a worker stopped by SIGTERM or Ctrl-C leaves the group and hands them over "
+           "to the others", default=None),
+    option("--startup-timeout", "seconds to wait for the broker at start (default: 30); before "
+           "the job starts, the worker checks that every topic exists with its partition count "
+           "and that --data-dir belongs to this --prefix and --stream, and otherwise exits with "
+           "status 2 and a one-line error", type=float, default=30.0, metavar="S"),
+    option("--reset-local-state", "delete the worker's table stores in --data-dir before it "
+           "starts (they are rebuilt from the changelog topics): the way out when the worker "
+           "refuses to start because the broker lost writes its state holds",
+           action="store_true"),
+    option("--loglevel", "log level, e.g. debug, info or warning (default: %(default)s)",
+           default="info"),
+    option("--log-format", "text, or json: every log line, Faust's included, as one JSON object "
+           "{time, level, logger, message, ...} (default: %(default)s)",
+           choices=("text", "json"), default="text"),
+    option("--metrics-port", "port of the worker's HTTP server: Prometheus metrics on /metrics, "
+           "liveness on /healthz, readiness on /readyz; 0 disables it (default: %(default)s)",
+           type=int, default=METRICS_PORT, metavar="PORT"),
+    option("--metrics-host", "address the metrics server listens on (default: %(default)s)",
+           default=METRICS_HOST, metavar="HOST"),
+)
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -18,33 +47,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                                    "reports partitions and, on one worker, the coordinator.")
     add_broker(p)
     add_job(p)
-    p.add_argument("--data-dir", type=Path, default=Path("pwevent-data"),
-                   help="where RocksDB tables live (default: ./pwevent-data)")
-    p.add_argument("--instance-id", default=None,
-                   help="this worker's stable identity in the consumer group (default: host "
-                        "name and data directory): a worker restarted after a crash takes its "
-                        "partitions back at once; a worker stopped by SIGTERM or Ctrl-C leaves "
-                        "the group and hands them over to the others")
-    p.add_argument("--startup-timeout", type=float, default=30.0, metavar="S",
-                   help="seconds to wait for the broker at start (default: 30); before the job "
-                        "starts, the worker checks that every topic exists with its partition "
-                        "count and that --data-dir belongs to this --prefix and --stream, and "
-                        "otherwise exits with status 2 and a one-line error")
-    p.add_argument("--reset-local-state", action="store_true",
-                   help="delete the worker's table stores in --data-dir before it starts (they "
-                        "are rebuilt from the changelog topics): the way out when the worker "
-                        "refuses to start because the broker lost writes its state holds")
-    p.add_argument("--loglevel", default="info",
-                   help="log level, e.g. debug, info or warning (default: %(default)s)")
-    p.add_argument("--log-format", choices=("text", "json"), default="text",
-                   help="text, or json: every log line, Faust's included, as one JSON object "
-                        "{time, level, logger, message, ...} (default: %(default)s)")
-    p.add_argument("--metrics-port", type=int, default=METRICS_PORT, metavar="PORT",
-                   help="port of the worker's HTTP server: Prometheus metrics on /metrics, "
-                        "liveness on /healthz, readiness on /readyz; 0 disables it "
-                        "(default: %(default)s)")
-    p.add_argument("--metrics-host", default=METRICS_HOST, metavar="HOST",
-                   help="address the metrics server listens on (default: %(default)s)")
+    add_options(p, WORKER_OPTIONS)
     p.set_defaults(func=run)
 
 
