@@ -43,7 +43,7 @@ class Ledger(Protocol):
 
     The fixed ledgers (:mod:`mechanisms.ledgers.fixed`) hold one level per requirement; the dynamic
     ones (:mod:`mechanisms.ledgers.dynamic`) one per user, grouped into levels of equal budgets
-    by :class:`mechanisms.dynamic.GridLevels`.
+    by :class:`mechanisms.ledgers.grid_levels.GridLevels`.
     """
 
     @property

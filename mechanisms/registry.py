@@ -30,36 +30,40 @@ class MechanismSpec:
     summary: str
 
 
-_SPECS = (
-    MechanismSpec("pbd", "central", "distribution", False, True,
-                  "personalised budget distribution (Algorithm 4)"),
-    MechanismSpec("pba", "central", "absorption", False, True,
-                  "personalised budget absorption (Algorithm 5)"),
-    MechanismSpec("bd", "central", "distribution", True, True,
-                  "budget distribution at the strictest requirement"),
-    MechanismSpec("ba", "central", "absorption", True, True,
-                  "budget absorption at the strictest requirement"),
-    MechanismSpec("uniform", "central", "uniform", True, True,
-                  "E/w at every slot, at the strictest requirement"),
-    MechanismSpec("sample", "central", "sample", True, True,
-                  "all of E once per window, at the strictest requirement"),
-    MechanismSpec("dpbd", "dynamic", "dynamic-distribution", False, True,
-                  "budget distribution under dynamic requirements"),
-    MechanismSpec("dpba", "dynamic", "dynamic-absorption", False, True,
-                  "budget absorption under dynamic requirements"),
-    MechanismSpec("spas", "baseline", None, True, False,
-                  "SPAS, sparse-vector w-event baseline"),
-    MechanismSpec("plbu", "local", None, False, False,
-                  "personalised LBU: each user spends E_i/w_i per slot (GRR or OUE reports)"),
-    MechanismSpec("lbu", "local", "uniform", True, False, "LDP budget uniform"),
-    MechanismSpec("lsp", "local", "sample", True, False, "LDP sampling"),
-    MechanismSpec("lbd", "local", "distribution", True, False, "LDP budget distribution"),
-    MechanismSpec("lba", "local", "absorption", True, False, "LDP budget absorption"),
-    MechanismSpec("lpu", "local", "uniform", True, False, "LDP population uniform"),
-    MechanismSpec("lpd", "local", "distribution", True, False, "LDP population distribution"),
-    MechanismSpec("lpa", "local", "absorption", True, False, "LDP population absorption"),
-    MechanismSpec("mtsp", "local", None, True, False, "MTSP-LDP"),
-)
+#: One row per mechanism: name, family, ledger ("-": keeps its own), "h" if homogeneous, "job"
+#: if the Kafka job runs it, then its summary.
+_TABLE = """
+pbd      central   distribution          -  job  personalised budget distribution (Algorithm 4)
+pba      central   absorption            -  job  personalised budget absorption (Algorithm 5)
+bd       central   distribution          h  job  budget distribution at the strictest requirement
+ba       central   absorption            h  job  budget absorption at the strictest requirement
+uniform  central   uniform               h  job  E/w at every slot, at the strictest requirement
+sample   central   sample                h  job  all of E once per window, at the strictest requirement
+dpbd     dynamic   dynamic-distribution  -  job  budget distribution under dynamic requirements
+dpba     dynamic   dynamic-absorption    -  job  budget absorption under dynamic requirements
+spas     baseline  -                     h  -    SPAS, sparse-vector w-event baseline
+plbu     local     -                     -  -    personalised LBU: each user spends E_i/w_i per slot (GRR or OUE reports)
+lbu      local     uniform               h  -    LDP budget uniform
+lsp      local     sample                h  -    LDP sampling
+lbd      local     distribution          h  -    LDP budget distribution
+lba      local     absorption            h  -    LDP budget absorption
+lpu      local     uniform               h  -    LDP population uniform
+lpd      local     distribution          h  -    LDP population distribution
+lpa      local     absorption            h  -    LDP population absorption
+mtsp     local     -                     h  -    MTSP-LDP
+"""  # noqa: E501 - a table reads best unwrapped
+
+
+def _parse(table: str) -> tuple[MechanismSpec, ...]:
+    rows = []
+    for line in table.strip().splitlines():
+        name, family, ledger, homogeneous, in_job, summary = line.split(maxsplit=5)
+        rows.append(MechanismSpec(name, family, None if ledger == "-" else ledger,  # type: ignore[arg-type]
+                                  homogeneous == "h", in_job == "job", summary))
+    return tuple(rows)
+
+
+_SPECS = _parse(_TABLE)
 REGISTRY: dict[str, MechanismSpec] = {s.name: s for s in _SPECS}
 
 
