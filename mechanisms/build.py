@@ -26,7 +26,7 @@ import numpy as np
 from mechanisms.baselines.ldp import BatchedPlbu, Plbu
 from mechanisms.baselines.ldp_ids import LdpIds
 from mechanisms.baselines.mtsp_ldp import MtspLdp
-from mechanisms.baselines.spas import Spas
+from mechanisms.baselines.spas import BatchedSpas, Spas
 from mechanisms.central import BatchedFixed, FixedMechanism, create_mechanism
 from mechanisms.dynamic import DynamicMechanism, DynamicRequirements
 from mechanisms.dynamic_batch import BatchedDynamic
@@ -64,10 +64,11 @@ def build(
 
 def batch(
     mechanisms: Sequence[Stepper],
-) -> BatchedFixed | BatchedDynamic | BatchedPlbu | BatchedSteppers:
+) -> BatchedFixed | BatchedDynamic | BatchedPlbu | BatchedSpas | BatchedSteppers:
     """Fresh mechanisms of one kind (from :func:`build`, each with its own generator) as one
-    batch stepped by one call per slot : the central mechanisms
-    vectorised over the runs, the others run by run. Each run releases what it would alone.
+    batch stepped by one call per slot: the central and dynamic mechanisms, SPAS and PLBU
+    vectorised over the runs, the local-DP family and MTSP-LDP run by run. Each run releases
+    what it would alone.
 
     >>> req = FixedRequirements(("a", "b"), np.array([4, 2]), np.array([1.0, 1.0]))
     >>> runs = batch([build("pbd", req, 2, np.random.default_rng(s)) for s in range(3)])
@@ -81,12 +82,14 @@ def batch(
         return BatchedDynamic(mechanisms)  # one run alone: its own ledger costs less
     if mechanisms and all(isinstance(m, Plbu) for m in mechanisms):
         return BatchedPlbu(mechanisms)
+    if mechanisms and all(isinstance(m, Spas) for m in mechanisms):
+        return BatchedSpas(mechanisms)
     return BatchedSteppers(mechanisms)
 
 
 class BatchedSteppers:
-    """Runs of any mechanism stepped one by one behind the batch interface: the dynamic
-    mechanisms and the baselines, whose state is kept per run."""
+    """Runs of any mechanism stepped one by one behind the batch interface: the local-DP
+    family and MTSP-LDP (and one dynamic run alone), whose state is kept per run."""
 
     def __init__(self, steppers: Sequence) -> None:
         if not steppers:

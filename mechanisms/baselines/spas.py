@@ -25,13 +25,14 @@ choice made explicit so that the window budget is provably respected (docs/spas.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
+from mechanisms.mechanism import BatchRelease
 from mechanisms.noise import draw_noise
 from mechanisms.registry import histogram_dtype
-from mechanisms.windows import WindowSum
 
 _TOL = 1e-12
 
@@ -49,23 +50,11 @@ class SpasRelease:
     reserved: float = 0.0
 
 
-@dataclass(frozen=True)
-class _Instance:
-    """One AboveThreshold instance: its threshold noise and budgets (threshold, queries)."""
-
-    rho: float
-    eps_threshold: float
-    eps_query: float
-
-    @property
-    def cost(self) -> float:
-        return self.eps_threshold + self.eps_query
-
-
 class Spas:
     """SPAS over the total histogram of all users, under one requirement (w, E).
 
-    ``c0`` is the number of samples per window assumed before two samples are known.
+    ``c0`` is the number of samples per window assumed before two samples are known. A run
+    alone is a batch of one (:class:`BatchedSpas`).
     """
 
     def __init__(
@@ -82,34 +71,17 @@ class Spas:
         self.w, self.E, self.d, self.rng, self.noise = int(w), float(E), int(d), rng, noise
         self.c0 = int(min(max(1, c0), self.w))
         self.eps_s = self.eps_p = self.E / 2.0
-        self.slot = 1
-        self.instance: _Instance | None = None
-        self.published_budget = WindowSum(self.w)
-        self.query_budget = WindowSum(self.w)
-        dtype = histogram_dtype(noise)
-        self.last = np.zeros(self.d, dtype=dtype)
-        # fresh publications of the last 2w slots: their slots and histograms
-        self.sample_slots = np.zeros(0, dtype=np.int64)
-        self.samples = np.zeros((0, self.d))
+        self._batch = BatchedSpas([self])
 
-    def samples_per_window(self) -> int:
-        """c*: from the variance of the differences between consecutive samples."""
-        recent = self.samples[self.sample_slots >= self.slot - 2 * self.w]
-        if recent.shape[0] < 2:
-            return self.c0
-        e_dis = float(np.diff(recent, axis=0).var())
-        c = int(np.floor(self.eps_p * np.sqrt(3.0 * e_dis) / 6.0))
-        return int(min(max(1, c), self.w))
+    @property
+    def slot(self) -> int:
+        """The next slot to be released (from 1)."""
+        return self._batch.slot
 
-    def _open(self, c: int) -> _Instance | None:
-        """The open instance, or a new one if its cost fits the sampling room (else None)."""
-        if self.instance is None:
-            eps_i = self.eps_s / (c + 1)
-            if self.query_budget.previous(self.w - 1) + eps_i <= self.eps_s + _TOL:
-                scale = (1.0 / self.d) / (eps_i / 2.0)
-                rho = float(self.rng.laplace(0.0, scale))
-                self.instance = _Instance(rho, eps_i / 2.0, eps_i / 2.0)
-        return self.instance
+    @property
+    def last(self) -> np.ndarray:
+        """The last publication."""
+        return self._batch.last[0]
 
     def step(self, cells: np.ndarray) -> SpasRelease:
         """Release the next slot from one cell per user (-1: no report)."""
@@ -126,28 +98,168 @@ class Spas:
         counts = np.asarray(counts)
         if counts.shape != (self.d,):
             raise ValueError(f"SPAS expects a histogram of {self.d} cells, got {counts.shape}")
-        c = self.samples_per_window()
+        out = self._batch.release(counts[None, :])
+        return SpasRelease(out.slot, out.histogram[0], bool(out.published[0]),
+                           float(out.charged[0]), int(out.samples_per_window[0]),
+                           float(out.reserved[0]))
+
+
+def samples_per_window(slots: np.ndarray, samples: np.ndarray, slot: int, w: int, eps_p: float,
+                       c0: int) -> int:
+    """c*: from the variance of the differences between consecutive samples (fresh
+    publications) of the last 2w slots; ``c0`` before two are known."""
+    recent = samples[slots >= slot - 2 * w]
+    if recent.shape[0] < 2:
+        return c0
+    e_dis = float(np.diff(recent, axis=0).var())
+    c = int(np.floor(eps_p * np.sqrt(3.0 * e_dis) / 6.0))
+    return int(min(max(1, c), w))
+
+
+@dataclass(frozen=True)
+class SpasSlot(BatchRelease):
+    """One slot of every run of a batch of SPAS, with each run's accounting (all (runs,))."""
+
+    charged: np.ndarray
+    samples_per_window: np.ndarray
+    reserved: np.ndarray
+
+
+class _Spent:
+    """Each run's budget spent per slot over its last w slots (column 0: the last slot); a
+    run's sum over its previous w - 1 slots runs over exactly w - 1 values, whatever the batch
+    (runs are kept in order of w, so each w is a slice)."""
+
+    def __init__(self, w: np.ndarray) -> None:
+        self.order = np.argsort(w, kind="stable")
+        self.inverse = np.argsort(self.order)
+        values, starts = np.unique(w[self.order], return_index=True)
+        ends = np.append(starts[1:], w.size)
+        self.groups = [(int(lo), int(hi), int(v) - 1)
+                       for v, lo, hi in zip(values.tolist(), starts.tolist(), ends.tolist(),
+                                            strict=True)]
+        self.width = int(w.max())
+        self.spare = self.width + 64
+        self.buffer = np.zeros((w.size, self.width + self.spare))
+        self.pos = self.spare
+
+    def previous(self) -> np.ndarray:
+        """Per run, the sum over its previous w - 1 slots."""
+        view = self.buffer[:, self.pos : self.pos + self.width]
+        out = np.empty(self.buffer.shape[0])
+        for lo, hi, k in self.groups:
+            out[lo:hi] = view[lo:hi, :k].sum(axis=1)
+        return out[self.inverse]
+
+    def push(self, spent: np.ndarray) -> None:
+        """Record each run's spending at the slot just finished."""
+        if self.pos == 0:
+            self.buffer[:, self.spare :] = self.buffer[:, : self.width].copy()
+            self.pos = self.spare
+        self.pos -= 1
+        self.buffer[:, self.pos] = spent[self.order]
+
+
+class BatchedSpas:
+    """Runs of SPAS (:class:`Spas`) stepped together, each with its (w, E), its generator and
+    its state; the budgets, instances and tests are arrays over the runs, and each run draws
+    from its own generator what it draws alone. A run's samples per window is recomputed only
+    when its samples of the last 2w slots change."""
+
+    def __init__(self, mechanisms: Sequence[Spas]) -> None:
+        if not mechanisms:
+            raise ValueError("a batch needs at least one run")
+        first = mechanisms[0]
+        if any((m.d, m.noise) != (first.d, first.noise) for m in mechanisms):
+            raise ValueError("a batch holds runs over one domain and noise")
+        if any(m._batch.slot != 1 for m in mechanisms if hasattr(m, "_batch")):
+            raise ValueError("a batch starts from fresh runs (slot 1)")
+        self.runs, self.d, self.noise = len(mechanisms), first.d, first.noise
+        self.rngs = [m.rng for m in mechanisms]
+        self.w = np.array([m.w for m in mechanisms], dtype=np.int64)
+        self.eps_s = np.array([m.eps_s for m in mechanisms])
+        self.eps_p = np.array([m.eps_p for m in mechanisms])
+        self.c0 = [m.c0 for m in mechanisms]
+        self.slot = 1
+        self.last = np.zeros((self.runs, self.d), dtype=histogram_dtype(self.noise))
+        # the open AboveThreshold instance of each run: threshold noise and budgets
+        self.open = np.zeros(self.runs, dtype=bool)
+        self.rho = np.zeros(self.runs)
+        self.eps_threshold = np.zeros(self.runs)
+        self.eps_query = np.zeros(self.runs)
+        self.published_spent = _Spent(self.w)
+        self.query_spent = _Spent(self.w)
+        # fresh publications of each run's last 2w slots (slots and histograms), its c*, and
+        # the slot from which its samples of the last 2w slots change
+        self.sample_slots = [np.zeros(0, dtype=np.int64) for _ in mechanisms]
+        self.samples = [np.zeros((0, self.d)) for _ in mechanisms]
+        self.c = np.array(self.c0, dtype=np.int64)
+        self.changes = np.full(self.runs, np.iinfo(np.int64).max)
+
+    def _update_c(self) -> None:
+        for b in np.flatnonzero(self.slot >= self.changes).tolist():
+            w, slots = int(self.w[b]), self.sample_slots[b]
+            self.c[b] = samples_per_window(slots, self.samples[b], self.slot, w,
+                                           float(self.eps_p[b]), self.c0[b])
+            recent = slots[slots >= self.slot - 2 * w]
+            self.changes[b] = (int(recent.min()) + 2 * w + 1 if recent.size
+                               else np.iinfo(np.int64).max)
+
+    def release(self, counts: np.ndarray) -> SpasSlot:
+        """Release the next slot of every run from its true histogram, (runs, d)."""
+        d, rngs, slot = self.d, self.rngs, self.slot
+        self._update_c()
+        c = self.c
         share_p = self.eps_p / c
-        room_p = self.eps_p - self.published_budget.previous(self.w - 1)
-        spend_p = spend_q = 0.0
+        room_p = self.eps_p - self.published_spent.previous()
         # a query is asked only when a positive answer could be published
-        if room_p >= share_p - _TOL and (inst := self._open(c)) is not None:
-            q = float(np.abs(counts - self.last).mean())
-            q += float(self.rng.laplace(0.0, 2.0 * (1.0 / self.d) / inst.eps_query))
-            if q > c / self.eps_p + inst.rho:
-                spend_p, spend_q = share_p, inst.cost
-                self.instance = None  # the next query draws a fresh threshold noise
-        if spend_p == 0.0 and self.slot % self.w == 0 and room_p >= share_p - _TOL:
-            spend_p = room_p
+        asking = room_p >= share_p - _TOL
+        eps_i = self.eps_s / (c + 1)
+        opening = asking & ~self.open
+        if opening.any():
+            opening &= self.query_spent.previous() + eps_i <= self.eps_s + _TOL
+            for b in np.flatnonzero(opening).tolist():
+                scale = (1.0 / d) / (float(eps_i[b]) / 2.0)
+                self.rho[b] = float(rngs[b].laplace(0.0, scale))
+            self.eps_threshold = np.where(opening, eps_i / 2.0, self.eps_threshold)
+            self.eps_query = np.where(opening, eps_i / 2.0, self.eps_query)
+            self.open |= opening
+        querying = np.flatnonzero(asking & self.open)
+        positive = np.zeros(self.runs, dtype=bool)
+        if querying.size:
+            q = np.abs(counts[querying] - self.last[querying]).mean(axis=1)
+            eps_q = self.eps_query[querying].tolist()
+            q += [float(rngs[b].laplace(0.0, 2.0 * (1.0 / d) / e))
+                  for b, e in zip(querying.tolist(), eps_q, strict=True)]
+            positive[querying] = q > c[querying] / self.eps_p[querying] + self.rho[querying]
+        spend_p = np.where(positive, share_p, 0.0)
+        spend_q = np.where(positive, self.eps_threshold + self.eps_query, 0.0)
+        self.open &= ~positive  # the next query draws a fresh threshold noise
+        # at the last slot of each block of w slots, a publication budget still unused
+        forced = ~positive & (slot % self.w == 0) & asking
+        spend_p = np.where(forced, room_p, spend_p)
         published = spend_p > 0.0
-        if published:
-            self.last = counts + draw_noise(spend_p, self.d, self.rng, self.noise)
-            keep = self.sample_slots > self.slot - 2 * self.w  # those needed from the next slot on
-            self.sample_slots = np.append(self.sample_slots[keep], self.slot)
-            self.samples = np.vstack([self.samples[keep], self.last[None, :]])
-        self.published_budget.push(spend_p)
-        self.query_budget.push(spend_q)
-        reserved = 0.0 if self.instance is None else self.instance.cost
-        release = SpasRelease(self.slot, self.last, published, spend_q + spend_p, c, reserved)
+        if published.any():
+            self.last = self.last.copy()  # releases already handed out keep their values
+            for b in np.flatnonzero(published).tolist():
+                self.last[b] = counts[b] + draw_noise(float(spend_p[b]), d, rngs[b], self.noise)
+                w = int(self.w[b])
+                keep = self.sample_slots[b] > slot - 2 * w  # those needed from the next slot
+                self.sample_slots[b] = np.append(self.sample_slots[b][keep], slot)
+                self.samples[b] = np.vstack([self.samples[b][keep], self.last[b][None, :]])
+            self.changes = np.where(published, slot + 1, self.changes)
+        self.published_spent.push(spend_p)
+        self.query_spent.push(spend_q)
+        reserved = np.where(self.open, self.eps_threshold + self.eps_query, 0.0)
         self.slot += 1
-        return release
+        return SpasSlot(slot, self.last, published, spend_q + spend_p, c.copy(), reserved)
+
+    def step_classes(self, class_counts: Sequence[np.ndarray],
+                     classes: Sequence[np.ndarray]) -> SpasSlot:
+        """Release the next slot of every run from its reports per (class, cell)."""
+        return self.release(np.stack([np.asarray(cc).sum(axis=0) for cc in class_counts]))
+
+    def step(self, cells: Sequence[np.ndarray]) -> SpasSlot:
+        """Release the next slot of every run from its cells (-1: no report)."""
+        return self.release(np.stack([np.bincount(np.asarray(c)[np.asarray(c) >= 0],
+                                                  minlength=self.d) for c in cells]))
