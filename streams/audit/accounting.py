@@ -41,7 +41,7 @@ import orjson
 from mechanisms.dynamic import DYNAMIC_MECHANISMS
 from mechanisms.engine import level_key, parse_level_key
 from streams.audit.dynamic import check_users
-from streams.job.ingest import key_partition
+from streams.kafka.producer import key_partition
 from streams.records.parsing import (
     DynamicRequirement,
     FixedRequirement,

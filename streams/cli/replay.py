@@ -443,7 +443,7 @@ class ResilientSender:
         acknowledged every one of them; :class:`BrokerUnavailable` at the deadline."""
         from aiokafka.errors import KafkaError
 
-        from streams.job.ingest import RawProducer
+        from streams.kafka.producer import RawProducer
 
         remaining = list(records)
         count = len(remaining)
