@@ -48,9 +48,9 @@ from streams.job.ingest import (  # noqa: E402
     BatchIngest,
     committed_offsets,
     ingest_settings,
-    produce_raw,
 )
 from streams.kafka.broker import EmbeddedBroker  # noqa: E402
+from streams.kafka.producer import produce_raw  # noqa: E402
 from streams.kafka.topics import TopicSpec, create_topics  # noqa: E402
 from streams.records.domains import CellDomain  # noqa: E402
 from streams.records.report_parsing import parse_reports  # noqa: E402

@@ -39,9 +39,9 @@ if str(ROOT) not in sys.path:
 from aiokafka import AIOKafkaConsumer, TopicPartition  # noqa: E402
 from bench_ingest import measure_raw  # noqa: E402
 
-from streams.job.ingest import produce_raw  # noqa: E402
 from streams.kafka.broker import EmbeddedBroker  # noqa: E402
 from streams.kafka.offsets import wait_consumed  # noqa: E402
+from streams.kafka.producer import produce_raw  # noqa: E402
 from streams.kafka.topics import Topics, create_topics  # noqa: E402
 
 SLOT_MS = 60_000
@@ -62,7 +62,7 @@ def records(users: int, slots: int) -> list[list[tuple[bytes, bytes]]]:
 
 async def produce_live(bootstrap: str, topic: str, data: list, parts: int, rate: float) -> None:
     """Send the slots one after another at ``rate`` reports per second."""
-    from streams.job.ingest import RawProducer
+    from streams.kafka.producer import RawProducer
 
     producer = RawProducer(bootstrap, topic, parts)
     await producer.start()

@@ -16,11 +16,11 @@ import orjson
 from aiokafka.admin import AIOKafkaAdminClient
 
 from streams.job.config import JobConfig
-from streams.job.ingest import RawProducer
 from streams.job.partition import watermark_record
 from streams.job.pipeline import InProcessJob
 from streams.kafka.broker import broker_binary, free_port
 from streams.kafka.offsets import read_topic, wait_consumed
+from streams.kafka.producer import RawProducer
 from streams.kafka.topics import Topics, create_topics
 
 SECRET = "test-secret"

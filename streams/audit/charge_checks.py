@@ -6,17 +6,16 @@ publish (:func:`check_charges`)."""
 from __future__ import annotations
 
 import math
-from typing import Any, Final
+from typing import Any
 
 import numpy as np
 
 from mechanisms.engine import parse_level_key
 from streams.audit.registrations import Registrations
-from streams.audit.report import AuditReport
+from streams.audit.report import TOLERANCE, AuditReport
 
 __all__ = ["check_charges"]
 
-TOLERANCE: Final = 1e-9
 
 
 def _runs(mask: np.ndarray) -> list[tuple[int, int]]:

@@ -18,18 +18,15 @@ its own, checks:
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
 import numpy as np
 
 from mechanisms.dynamic import dynamic_ledger
 from mechanisms.ledgers.columns import UNIT, grid_table
+from streams.audit.report import TOLERANCE, AuditReport, Record
 from streams.job.slot_protocol import GRID_BITS, level_name
 
-if TYPE_CHECKING:
-    from streams.audit.report import AuditReport, Record
-
-TOLERANCE: Final = 1e-9
 MAX_CELLS: Final = 50_000_000  # users x slots held for the per-user window checks
 
 

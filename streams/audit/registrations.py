@@ -13,7 +13,7 @@ import orjson
 
 from mechanisms.engine import level_key
 from streams.audit.report import Record, is_num
-from streams.job.ingest import key_partition
+from streams.kafka.producer import key_partition
 from streams.records.field_parsing import RecordError
 from streams.records.requirement_parsing import (
     DynamicRequirement,

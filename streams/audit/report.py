@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Final
+
+#: relative tolerance of the audit's budget comparisons (floating-point sums of charges)
+TOLERANCE: Final = 1e-9
 
 __all__ = ["AuditReport", "Record", "Violation", "is_num"]
 

@@ -255,7 +255,7 @@ def run(args: argparse.Namespace) -> int:  # noqa: C901 - one orchestration, ste
         deadline = started + args.timeout
         args.prefix, args.origin_ms = prefix, 0
         args.no_requirements = True  # sent below, and waited for, before the reports
-        from streams.job.ingest import produce_raw
+        from streams.kafka.producer import produce_raw
 
         records = source.requirement_records(dynamic=args.mechanism in DYNAMIC_MECHANISMS)
         asyncio.run(produce_raw(bootstrap, topics.requirements, records,

@@ -3,7 +3,7 @@
 The replay sends slot by slot: a slot's records (and the requirements before them, and the closing
 watermark records after the last slot) go through :class:`ResilientSender`, which does not move on
 until the broker has acknowledged every record of the slot. Its producer is idempotent
-(:class:`streams.job.ingest.RawProducer`: ``enable_idempotence=True``, ``acks=all``): while one
+(:class:`streams.kafka.producer.RawProducer`: ``enable_idempotence=True``, ``acks=all``): while one
 producer lives, a batch its client retries after a lost connection or a timed-out request is
 written once, and a batch it has sent once is retried until the broker answers. A broker that goes
 away and comes back with its state is therefore ridden out by the client alone: nothing fails,
@@ -251,7 +251,7 @@ class ResilientSender:
         acknowledged every one of them; :class:`BrokerUnavailable` at the deadline."""
         from aiokafka.errors import KafkaError
 
-        from streams.job.ingest import RawProducer
+        from streams.kafka.producer import RawProducer
 
         remaining = list(records)
         count = len(remaining)

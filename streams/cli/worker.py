@@ -90,7 +90,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"pwevent worker: error: {exc}", file=sys.stderr)
         return 2
     from streams.job.faust_job import Job, Worker
-    from streams.job.observe import json_logging_config
+    from streams.job.json_logs import json_logging_config
 
     job = Job(config, broker, args.data_dir, args.instance_id,
               metrics_host=args.metrics_host, metrics_port=args.metrics_port)

@@ -14,7 +14,7 @@ are ``invalid_requirement`` outside the job's bounds (``--min-epsilon``, ``--max
 from __future__ import annotations
 
 from streams.job.config import JobConfig
-from streams.job.ingest import key_partition
+from streams.kafka.producer import key_partition
 from streams.records.field_formats import Reason
 from streams.records.field_parsing import RecordError
 from streams.records.requirement_parsing import (

@@ -17,9 +17,10 @@ What this does
 --------------
 :class:`BatchConsumer` replaces the fetch loop of Faust's aiokafka consumer. Records of topics
 registered with :class:`BatchIngest` are handed to a coroutine one fetched batch per partition at a
-time, as a list of ``(key, value, partition, offset)`` tuples (raw bytes, nothing decoded). Every
-other topic (tables' changelogs during recovery, ordinary agents) still goes through Faust's
-conductor record by record, exactly as before. Faust keeps everything else:
+time, as a list of ``(key, value, partition, offset)`` tuples (raw bytes, nothing decoded; what a
+handler receives and may answer is in :mod:`streams.job.batch_handling`). Every other topic
+(tables' changelogs during recovery, ordinary agents) still goes through Faust's conductor record
+by record, exactly as before. Faust keeps everything else:
 
 * partition assignment, rebalancing, pausing and seeking (records are only delivered for active
   partitions of the current generation; a batch fetched while the flow is stopped is dropped and
@@ -81,15 +82,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import logging
 import time
 import weakref
-from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Final
 
-from aiokafka import AIOKafkaProducer
-from aiokafka.partitioner import murmur2
 from faust.events import Event
 from faust.streams import _current_event
 from faust.transport.consumer import CONSUMER_FETCHING
@@ -98,46 +96,12 @@ from faust.types import TP, AppT, TopicT
 from faust.types.tuples import Message, ack_lock
 from mode.utils.futures import notify
 
-from streams.kafka.settings import client_options
+from streams.job.batch_handling import BatchHandler, RawRecord, Rewind
 
-__all__ = [
-    "BatchConsumer",
-    "BatchHandler",
-    "BatchIngest",
-    "BatchTransport",
-    "RawProducer",
-    "RawRecord",
-    "Rewind",
-    "ContinuityGuard",
-    "FetchStalled",
-    "committed_offsets",
-    "ingest_settings",
-    "install_batch_consumer",
-    "key_partition",
-    "produce_raw",
-]
+__all__ = ["BatchConsumer", "BatchIngest", "BatchTransport", "FetchStalled", "committed_offsets",
+           "ingest_settings", "install_batch_consumer"]
 
 logger = logging.getLogger(__name__)
-
-#: One raw record: ``(key, value, partition, offset)``.
-RawRecord = tuple[bytes | None, bytes | None, int, int]
-
-
-
-@dataclasses.dataclass(frozen=True)
-class Rewind:
-    """A handler's answer when records it needs were not delivered (the consumer stands past
-    them): the partition is read again from ``offset``, and nothing from there on is
-    acknowledged."""
-
-    offset: int
-
-
-#: Receives the records of one fetched batch; all of them come from one partition, in offset order.
-#: It may return an offset: records from that offset on are then left unacknowledged (not
-#: committed), so that after a restart they are delivered again; a :class:`Rewind`, to have them
-#: delivered again now; ``None`` acknowledges the batch.
-BatchHandler = Callable[[list[RawRecord]], Awaitable[int | Rewind | None]]
 
 #: Faust settings for a worker whose hot path is :class:`BatchIngest` (see the module docstring).
 INGEST_SETTINGS: Final[Mapping[str, Any]] = {
@@ -410,211 +374,3 @@ class BatchTransport(faust_aiokafka.Transport):
     """Faust's aiokafka transport with :class:`BatchConsumer` as its consumer."""
 
     Consumer = BatchConsumer
-
-
-class ContinuityGuard:
-    """Checks that each partition's records continue where the handler's state left off.
-
-    A partition's state knows the next offset it expects; Kafka offsets of a topic written
-    without transactions are consecutive. A batch whose first new record lies beyond that
-    offset means records were fetched but never delivered (a batch dropped while a rebalance
-    stopped the flow, a consumer position carried over from before a hand-over): counting on
-    would lose them. :meth:`check` then answers :class:`Rewind`, once per expected offset; if
-    the same gap comes back, the records are gone from the broker (retention, or transaction
-    markers), and the batch is taken, with the gap logged and counted.
-    """
-
-    def __init__(self, topic: str = "") -> None:
-        self.topic = topic
-        self.rewound: dict[int, int] = {}
-        self.rewinds = 0
-        self.skipped = 0
-
-    def check(self, partition: int, expected: int, records: Sequence[RawRecord]) -> Rewind | None:
-        """``None`` when ``records`` continue at ``expected`` (or hold nothing new), else a
-        :class:`Rewind` to ``expected`` the first time this gap is seen."""
-        first = next((r[3] for r in records if r[3] >= expected), None)
-        if first is None:
-            return None
-        if first == expected:
-            self.rewound.pop(partition, None)
-            return None
-        if self.rewound.get(partition) == expected:
-            del self.rewound[partition]
-            self.skipped += first - expected
-            logger.error("%s[%d]: offsets %d to %d are no longer on the broker; going on from %d",
-                         self.topic, partition, expected, first - 1, first)
-            return None
-        self.rewound[partition] = expected
-        self.rewinds += 1
-        logger.warning("%s[%d]: offset %d was delivered where %d was expected; reading again "
-                       "from %d", self.topic, partition, first, expected, expected)
-        return Rewind(expected)
-
-
-def key_partition(key: bytes, partitions: int) -> int:
-    """The partition Kafka's default partitioner picks for ``key`` (murmur2, positive, modulo)."""
-    return (murmur2(key) & 0x7FFFFFFF) % partitions
-
-
-class RawProducer:
-    """A producer of raw ``(key, value)`` records in explicit batches, partitioned by key.
-
-    Records are partitioned exactly as the default partitioner would, so a user's reports land
-    in one partition whichever producer wrote them; a record may also name its partition.
-
-    The producer is idempotent (``enable_idempotence=True``, ``acks=all``): the broker numbers
-    each partition's batches by producer id and sequence, so while this producer lives a batch
-    that its client retries after a lost connection or a timed-out request is written once; a
-    batch it has sent once is retried on retriable errors until the broker answers (it does not
-    expire). That holds as long as the broker keeps its producer state: one that comes back
-    without it (a crash that lost its last writes) refuses the next batch with
-    ``OutOfOrderSequenceNumber``. A *new* producer is not covered either: records sent again by
-    another producer (another session) are new records to the broker. :meth:`submit` returns
-    every batch's future, so that a caller surviving an outage knows which records the broker
-    acknowledged and which it must send again (``pwevent replay`` does; see
-    ``streams/cli/replay.py``).
-    """
-
-    #: One enqueued batch: its records and the future the broker's acknowledgement resolves, or
-    #: records that were not enqueued and the exception that stopped them.
-    Submitted = tuple[list[tuple[bytes | None, bytes]], "asyncio.Future[Any] | BaseException"]
-
-    def __init__(
-        self,
-        bootstrap: str,
-        topic: str,
-        partitions: int,
-        *,
-        linger_ms: int = 5,
-        batch_bytes: int = 512 * 1024,
-        request_timeout_ms: int = 40_000,
-    ) -> None:
-        self.topic, self.partitions = topic, partitions
-        self.producer = AIOKafkaProducer(
-            bootstrap_servers=bootstrap,
-            **client_options(),
-            linger_ms=linger_ms,
-            max_batch_size=batch_bytes,
-            enable_idempotence=True,
-            acks="all",
-            request_timeout_ms=request_timeout_ms,
-        )
-        self.sent = 0
-
-    async def start(self) -> None:
-        """Connect; on failure the client is closed again before the error is raised."""
-        try:
-            await self.producer.start()
-        except BaseException:
-            with contextlib.suppress(Exception):
-                await self.producer.stop()
-            raise
-
-    async def stop(self, timeout: float | None = None) -> None:
-        """Flush and disconnect. With ``timeout``, give up flushing after that many seconds
-        (batches still unacknowledged are abandoned: their fate is unknown) and close the
-        connections anyway."""
-        if timeout is None:
-            await self.producer.stop()
-            return
-        try:
-            await asyncio.wait_for(self.producer.stop(), timeout)
-        except Exception:  # noqa: BLE001 - timed out or failed: close whatever is left
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(self.producer.client.close(), timeout)
-
-    def partition_of(self, key: bytes | None, partition: int | None = None) -> int:
-        """The partition a record goes to: ``partition`` if given, else the key's (murmur2);
-        keyless records go to partition 0."""
-        if partition is not None:
-            return partition
-        return 0 if key is None else key_partition(key, self.partitions)
-
-    async def submit(
-        self,
-        records: Iterable[tuple[bytes | None, bytes]],
-        partition: int | None = None,
-        *,
-        into: list[RawProducer.Submitted] | None = None,
-    ) -> list[RawProducer.Submitted]:
-        """Enqueue records in per-partition batches without waiting for the broker.
-
-        Returns (and appends to ``into`` as it goes, so a caller that cancels this keeps what
-        was enqueued) one entry per batch: its records, in order, and the future resolved when
-        the broker acknowledges the batch, or fails when the client gives it up. If a batch
-        cannot be enqueued (metadata or buffer space not available in time, a closed or broken
-        producer), nothing more is enqueued and the last entry holds every record not enqueued,
-        in their original order within each partition, with that exception; those records were
-        not sent.
-        """
-        out: list[RawProducer.Submitted] = [] if into is None else into
-        builders: dict[int, tuple[Any, list[tuple[bytes | None, bytes]]]] = {}
-        items = iter(records)
-        current: list[tuple[bytes | None, bytes]] = []  # a record taken but not yet batched
-        try:
-            for key, value in items:
-                current = [(key, value)]
-                part = self.partition_of(key, partition)
-                entry = builders.get(part)
-                if entry is None:
-                    entry = builders[part] = (self.producer.create_batch(), [])
-                if entry[0].append(key=key, value=value, timestamp=None) is None:
-                    if not entry[1]:
-                        raise ValueError("record larger than the batch size")
-                    future = await self.producer.send_batch(entry[0], self.topic, partition=part)
-                    out.append((entry[1], future))
-                    entry = builders[part] = (self.producer.create_batch(), [])
-                    if entry[0].append(key=key, value=value, timestamp=None) is None:
-                        raise ValueError("record larger than the batch size")
-                entry[1].append((key, value))
-                current = []
-            for part in list(builders):
-                recs = builders[part][1]
-                if recs:
-                    future = await self.producer.send_batch(builders[part][0], self.topic,
-                                                            partition=part)
-                    out.append((recs, future))
-                del builders[part]
-        except ValueError:
-            raise
-        except Exception as exc:  # noqa: BLE001 - the caller decides what to do about it
-            rest = [rec for _builder, recs in builders.values() for rec in recs]
-            rest.extend(current)
-            rest.extend(items)
-            out.append((rest, exc))
-        return out
-
-    async def send_many(
-        self, records: Iterable[tuple[bytes | None, bytes]], partition: int | None = None
-    ) -> int:
-        """Send records and wait until the broker has them; returns how many were sent.
-        Raises the first error if any batch could not be enqueued or was not acknowledged."""
-        submitted = await self.submit(records, partition)
-        for _recs, outcome in submitted:
-            if isinstance(outcome, BaseException):
-                raise outcome
-        await asyncio.gather(*(outcome for _recs, outcome in submitted))
-        count = sum(len(recs) for recs, _outcome in submitted)
-        self.sent += count
-        return count
-
-
-async def produce_raw(
-    bootstrap: str,
-    topic: str,
-    records: Iterable[tuple[bytes, bytes]],
-    *,
-    partitions: int,
-    linger_ms: int = 5,
-    batch_bytes: int = 512 * 1024,
-) -> int:
-    """Produce ``(key, value)`` records quickly with explicit record batches (idempotently, see
-    :class:`RawProducer`); return the count."""
-    producer = RawProducer(bootstrap, topic, partitions, linger_ms=linger_ms,
-                           batch_bytes=batch_bytes)
-    await producer.start()
-    try:
-        return await producer.send_many(records)
-    finally:
-        await producer.stop()

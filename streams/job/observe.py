@@ -1,21 +1,19 @@
-"""Operating a worker: its Prometheus metrics, health and readiness endpoints, JSON log lines.
+"""Operating a worker: its health and readiness endpoints and the metrics server.
 
-:class:`WorkerMetrics` holds the worker's metrics registry; :class:`~streams.job.faust_job.Job`
-updates it where it counts records, once per batch (never once per record). :class:`Observer` is a
-:class:`mode.Service` started with the worker, before its app: an aiohttp server inside the
-worker's event loop (a request never blocks the loop, and an answer proves that it runs), and a
-timer that measures the consumer lag and whether the broker answers. It serves
+:class:`Observer` is a :class:`mode.Service` started with the worker, before its app: an aiohttp
+server inside the worker's event loop (a request never blocks the loop, and an answer proves that
+it runs), and a timer that measures the consumer lag and whether the broker answers. It serves
 
 ``GET /metrics``
-    the registry in Prometheus' text format;
+    the registry of :class:`~streams.job.worker_metrics.WorkerMetrics` in Prometheus' text
+    format;
 ``GET /healthz``
     200 while the worker's event loop answers (liveness);
 ``GET /readyz``
     200 when the worker holds at least one partition of the reports topic and the broker answered
     within the last :data:`BROKER_FRESH_S` seconds; 503 with the reason otherwise (readiness).
 
-:func:`json_logging_config` configures Python's logging (Faust's included) to write one JSON
-object per line, made by :class:`JsonFormatter`.
+The worker's JSON log lines are made in :mod:`streams.job.json_logs`.
 """
 
 from __future__ import annotations
@@ -24,33 +22,13 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections import Counter as Tally
-from collections.abc import Iterable, Mapping, Sequence
-from datetime import UTC, datetime
 from typing import Any, Final, Protocol
 
-import numpy as np
-import orjson
 from aiohttp import web
 from mode import Service
-from prometheus_client import (
-    CONTENT_TYPE_LATEST,
-    CollectorRegistry,
-    Counter,
-    Gauge,
-    Histogram,
-    disable_created_metrics,
-    generate_latest,
-)
+from prometheus_client import CONTENT_TYPE_LATEST
 
-from mechanisms.ledgers.fixed import (
-    AbsorptionLedger,
-    BudgetLedger,
-    DistributionLedger,
-    SampleLedger,
-    UniformLedger,
-)
-from streams.records.field_formats import Reason
+from streams.job.worker_metrics import WorkerMetrics
 
 log = logging.getLogger("pwevent.observe")
 
@@ -59,181 +37,6 @@ METRICS_HOST: Final = "0.0.0.0"
 REFRESH_S: Final = 1.5  # how often the lag gauges are updated and the broker is probed
 PROBE_TIMEOUT_S: Final = 2.0  # a broker that does not answer a metadata request in this long
 BROKER_FRESH_S: Final = 5.0  # ... for this long makes the worker not ready
-#: seconds from the partial that completed a slot to its release
-RELEASE_BUCKETS: Final = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
-                          60.0)
-ACCEPTED: Final = "accepted"
-
-
-def accepted_since(open_before: int, open_now: int, messages: Iterable[Mapping]) -> int:
-    """Reports a partition accumulator counted while it took one batch, from its open slots'
-    ``accepted`` totals before and after, plus the counts of the slots that closed meanwhile
-    (partial messages; under ``dpbd``/``dpba``, plans): O(slots), whatever the batch's size.
-    Under ``dpbd``/``dpba`` a report withdrawn with its user's removal is not counted."""
-    closed = 0
-    for msg in messages:
-        if "plan" in msg:
-            closed += int(msg.get("accepted", 0))
-        else:
-            closed += sum(int(part["accepted"]) for part in msg.get("slots", {}).values())
-    return max(open_now + closed - open_before, 0)
-
-
-def window_spend(ledger: BudgetLedger) -> np.ndarray | None:
-    """Per ledger row, the budget charged over the row's current window (its last ``w``
-    released slots), or ``None`` for a ledger this does not know.
-
-    Exact for ``pbd``/``bd`` (their ledger keeps each slot's publication charge), ``uniform``
-    and ``sample``, counting the dissimilarity charge at every released slot of the window
-    (the ledger does not record since when a level exists). For ``pba``/``ba`` the ledger keeps
-    only the latest publication, so an earlier publication inside the same window is missing:
-    a lower bound."""
-    w, E = ledger.w.astype(np.float64), ledger.E
-    released = np.minimum(ledger.w, ledger.slot - 1).astype(np.float64)
-    share = E / (2.0 * w)
-    if isinstance(ledger, DistributionLedger):
-        recent = ledger.recent
-        in_window = np.arange(recent.shape[1])[None, :] < ledger.w[:, None]
-        return released * share + np.where(in_window, recent, 0.0).sum(axis=1)
-    if isinstance(ledger, UniformLedger):
-        return released * E / w
-    if isinstance(ledger, SampleLedger):
-        published = (ledger.last > 0) & (ledger.last >= ledger.slot - ledger.w)
-        return np.where(published, E, 0.0)
-    if isinstance(ledger, AbsorptionLedger):
-        last = ledger.last_published
-        published = (last > 0) & (last >= ledger.slot - ledger.w)
-        return released * share + np.where(published, ledger.shares * share, 0.0)
-    return None
-
-
-class WorkerMetrics:
-    """The worker's metrics registry (names in README.md, "Operating a worker")."""
-
-    def __init__(self, reports_topic: str) -> None:
-        # no ``*_created`` series beside every counter (a process-wide switch of the client;
-        # a worker's process has no other registry)
-        disable_created_metrics()
-        self.reports_topic = reports_topic
-        self.registry = CollectorRegistry(auto_describe=True)
-        r = self.registry
-        self.reports = Counter("pwevent_reports", "Records of the reports topic taken, by "
-                               "outcome: accepted, or the reason of their dead letter",
-                               ["outcome"], registry=r)
-        self.requirements = Counter("pwevent_requirements", "Requirement records applied "
-                                    "(registrations and removals)", registry=r)
-        self.dead_letters = Counter("pwevent_dead_letters", "Dead letters, by reason",
-                                    ["reason"], registry=r)
-        self.dead_letters_failed = Counter("pwevent_dead_letters_failed", "Dead letters the "
-                                           "broker refused (logged)", registry=r)
-        self.rewinds = Counter("pwevent_rewinds", "Batches not taken because they skipped "
-                               "records; the partition was read again", registry=r)
-        self.slots_released = Counter("pwevent_slots_released", "Slots this worker's "
-                                      "coordinator released (emitted to the releases topic)",
-                                      registry=r)
-        self.last_released_slot = Gauge("pwevent_last_released_slot", "The last slot this "
-                                        "worker's coordinator released", registry=r)
-        self.slot_release_seconds = Histogram(
-            "pwevent_slot_release_seconds", "Seconds from the coordinator's receipt of the "
-            "partial that completed a slot to the slot's release", buckets=RELEASE_BUCKETS,
-            registry=r)
-        self.consumer_lag = Gauge("pwevent_consumer_lag_records", "Records behind the log end "
-                                  "(highwater minus position), per assigned reports partition",
-                                  ["topic", "partition"], registry=r)
-        self.ledger_levels = Gauge("pwevent_ledger_levels", "Requirement levels in the "
-                                   "ledger of this worker's coordinator (0 without one)",
-                                   registry=r)
-        self.budget_spent = Gauge("pwevent_budget_spent", "Budget a level's current window "
-                                  "has spent (fixed mechanisms, coordinator's ledger)",
-                                  ["level"], registry=r)
-        self.budget_left = Gauge("pwevent_budget_left", "A level's budget E minus what its "
-                                 "current window has spent", ["level"], registry=r)
-        # every series exists from the start, so that rate() sees the first increment
-        self.reports.labels(ACCEPTED)
-        for reason in Reason:
-            self.dead_letters.labels(reason.value)
-            if reason is not Reason.INVALID_REQUIREMENT:
-                self.reports.labels(reason.value)
-
-    # -- counting, once per batch ------------------------------------------------------------
-
-    def took_reports(self, accepted: int) -> None:
-        """A batch of reports was taken, ``accepted`` of them counted (see :func:`accepted_since`;
-        the others are dead letters, counted by :meth:`dead`, or control records)."""
-        if accepted:
-            self.reports.labels(ACCEPTED).inc(accepted)
-
-    def took_requirements(self, applied: int) -> None:
-        """``applied`` requirement records were applied."""
-        if applied:
-            self.requirements.inc(applied)
-
-    def dead(self, letters: Sequence[Any]) -> None:
-        """Dead letters (``topic`` and ``reason`` of each) are being sent."""
-        if not letters:
-            return
-        for (topic, reason), n in Tally((d.topic, d.reason) for d in letters).items():
-            self.dead_letters.labels(reason).inc(n)
-            if topic == self.reports_topic:
-                self.reports.labels(reason).inc(n)
-
-    def dead_letter_failed(self) -> None:
-        """The broker refused a dead letter."""
-        self.dead_letters_failed.inc()
-
-    def rewound(self) -> None:
-        """A batch was not taken; its partition is read again."""
-        self.rewinds.inc()
-
-    def released(self, emitted: Sequence[tuple[int, bytes | None, bytes]]) -> None:
-        """The coordinator emitted ``(slot, release, decision)`` records (``release`` ``None``:
-        a stream's start record, not a slot)."""
-        slots = [slot for slot, release, _ in emitted if release is not None]
-        if slots:
-            self.slots_released.inc(len(slots))
-            self.last_released_slot.set(max(slots))
-
-    def release_took(self, emitted: Sequence[tuple[int, bytes | None, bytes]],
-                     received: float) -> None:
-        """The slots in ``emitted`` were released; the partial that completed them arrived at
-        ``received`` (``time.monotonic()``)."""
-        took = max(time.monotonic() - received, 0.0)
-        for _slot, release, _ in emitted:
-            if release is not None:
-                self.slot_release_seconds.observe(took)
-
-    # -- gauges --------------------------------------------------------------------------------
-
-    def set_lag(self, lags: Mapping[int, int]) -> None:
-        """Lag per assigned reports partition (partitions not given are no longer assigned)."""
-        self.consumer_lag.clear()
-        for p, lag in sorted(lags.items()):
-            self.consumer_lag.labels(self.reports_topic, str(p)).set(lag)
-
-    def set_coordinator(self, coordinator: Any) -> None:
-        """The ledger gauges from this worker's coordinator (``None``: it runs elsewhere)."""
-        self.budget_spent.clear()
-        self.budget_left.clear()
-        # the level ledger of a coordinator keeping it (CoordinatorLedgerRelease)
-        engine = getattr(getattr(coordinator, "placement", None), "engine", None)
-        if engine is None:  # no coordinator here, or the ledgers are in the partitions
-            self.ledger_levels.set(0)
-            return
-        rows: dict[str, int] = engine.row_of
-        self.ledger_levels.set(len(rows))
-        spent = window_spend(engine.ledger)
-        if spent is None:
-            return
-        for level, row in rows.items():
-            self.budget_spent.labels(level).set(float(spent[row]))
-            self.budget_left.labels(level).set(float(engine.ledger.E[row] - spent[row]))
-
-    def render(self) -> bytes:
-        """The registry in Prometheus' text format."""
-        return generate_latest(self.registry)
-
-
-# -- the server ------------------------------------------------------------------------------
 
 
 class ObservedJob(Protocol):
@@ -379,45 +182,3 @@ class Observer(Service):
             return web.Response(text="ready\n")
         return web.Response(status=503, text=reason + "\n")
 
-
-# -- JSON log lines ----------------------------------------------------------------------------
-
-#: attributes every log record has: anything else was given with ``extra=``
-_RECORD_ATTRS: Final = frozenset(vars(logging.makeLogRecord({}))) | {"message", "asctime"}
-
-
-class JsonFormatter(logging.Formatter):
-    """One JSON object per record: ``time`` (UTC, ISO 8601), ``level``, ``logger``,
-    ``message``, then the fields given with ``extra=``, and ``exc``/``stack`` when present."""
-
-    def format(self, record: logging.LogRecord) -> str:
-        """The record as one line of JSON."""
-        stamp = datetime.fromtimestamp(record.created, UTC)
-        doc: dict[str, Any] = {
-            "time": stamp.isoformat(timespec="milliseconds").replace("+00:00", "Z"),
-            "level": record.levelname,
-            "logger": record.name,
-            "message": record.getMessage(),
-        }
-        for key, value in vars(record).items():
-            if key not in _RECORD_ATTRS and not key.startswith("_"):
-                doc.setdefault(key, value)
-        if record.exc_info:
-            doc["exc"] = self.formatException(record.exc_info)
-        if record.stack_info:
-            doc["stack"] = self.formatStack(record.stack_info)
-        return orjson.dumps(doc, default=str, option=orjson.OPT_SERIALIZE_NUMPY).decode()
-
-
-def json_logging_config(loglevel: str | int = "info") -> dict[str, Any]:
-    """A :func:`logging.config.dictConfig` document: every record, Faust's included, as one
-    JSON line on standard output."""
-    level = logging.getLevelName(loglevel.upper()) if isinstance(loglevel, str) else loglevel
-    return {
-        "version": 1,
-        "disable_existing_loggers": False,
-        "formatters": {"json": {"()": JsonFormatter}},
-        "handlers": {"default": {"class": "logging.StreamHandler", "formatter": "json",
-                                 "stream": "ext://sys.stdout", "level": level}},
-        "root": {"level": level, "handlers": ["default"]},
-    }

@@ -26,6 +26,7 @@ import numpy as np
 import orjson
 
 from streams.job.admission import check_placement
+from streams.job.batch_handling import RawRecord
 from streams.job.config import JobConfig
 from streams.job.placement import Placement
 from streams.job.registries import UserRegistry
@@ -35,7 +36,6 @@ from streams.records.field_formats import Reason
 from streams.records.field_parsing import RecordError
 from streams.records.report_parsing import parse_reports
 
-RawRecord = tuple[bytes | None, bytes | None, int, int]  # key, value, partition, offset
 NO_HORIZON = 2**62  # the horizon when none is configured
 WATERMARK_PREFIX = b'{"watermark":'
 

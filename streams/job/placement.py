@@ -21,15 +21,26 @@ what depends on where the users' budget ledger lives:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections import Counter
+from typing import Protocol
 
 import numpy as np
 
 from streams.job.registries import Registry, UserRegistry
 from streams.job.slot_protocol import Closure, Control, Declared, Partial, Plan
+from streams.job.slotting import Slotter
 
-if TYPE_CHECKING:
-    from streams.job.partition import PartitionAccumulator
+
+class PartitionState(Protocol):
+    """What a placement reads of the partition accumulator it works for
+    (:class:`streams.job.partition.PartitionAccumulator`)."""
+
+    partition: int
+    d: int
+    accepted: Counter[int]
+    rejected: int
+    closed_through: int | None
+    slotter: Slotter
 
 
 class Placement:
@@ -43,7 +54,7 @@ class Placement:
     #: the partition reads the coordinator's control messages (start and decisions)
     converses = False
 
-    def bind(self, acc: PartitionAccumulator) -> None:
+    def bind(self, acc: PartitionState) -> None:
         """Work for ``acc``, whose state (slotting, counters) this strategy reads."""
         self.acc = acc
 

@@ -14,8 +14,8 @@ import pytest
 from streams.audit.registrations import registrations
 from streams.cli.audit import to_records
 from streams.cli.main import main
-from streams.job.ingest import RawProducer, key_partition
 from streams.kafka.broker import EmbeddedBroker, free_port
+from streams.kafka.producer import RawProducer, key_partition
 from streams.kafka.topics import Topics, create_topics
 
 STREAM, PARTS, START = "s", 2, 100

@@ -368,7 +368,7 @@ def _faust_private_vocabulary() -> set[str]:
 def test_no_faust_private_outside_the_adapter() -> None:
     """Other modules of ``streams`` use Faust's public API, or public functions of the adapter."""
     vocabulary = _faust_private_vocabulary()
-    modules = [p for p in sorted((ROOT / "streams").glob("*.py")) if p != INGEST]
+    modules = [p for p in sorted((ROOT / "streams").rglob("*.py")) if p != INGEST]
     trees = {p: ast.parse(p.read_text()) for p in modules}
     ours: set[str] = set()
     for tree in trees.values():

@@ -25,9 +25,9 @@ from jobkit import (
 )
 
 from streams.cli.main import main
-from streams.job.ingest import key_partition
 from streams.kafka.broker import EmbeddedBroker
 from streams.kafka.offsets import read_topic
+from streams.kafka.producer import key_partition
 
 USERS = [f"u{i}" for i in range(24)]
 SLOTS = 8

@@ -14,17 +14,11 @@ import orjson
 import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from streams.job.ingest import (
-    BatchIngest,
-    ContinuityGuard,
-    RawRecord,
-    Rewind,
-    ingest_settings,
-    key_partition,
-    produce_raw,
-)
+from streams.job.batch_handling import ContinuityGuard, RawRecord, Rewind
+from streams.job.ingest import BatchIngest, ingest_settings
 from streams.kafka.broker import EmbeddedBroker
 from streams.kafka.offsets import end_offsets
+from streams.kafka.producer import key_partition, produce_raw
 from streams.kafka.topics import TopicSpec, create_topics
 
 PARTITIONS = 4

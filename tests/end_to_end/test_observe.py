@@ -1,6 +1,7 @@
-"""Operating a worker (streams/job/observe.py): /metrics, /healthz and /readyz of a live worker
-against the embedded broker, readiness through a broker outage, the JSON log format, and the counts
-and budgets the metrics are made of, on the job's own classes."""
+"""Operating a worker (streams/job/observe.py, worker_metrics.py, json_logs.py): /metrics,
+/healthz and /readyz of a live worker against the embedded broker, readiness through a broker
+outage, the JSON log format, and the counts and budgets the metrics are made of, on the job's own
+classes."""
 
 from __future__ import annotations
 
@@ -40,8 +41,9 @@ from mechanisms.ledgers.fixed import (
     SampleLedger,
     UniformLedger,
 )
-from streams.job.observe import JsonFormatter, accepted_since, json_logging_config, window_spend
+from streams.job.json_logs import JsonFormatter, json_logging_config
 from streams.job.pipeline import InProcessJob
+from streams.job.worker_metrics import accepted_since, window_spend
 from streams.kafka.broker import EmbeddedBroker, free_port
 
 USERS = [f"u{i}" for i in range(20)]

@@ -22,9 +22,9 @@ from jobkit import (
     wait_for_slots,
 )
 
-from streams.job.ingest import key_partition
 from streams.kafka.broker import EmbeddedBroker
 from streams.kafka.offsets import read_topic
+from streams.kafka.producer import key_partition
 from streams.records.dead_letters import decode_dead_letter
 from streams.records.input_formats import DEAD_LETTER_PAYLOAD_BYTES
 

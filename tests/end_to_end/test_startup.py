@@ -185,7 +185,7 @@ def test_another_secret_than_the_stream_started_with_is_one_line(broker, tmp_pat
     secret stops before it joins; with the right one it passes this check."""
     from streams.job.config import JobConfig
     from streams.job.coordinator import Coordinator
-    from streams.job.ingest import produce_raw
+    from streams.kafka.producer import produce_raw
 
     topics = Topics(prefix="secret", partitions=2)
     asyncio.run(create_topics(broker.bootstrap, topics.specs()))

@@ -11,8 +11,8 @@ from streams.audit.accounting import audit
 from streams.audit.dynamic import _check_windows
 from streams.audit.report import AuditReport, Record
 from streams.job.config import JobConfig
-from streams.job.ingest import key_partition
 from streams.job.pipeline import InProcessJob
+from streams.kafka.producer import key_partition
 
 SLOT_MS = 100
 USERS = [f"u{i}" for i in range(30)]

@@ -281,7 +281,7 @@ def test_coordinator_starts_only_when_no_partition_can_report_earlier() -> None:
 
 
 def test_checkpoints_are_cut_into_records_and_replaced_whole() -> None:
-    from streams.job.faust_job import read_chunked, write_chunked
+    from streams.job.checkpoint_store import read_chunked, write_chunked
 
     table: dict[bytes, bytes] = {}
     assert read_chunked(table, 3) is None

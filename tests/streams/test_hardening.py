@@ -19,9 +19,9 @@ from jobkit import report, requirement_records, slot_reports
 from mechanisms.ledgers.plan import SlotPlan
 from mechanisms.release import ReleaseRule
 from streams.job.config import JobConfig
-from streams.job.ingest import key_partition
 from streams.job.partition import watermark_record
 from streams.job.pipeline import InProcessJob
+from streams.kafka.producer import key_partition
 
 USERS = [f"u{i}" for i in range(24)]
 RELEASE_FIELDS = {"stream", "slot", "start", "end", "mechanism", "published", "nullified",

@@ -1,0 +1,278 @@
+"""The partitions of a Faust worker: step 1 of the path of one report (docs/design.md).
+
+:class:`PartitionRunner` takes the batches of ``requirements`` and ``reports`` that the batched
+ingest (:mod:`streams.job.ingest`) hands it, gives each to its partition's
+:class:`~streams.job.registries.UserRegistry` or
+:class:`~streams.job.partition.PartitionAccumulator`, and sends what the accumulator returns: its
+messages to ``slot-partials`` (declarations to ``decisions``), its dead letters to
+``dead-letters``; it checkpoints the accumulator into the ``checkpoints`` table and acknowledges
+only the records the checkpoint covers. Under the partitions' ledgers it reads the whole
+``decisions`` topic and hands each record to its partitions. It holds no logic of its own about
+slots or budgets.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import Counter
+from collections.abc import MutableMapping
+from typing import Any
+
+import faust
+import orjson
+
+from streams.job.batch_handling import ContinuityGuard, RawRecord, Rewind
+from streams.job.checkpoint_store import read_chunked, write_chunked
+from streams.job.config import JobConfig
+from streams.job.dead_letters import DeadLetterSender
+from streams.job.ingest import partition_context
+from streams.job.partition import DeadLetter, PartitionAccumulator, watermark_record
+from streams.job.registries import UserRegistry
+from streams.job.roles import make_accumulator, make_registry
+from streams.job.slot_protocol import Control, control, declaration_key, encode, kind, partials_key
+from streams.job.worker_metrics import WorkerMetrics, accepted_since
+from streams.kafka.producer import key_partition
+from streams.kafka.settings import client_options
+from streams.kafka.topics import Topics
+
+log = logging.getLogger("pwevent.job")
+
+
+class PartitionRunner:
+    """The partitions of ``reports`` (and of ``requirements``, assigned alike) this worker holds:
+    their registries and accumulators, restored from the ``users`` and ``checkpoints`` tables
+    when first used, and forgotten when another worker takes them over."""
+
+    def __init__(self, app: faust.App, config: JobConfig, broker: str, topics: Topics,
+                 users: MutableMapping[bytes, bytes], checkpoints: MutableMapping[bytes, bytes],
+                 counters: Counter[str], metrics: WorkerMetrics) -> None:
+        self.app, self.config, self.broker, self.topics = app, config, broker, topics
+        self.secret = config.secret_bytes()
+        self.users, self.checkpoints = users, checkpoints
+        self.counters, self.metrics = counters, metrics
+        self.dead_letters = DeadLetterSender(app, topics.dead_letters, counters, metrics)
+        self.registries: dict[int, UserRegistry] = {}
+        self.accumulators: dict[int, PartitionAccumulator] = {}
+        self.acked: dict[int, int] = {}
+        self.continuity = ContinuityGuard(topics.reports)
+        # the decisions topic as read so far (partitions keeping ledgers), a lock per partition
+        self.start_record: Control | None = None
+        self.decision_log: dict[int, bool] = {}
+        self.locks: dict[int, asyncio.Lock] = {}
+        self.resumed: set[int] = set()
+        self.last_report = time.monotonic()
+        self.last_tick: dict[int, int] = {}
+        self.last_activity: dict[int, float] = {}
+
+    def forget(self, p: int) -> None:
+        """Forget partition ``p``, which another worker takes over: if it comes back, it resumes
+        from its checkpoint and the ``users`` table, which the other worker kept."""
+        self.accumulators.pop(p, None)
+        self.registries.pop(p, None)
+        self.resumed.discard(p)
+
+    def registry(self, p: int) -> UserRegistry:
+        """Partition ``p``'s registered users, rebuilt from the ``users`` table when first used."""
+        reg = self.registries.get(p)
+        if reg is None:
+            reg = self.registries[p] = make_registry(self.config, p)
+            n = self.config.partitions
+            reg.load([(key.decode(), value) for key, value in list(self.users.items())
+                      if key_partition(key, n) == p and value])
+        return reg
+
+    def write_checkpoint(self, p: int, data: bytes) -> None:
+        """Store partition ``p``'s snapshot in the ``checkpoints`` table (inside a handler of
+        the partition, or a :func:`partition_context`)."""
+        write_chunked(self.checkpoints, p, data)
+
+    def read_checkpoint(self, p: int) -> bytes | None:
+        """Partition ``p``'s last snapshot, or ``None``."""
+        return read_chunked(self.checkpoints, p)
+
+    def accumulator(self, p: int) -> PartitionAccumulator:
+        """Partition ``p``'s accumulator, restored from its checkpoint when there is one."""
+        acc = self.accumulators.get(p)
+        if acc is None:
+            acc = self.accumulators[p] = make_accumulator(p, self.config, self.registry(p))
+            saved = self.read_checkpoint(p)
+            if saved:
+                acc.restore(saved)
+                log.info("partition %d resumes at offset %d (closed through slot %s)",
+                         p, acc.next_offset, acc.closed_through)
+            self.acked[p] = acc.next_offset
+        return acc
+
+    async def on_requirements(self, records: list[RawRecord]) -> None:
+        """Register users; reject invalid requirements to dead letters."""
+        p = records[0][2]
+        reg = self.registry(p)
+        dead: list[DeadLetter] = []
+        for key, value, part, offset in records:
+            user, reason, detail = reg.apply(key, value)
+            if reason:
+                dead.append(DeadLetter(self.topics.requirements, part, offset, key, value,
+                                       reason, detail))
+            elif user is not None and user in reg.index_of:
+                self.users[user.encode()] = reg.export(user)
+        self.counters["requirements"] += len(records) - len(dead)
+        self.metrics.took_requirements(len(records) - len(dead))
+        await self.dead_letters.send(dead)
+        await self.app.producer.flush()
+
+    async def on_reports(self, records: list[RawRecord]) -> int | Rewind:
+        """Count a batch of reports; send partials of closed slots; checkpoint; hold the rest.
+        A batch that does not continue where the partition's state left off is not counted: the
+        partition is read again from there (:class:`~streams.job.batch_handling.ContinuityGuard`).
+        """
+        p = records[0][2]
+        rewind = self.continuity.check(p, self.accumulator(p).next_offset, records)
+        if rewind is not None:
+            self.counters["rewinds"] += 1
+            self.metrics.rewound()
+            return rewind
+        async with self._lock(p):
+            acc, messages = self._resumed(p)
+            before = acc.accepted.total()
+            more, dead = acc.process(records, self.topics.reports)
+            self.metrics.took_reports(accepted_since(before, acc.accepted.total(), more))
+            messages += more
+            futures = await self._took_reports(p, records, dead)
+            await self._say(p, acc, messages, futures, checkpoint=acc.start_unsaved)
+            return self.acked.get(p, 0)
+
+    def _lock(self, p: int) -> asyncio.Lock:
+        lock = self.locks.get(p)
+        if lock is None:
+            lock = self.locks[p] = asyncio.Lock()
+        return lock
+
+    def _resumed(self, p: int) -> tuple[PartitionAccumulator, list[dict]]:
+        """Partition ``p``'s accumulator and, when it was just resumed, what it must send: its
+        last messages again and what the decisions read so far imply."""
+        acc = self.accumulator(p)
+        if p in self.resumed:
+            return acc, []
+        self.resumed.add(p)
+        return acc, acc.resume(self.start_record, self.decision_log)
+
+    async def _say(self, p: int, acc: PartitionAccumulator, messages: list[dict],
+                   pending: list[Any], checkpoint: bool) -> None:
+        """Send ``messages`` to the coordinator and checkpoint the partition (when it said
+        something, or ``checkpoint``), once ``pending`` sends are done. A placement that keeps
+        its messages in the checkpoint has it written first (docs/design.md, record before
+        emitting: a plan that was sent is never replaced by a different one); otherwise the
+        messages go first, as re-reading the records the checkpoint lacks reproduces them."""
+        first = acc.placement.checkpoint_first
+        futures = list(pending)
+        if not first:
+            futures += await self._send_partials(p, messages)
+        if futures:
+            await asyncio.gather(*futures)
+        if checkpoint or messages:
+            with partition_context(self.app, self.topics.reports, p):
+                self.write_checkpoint(p, acc.snapshot())
+            await self.app.producer.flush()
+            self.acked[p] = acc.next_offset
+        if first:
+            futures = await self._send_partials(p, messages)
+            if futures:
+                await asyncio.gather(*futures)
+
+    async def on_control(self, record: object) -> None:
+        """One record of the decisions topic: remember it, hand it to this worker's partitions."""
+        doc = control(record, self.config.stream)
+        if doc is None:
+            return
+        if "start" in doc:
+            self.start_record = doc
+        else:
+            self.decision_log[int(doc["slot"])] = bool(doc["published"])
+            self.counters["decisions"] += 1
+        for p in sorted(self.accumulators):
+            async with self._lock(p):
+                if p not in self.accumulators:
+                    continue  # revoked meanwhile
+                acc, messages = self._resumed(p)
+                messages += acc.on_control(doc)
+                await self._say(p, acc, messages, [], checkpoint=False)
+
+    async def read_decisions(self) -> None:
+        """Read the whole decisions topic (a consumer of this worker's own, not in the group)."""
+        from aiokafka import AIOKafkaConsumer, TopicPartition
+
+        consumer = AIOKafkaConsumer(bootstrap_servers=self.broker, **client_options(),
+                                    enable_auto_commit=False,
+                                    group_id=None, auto_offset_reset="earliest")
+        await consumer.start()
+        try:
+            tp = TopicPartition(self.topics.decisions, 0)
+            consumer.assign([tp])
+            await consumer.seek_to_beginning(tp)
+            while True:
+                batches = await consumer.getmany(tp, timeout_ms=200, max_records=1000)
+                for records in batches.values():
+                    for rec in records:
+                        try:
+                            doc = orjson.loads(rec.value)
+                        except orjson.JSONDecodeError:
+                            log.error("unreadable decision record at offset %d", rec.offset)
+                            continue
+                        await self.on_control(doc)
+        finally:
+            await consumer.stop()
+
+    async def _took_reports(self, p: int, records: list[RawRecord],
+                            dead: list[DeadLetter]) -> list[Any]:
+        """Note a processed batch (activity, counters); send its dead letters, unawaited."""
+        if any(r[0] is not None for r in records):
+            self.last_report = time.monotonic()
+            self.last_activity[p] = self.last_report
+        self.counters["reports"] += len(records)
+        self.counters["rejected"] += len(dead)
+        return await self.dead_letters.send(dead, wait=False)
+
+    async def _send_partials(self, p: int, messages: list[dict]) -> list[Any]:
+        """Send partition ``p``'s messages to the coordinator (declaration records to the
+        decisions topic, for auditors); returns their futures."""
+        futures = []
+        notes = [m for m in messages if kind(m) == "declared"]
+        for note in notes:
+            key = declaration_key(note).encode()
+            futures.append(await self.app.producer.send(self.topics.decisions, key,
+                                                        encode(note), 0, None, None))
+        key = partials_key(self.config.stream, p)
+        for msg in (m for m in messages if kind(m) != "declared"):
+            futures.append(await self.app.producer.send(self.topics.slot_partials, key,
+                                                        encode(msg), 0, None, None))
+        return futures
+
+    async def on_tick(self) -> None:
+        """Close slots of partitions that went quiet: watermark records through the data path."""
+        assigned = [tp.partition for tp in self.app.consumer.assignment()
+                    if tp.topic == self.topics.reports]
+        if not assigned:
+            return
+        now = time.monotonic()
+        idle = self.config.idle_close_ms / 1000.0
+        marks = [a.slotter.watermark for a in self.accumulators.values()
+                 if a.slotter.watermark is not None]
+        target = max(marks, default=None)
+        if now - self.last_report >= idle:
+            ends = [a.idle_watermark() for a in self.accumulators.values()]
+            ends = [e for e in ends if e is not None]
+            if ends:
+                target = max(max(ends), target or 0)
+        if target is None:
+            return
+        for p in assigned:
+            acc = self.accumulators.get(p)
+            current = acc.slotter.watermark if acc is not None else None
+            quiet = now - self.last_activity.get(p, 0.0) >= idle
+            if (current is None or current < target) and quiet \
+                    and self.last_tick.get(p, -1) < target:
+                self.last_tick[p] = target
+                mark = watermark_record(target, self.secret, self.config.stream, p)
+                await self.app.producer.send(self.topics.reports, None, mark, p, None, None)

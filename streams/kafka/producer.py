@@ -1,0 +1,185 @@
+"""Producing raw records to Kafka quickly: Kafka's default partitioner (:func:`key_partition`),
+an idempotent producer of explicit record batches (:class:`RawProducer`) and a one-call
+:func:`produce_raw`, for commands, tests and benchmarks that feed the job's topics."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Iterable
+from typing import Any
+
+from aiokafka import AIOKafkaProducer
+from aiokafka.partitioner import murmur2
+
+from streams.kafka.settings import client_options
+
+__all__ = ["RawProducer", "key_partition", "produce_raw"]
+
+
+def key_partition(key: bytes, partitions: int) -> int:
+    """The partition Kafka's default partitioner picks for ``key`` (murmur2, positive, modulo)."""
+    return (murmur2(key) & 0x7FFFFFFF) % partitions
+
+
+class RawProducer:
+    """A producer of raw ``(key, value)`` records in explicit batches, partitioned by key.
+
+    Records are partitioned exactly as the default partitioner would, so a user's reports land
+    in one partition whichever producer wrote them; a record may also name its partition.
+
+    The producer is idempotent (``enable_idempotence=True``, ``acks=all``): the broker numbers
+    each partition's batches by producer id and sequence, so while this producer lives a batch
+    that its client retries after a lost connection or a timed-out request is written once; a
+    batch it has sent once is retried on retriable errors until the broker answers (it does not
+    expire). That holds as long as the broker keeps its producer state: one that comes back
+    without it (a crash that lost its last writes) refuses the next batch with
+    ``OutOfOrderSequenceNumber``. A *new* producer is not covered either: records sent again by
+    another producer (another session) are new records to the broker. :meth:`submit` returns
+    every batch's future, so that a caller surviving an outage knows which records the broker
+    acknowledged and which it must send again (``pwevent replay`` does; see
+    ``streams/cli/replay.py``).
+    """
+
+    #: One enqueued batch: its records and the future the broker's acknowledgement resolves, or
+    #: records that were not enqueued and the exception that stopped them.
+    Submitted = tuple[list[tuple[bytes | None, bytes]], "asyncio.Future[Any] | BaseException"]
+
+    def __init__(
+        self,
+        bootstrap: str,
+        topic: str,
+        partitions: int,
+        *,
+        linger_ms: int = 5,
+        batch_bytes: int = 512 * 1024,
+        request_timeout_ms: int = 40_000,
+    ) -> None:
+        self.topic, self.partitions = topic, partitions
+        self.producer = AIOKafkaProducer(
+            bootstrap_servers=bootstrap,
+            **client_options(),
+            linger_ms=linger_ms,
+            max_batch_size=batch_bytes,
+            enable_idempotence=True,
+            acks="all",
+            request_timeout_ms=request_timeout_ms,
+        )
+        self.sent = 0
+
+    async def start(self) -> None:
+        """Connect; on failure the client is closed again before the error is raised."""
+        try:
+            await self.producer.start()
+        except BaseException:
+            with contextlib.suppress(Exception):
+                await self.producer.stop()
+            raise
+
+    async def stop(self, timeout: float | None = None) -> None:
+        """Flush and disconnect. With ``timeout``, give up flushing after that many seconds
+        (batches still unacknowledged are abandoned: their fate is unknown) and close the
+        connections anyway."""
+        if timeout is None:
+            await self.producer.stop()
+            return
+        try:
+            await asyncio.wait_for(self.producer.stop(), timeout)
+        except Exception:  # noqa: BLE001 - timed out or failed: close whatever is left
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self.producer.client.close(), timeout)
+
+    def partition_of(self, key: bytes | None, partition: int | None = None) -> int:
+        """The partition a record goes to: ``partition`` if given, else the key's (murmur2);
+        keyless records go to partition 0."""
+        if partition is not None:
+            return partition
+        return 0 if key is None else key_partition(key, self.partitions)
+
+    async def submit(
+        self,
+        records: Iterable[tuple[bytes | None, bytes]],
+        partition: int | None = None,
+        *,
+        into: list[RawProducer.Submitted] | None = None,
+    ) -> list[RawProducer.Submitted]:
+        """Enqueue records in per-partition batches without waiting for the broker.
+
+        Returns (and appends to ``into`` as it goes, so a caller that cancels this keeps what
+        was enqueued) one entry per batch: its records, in order, and the future resolved when
+        the broker acknowledges the batch, or fails when the client gives it up. If a batch
+        cannot be enqueued (metadata or buffer space not available in time, a closed or broken
+        producer), nothing more is enqueued and the last entry holds every record not enqueued,
+        in their original order within each partition, with that exception; those records were
+        not sent.
+        """
+        out: list[RawProducer.Submitted] = [] if into is None else into
+        builders: dict[int, tuple[Any, list[tuple[bytes | None, bytes]]]] = {}
+        items = iter(records)
+        current: list[tuple[bytes | None, bytes]] = []  # a record taken but not yet batched
+        try:
+            for key, value in items:
+                current = [(key, value)]
+                part = self.partition_of(key, partition)
+                entry = builders.get(part)
+                if entry is None:
+                    entry = builders[part] = (self.producer.create_batch(), [])
+                if entry[0].append(key=key, value=value, timestamp=None) is None:
+                    if not entry[1]:
+                        raise ValueError("record larger than the batch size")
+                    future = await self.producer.send_batch(entry[0], self.topic, partition=part)
+                    out.append((entry[1], future))
+                    entry = builders[part] = (self.producer.create_batch(), [])
+                    if entry[0].append(key=key, value=value, timestamp=None) is None:
+                        raise ValueError("record larger than the batch size")
+                entry[1].append((key, value))
+                current = []
+            for part in list(builders):
+                recs = builders[part][1]
+                if recs:
+                    future = await self.producer.send_batch(builders[part][0], self.topic,
+                                                            partition=part)
+                    out.append((recs, future))
+                del builders[part]
+        except ValueError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - the caller decides what to do about it
+            rest = [rec for _builder, recs in builders.values() for rec in recs]
+            rest.extend(current)
+            rest.extend(items)
+            out.append((rest, exc))
+        return out
+
+    async def send_many(
+        self, records: Iterable[tuple[bytes | None, bytes]], partition: int | None = None
+    ) -> int:
+        """Send records and wait until the broker has them; returns how many were sent.
+        Raises the first error if any batch could not be enqueued or was not acknowledged."""
+        submitted = await self.submit(records, partition)
+        for _recs, outcome in submitted:
+            if isinstance(outcome, BaseException):
+                raise outcome
+        await asyncio.gather(*(outcome for _recs, outcome in submitted))
+        count = sum(len(recs) for recs, _outcome in submitted)
+        self.sent += count
+        return count
+
+
+async def produce_raw(
+    bootstrap: str,
+    topic: str,
+    records: Iterable[tuple[bytes, bytes]],
+    *,
+    partitions: int,
+    linger_ms: int = 5,
+    batch_bytes: int = 512 * 1024,
+) -> int:
+    """Produce ``(key, value)`` records quickly with explicit record batches (idempotently, see
+    :class:`RawProducer`); return the count."""
+    producer = RawProducer(bootstrap, topic, partitions, linger_ms=linger_ms,
+                           batch_bytes=batch_bytes)
+    await producer.start()
+    try:
+        return await producer.send_many(records)
+    finally:
+        await producer.stop()
