@@ -19,11 +19,11 @@ def candidate_errors(
     """
     n = np.asarray(counts, dtype=np.float64)
     a = np.expm1(values)
-    zero = np.zeros((values.shape[0], 1))
     # prefix sums over the values strictly below each candidate
-    pn = np.concatenate((zero, np.cumsum(n, axis=1)), axis=1)[:, :-1]
-    pa = np.concatenate((zero, np.cumsum(n * a, axis=1)), axis=1)[:, :-1]
-    pa2 = np.concatenate((zero, np.cumsum(n * a * a, axis=1)), axis=1)[:, :-1]
+    pn, pa, pa2 = (np.zeros(values.shape) for _ in range(3))
+    np.cumsum(n[:, :-1], axis=1, out=pn[:, 1:])
+    np.cumsum((n * a)[:, :-1], axis=1, out=pa[:, 1:])
+    np.cumsum((n * a * a)[:, :-1], axis=1, out=pa2[:, 1:])
     positive = real & (values > 0)
     with np.errstate(divide="ignore", invalid="ignore"):
         variance = pa / a - pa2 / (a * a)
@@ -101,19 +101,20 @@ def batch_optimal_budget(
         return theta, err
     vals = np.where(keep, budgets, np.inf)
     order = np.argsort(vals, axis=1, kind="stable")
-    sv = np.take_along_axis(vals, order, axis=1)
-    sc = np.take_along_axis(np.where(keep, sizes, 0).astype(np.float64), order, axis=1)
+    rows = np.arange(B)[:, None]
+    sv = vals[rows, order]
     new = np.ones((B, L), dtype=bool)
-    new[:, 1:] = sv[:, 1:] != sv[:, :-1]
-    rank = np.cumsum(new, axis=1) - 1
-    rows = np.broadcast_to(np.arange(B)[:, None], (B, L))
-    finite = np.isfinite(sv)
-    values = np.zeros((B, L))
-    values[rows, rank] = np.where(finite, sv, 0.0)
-    real = np.zeros((B, L), dtype=bool)
-    real[rows, rank] = finite
-    n = np.zeros((B, L))
-    np.add.at(n, (rows, rank), sc)  # sums of integers: exact in any order
+    np.not_equal(sv[:, 1:], sv[:, :-1], out=new[:, 1:])
+    flat = (np.cumsum(new, axis=1) - 1 + rows * L).ravel()  # each distinct value's place
+    finite = np.isfinite(sv).ravel()
+    values = np.zeros(B * L)
+    values[flat] = np.where(finite, sv.ravel(), 0.0)
+    real = np.zeros(B * L, dtype=bool)
+    real[flat] = finite
+    # multiplicities: sums of integers, exact in any order
+    sc = np.where(keep, sizes, 0).astype(np.float64)[rows, order]
+    n = np.bincount(flat, weights=sc.ravel(), minlength=B * L).reshape(B, L)
+    values, real = values.reshape(B, L), real.reshape(B, L)
     errors = candidate_errors(values, n, real, noise)
     k = np.argmin(errors, axis=1)
     idx = np.arange(B)
