@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -61,6 +62,24 @@ class Sampling:
     partial: np.ndarray
     any_partial: np.ndarray
 
+    @classmethod
+    def of(cls, threshold: np.ndarray, p: np.ndarray) -> Sampling:
+        """The sampling with inclusion probabilities ``p`` (runs, levels)."""
+        full = p >= 1.0
+        partial = (p > 0.0) & ~full
+        return cls(threshold, p, full, partial, partial.any(axis=1))
+
+    @cached_property
+    def layout(self) -> tuple[list[int], list[int], list[int], np.ndarray, list[float]]:
+        """The partly sampled levels, run after run: the runs that have any, how many each,
+        where each run's start, their flat (run, level) indices and their probabilities."""
+        runs = np.flatnonzero(self.any_partial)
+        per_run = self.partial[runs].sum(axis=1)
+        starts = np.concatenate(([0], np.cumsum(per_run)[:-1])) if runs.size else per_run
+        flat = np.flatnonzero(self.partial)
+        return (runs.tolist(), per_run.tolist(), starts.tolist(), flat,
+                self.p.ravel()[flat].tolist())
+
 
 class ObsCache:
     """OBS results of a batch memoised by (budgets, sizes): ledgers revisit the same budgets."""
@@ -68,10 +87,15 @@ class ObsCache:
     def __init__(self, noise: str, limit: int = 4096) -> None:
         self.noise, self.limit = noise, limit
         self._memo: dict[bytes, tuple[np.ndarray, np.ndarray]] = {}
+        self._sampling: dict[bytes, Sampling] = {}
+
+    @staticmethod
+    def _key(budgets: np.ndarray, sizes: np.ndarray) -> bytes:
+        return f"{budgets.shape}".encode() + budgets.tobytes() + b"|" + sizes.tobytes()
 
     def __call__(self, budgets: np.ndarray, sizes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``batch_optimal_budget(budgets, sizes)``: (threshold, error) per run."""
-        key = f"{budgets.shape}".encode() + budgets.tobytes() + b"|" + sizes.tobytes()
+        key = self._key(budgets, sizes)
         hit = self._memo.get(key)
         if hit is None:
             if len(self._memo) >= self.limit:
@@ -79,30 +103,41 @@ class ObsCache:
             hit = self._memo[key] = batch_optimal_budget(budgets, sizes, self.noise)
         return hit
 
+    def sampling(self, budgets: np.ndarray, sizes: np.ndarray) -> Sampling:
+        """The Sampling Mechanism of the budgets under OBS's threshold, memoised."""
+        key = self._key(budgets, sizes)
+        hit = self._sampling.get(key)
+        if hit is None:
+            if len(self._sampling) >= self.limit:
+                self._sampling.clear()
+            theta, _ = self(budgets, sizes)
+            hit = self._sampling[key] = Sampling.of(theta, inclusion_probabilities(budgets, theta))
+        return hit
+
 
 def _draw_partial(
     rngs: Sequence[np.random.Generator],
-    drawing: list[int],
-    partial: np.ndarray,
+    drawing: list[bool],
+    sampling: Sampling,
     counts: np.ndarray,
-    p: np.ndarray,
-    d: int,
-) -> np.ndarray:
-    """(runs, d): for each run in ``drawing``, its partly sampled levels' counts thinned with
-    its generator (:func:`~mechanisms.sampling.draw_binomial`); zeros for the others."""
-    out = np.zeros((partial.shape[0], d), dtype=np.int64)
-    flagged = partial.any(axis=1).tolist() if drawing else []
-    some = [b for b in drawing if flagged[b]]
-    if not some:
-        return out
-    per_run = partial[some].sum(axis=1).tolist()
-    rows = counts[some][partial[some]].tolist()  # the runs' partial levels, run after run
-    probs = p[some][partial[some]].tolist()
-    drawn, at = [], 0
-    for b, k in zip(some, per_run, strict=True):
-        drawn.append(draw_binomial(rngs[b], rows[at : at + k], probs[at : at + k]))
-        at += k
-    out[some] = drawn
+) -> np.ndarray | None:
+    """(runs, d): for each run where ``drawing`` holds, its partly sampled levels' counts
+    thinned with its generator (:func:`~mechanisms.sampling.draw_binomial`); zeros for the
+    other runs. None when no run draws."""
+    runs, per_run, starts, flat, probs = sampling.layout
+    if not runs:
+        return None
+    d = counts.shape[-1]
+    rows = counts.reshape(-1, d)[flat].tolist()  # the runs' partial levels, run after run
+    who, drawn = [], []
+    for b, k, at in zip(runs, per_run, starts, strict=True):
+        if drawing[b]:
+            who.append(b)
+            drawn.append(draw_binomial(rngs[b], rows[at : at + k], probs[at : at + k]))
+    if not who:
+        return None
+    out = np.zeros((counts.shape[0], d), dtype=np.int64)
+    out[who] = drawn
     return out
 
 
@@ -148,12 +183,8 @@ class ReleaseRule:
 
     def sampling(self, eps: np.ndarray, sizes: np.ndarray) -> Sampling:
         """The Sampling Mechanism of (runs, levels) budgets ``eps`` (already scaled) under
-        OBS's threshold. Fixed mechanisms compute it once for their constant eps1."""
-        theta, _ = self.obs(eps, sizes)
-        p = inclusion_probabilities(eps, theta)
-        full = p >= 1.0
-        partial = (p > 0.0) & ~full
-        return Sampling(theta, p, full, partial, partial.any(axis=1))
+        OBS's threshold (memoised: the ledgers revisit the same budgets)."""
+        return self.obs.sampling(eps, sizes)
 
     def decide(
         self,
@@ -198,8 +229,11 @@ class ReleaseRule:
             first = first if first is not None else self.sampling(self.scaled(eps1), sizes)
             theta1 = first.threshold
             sampled = np.where(first.full[:, :, None], counts, 0).sum(axis=1)
-            drawing = np.flatnonzero(live & (theta1 > 0)).tolist()
-            sampled += _draw_partial(rngs, drawing, first.partial, counts, first.p, d)
+            draws = live & (theta1 > 0)
+            drawing = np.flatnonzero(draws).tolist()
+            extra = _draw_partial(rngs, draws.tolist(), first, counts)
+            if extra is not None:
+                sampled += extra
             noise1 = np.zeros(runs)
             if drawing:
                 scale = theta1.tolist()
@@ -215,22 +249,22 @@ class ReleaseRule:
             tested = total / d + noise1 if noise == "laplace" else (total + noise1) / d
             tested = np.where(theta1 > 0, tested, np.inf)
             dis = np.where(live, tested, np.nan)
-            with np.errstate(divide="ignore"):
-                bar = np.sqrt(err2) if self.test == "obs" else 1.0 / theta2
+            bar = (np.sqrt(err2) if self.test == "obs"
+                   else np.divide(1.0, theta2, out=np.full(runs, np.inf), where=theta2 > 0))
             publish = live & (theta2 > 0) & (tested > bar)
         else:
             publish = live & (theta2 > 0)
         histogram = np.array(last, copy=True)
         writing = np.flatnonzero(publish)
         if writing.size:
-            p2 = inclusion_probabilities(eps2[writing], theta2[writing])
-            full2 = p2 >= 1.0
-            partial2 = (p2 > 0.0) & ~full2
+            second = Sampling.of(theta2[writing],
+                                 inclusion_probabilities(eps2[writing], theta2[writing]))
             sub = counts[writing]
-            sampled2 = np.where(full2[:, :, None], sub, 0).sum(axis=1)
-            rows = list(range(writing.size))
-            sampled2 += _draw_partial([rngs[b] for b in writing.tolist()], rows, partial2, sub,
-                                      p2, d)
+            sampled2 = np.where(second.full[:, :, None], sub, 0).sum(axis=1)
+            extra = _draw_partial([rngs[b] for b in writing.tolist()], [True] * writing.size,
+                                  second, sub)
+            if extra is not None:
+                sampled2 += extra
             scale = theta2[writing].tolist()
             histogram[writing] = sampled2 + np.array(
                 [draw_noise(scale[i], d, rngs[b], noise) for i, b in enumerate(writing.tolist())],
