@@ -223,18 +223,18 @@ class ReleaseRule:
         eps2 = self.scaled(eps2)
         theta2, err2 = self.obs(eps2, sizes)
         live = ~nullified
-        dis = np.full(runs, np.nan)
         if adaptive:
             # the dissimilarity (Algorithm 3): each run draws its sample and its noise
             first = first if first is not None else self.sampling(self.scaled(eps1), sizes)
             theta1 = first.threshold
             sampled = np.where(first.full[:, :, None], counts, 0).sum(axis=1)
             draws = live & (theta1 > 0)
-            drawing = np.flatnonzero(draws).tolist()
-            extra = _draw_partial(rngs, draws.tolist(), first, counts)
+            flags = draws.tolist()
+            extra = _draw_partial(rngs, flags, first, counts)
             if extra is not None:
                 sampled += extra
             noise1 = np.zeros(runs)
+            drawing = [b for b, flag in enumerate(flags) if flag]
             if drawing:
                 scale = theta1.tolist()
                 if noise == "laplace":
@@ -247,26 +247,30 @@ class ReleaseRule:
             # and then divided by d, so no floating-point Laplace is drawn
             total = np.abs(sampled - last).sum(axis=1).astype(np.float64)
             tested = total / d + noise1 if noise == "laplace" else (total + noise1) / d
-            tested = np.where(theta1 > 0, tested, np.inf)
-            dis = np.where(live, tested, np.nan)
-            bar = (np.sqrt(err2) if self.test == "obs"
-                   else np.divide(1.0, theta2, out=np.full(runs, np.inf), where=theta2 > 0))
+            tested[~(theta1 > 0)] = np.inf
+            dis = tested.copy()
+            dis[nullified] = np.nan
+            # (a run without a positive threshold does not publish, whatever its bar)
+            bar = np.sqrt(err2) if self.test == "obs" else 1.0 / np.where(theta2 > 0, theta2, 1.0)
             publish = live & (theta2 > 0) & (tested > bar)
         else:
+            dis = np.full(runs, np.nan)
             publish = live & (theta2 > 0)
         histogram = np.array(last, copy=True)
-        writing = np.flatnonzero(publish)
-        if writing.size:
+        writing = [b for b, flag in enumerate(publish.tolist()) if flag]
+        if writing:
             second = Sampling.of(theta2[writing],
                                  inclusion_probabilities(eps2[writing], theta2[writing]))
             sub = counts[writing]
             sampled2 = np.where(second.full[:, :, None], sub, 0).sum(axis=1)
-            extra = _draw_partial([rngs[b] for b in writing.tolist()], [True] * writing.size,
-                                  second, sub)
+            extra = _draw_partial([rngs[b] for b in writing], [True] * len(writing), second,
+                                  sub)
             if extra is not None:
                 sampled2 += extra
             scale = theta2[writing].tolist()
             histogram[writing] = sampled2 + np.array(
-                [draw_noise(scale[i], d, rngs[b], noise) for i, b in enumerate(writing.tolist())],
+                [draw_noise(scale[i], d, rngs[b], noise) for i, b in enumerate(writing)],
                 dtype=histogram.dtype)
-        return RunsDecision(publish, histogram, np.where(live, theta2, 0.0), dis)
+        threshold = theta2.copy()
+        threshold[nullified] = 0.0
+        return RunsDecision(publish, histogram, threshold, dis)

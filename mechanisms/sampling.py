@@ -27,10 +27,10 @@ def inclusion_probabilities(budgets: np.ndarray, threshold: float | np.ndarray) 
         p = np.expm1(b) / np.expm1(threshold)
         return np.clip(np.where(b >= threshold, 1.0, p), 0.0, 1.0)
     th = np.asarray(threshold, dtype=np.float64)[:, None]
-    with np.errstate(divide="ignore", invalid="ignore"):
-        p = np.expm1(b) / np.expm1(th)
-        p = np.clip(np.where(b >= th, 1.0, p), 0.0, 1.0)
-    return np.where(th > 0, p, 0.0)
+    live = th > 0
+    p = np.expm1(b) / np.expm1(np.where(live, th, 1.0))  # a run without threshold keeps none
+    p = np.minimum(np.maximum(np.where(b >= th, 1.0, p), 0.0), 1.0)
+    return np.where(live, p, 0.0)
 
 
 def draw_binomial(

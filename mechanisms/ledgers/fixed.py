@@ -30,6 +30,8 @@ import numpy as np
 
 from mechanisms.ledgers.plan import Charge, RunsPlan, SlotPlan
 
+_TRUE, _FALSE = np.ones(1, dtype=bool), np.zeros(1, dtype=bool)
+
 
 class BudgetLedger(ABC):
     """A ledger over levels with windows ``w`` and budgets ``E``: (levels,) arrays for one run,
@@ -97,12 +99,16 @@ class BudgetLedger(ABC):
         if self._pending is None or self._pending.slot != self.slot:
             eps2, nullified = self._plan()
             self._pending = RunsPlan(self.slot, self.eps1, eps2, nullified, self.adaptive)
+            self._pending_one: SlotPlan | None = None
         return self._pending
 
     def plan(self) -> SlotPlan:
         """Plan the next slot of the one run."""
-        self._one(self.windows)
-        return self.plan_runs().run(0)
+        pending = self.plan_runs()
+        if self._pending_one is None:
+            self._one(self.windows)
+            self._pending_one = pending.run(0)
+        return self._pending_one
 
     def commit_runs(self, published: np.ndarray) -> np.ndarray:
         """Record every run's decision for the planned slot and advance to the next slot;
@@ -117,7 +123,8 @@ class BudgetLedger(ABC):
     def commit(self, published: bool) -> Charge:
         """Record the one run's decision for the planned slot and advance to the next slot."""
         plan = self.plan()
-        done = bool(self.commit_runs(np.array([bool(published)]))[0])
+        done = bool(published) and not plan.nullified
+        self.commit_runs(_TRUE if done else _FALSE)
         eps2 = plan.eps2.copy() if done else np.zeros_like(plan.eps2)
         return Charge(plan.slot, plan.eps1.copy(), eps2, done, plan.nullified)
 
