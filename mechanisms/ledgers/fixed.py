@@ -178,6 +178,8 @@ class BudgetLedger(ABC):
         self._pending = None
         self.eps1 = (self.budgets / (2.0 * self.windows) if self.adaptive
                      else np.zeros(self.budgets.shape))
+        self.never = np.zeros(self.runs, dtype=bool)  # no run nullified (read only)
+        self.never.setflags(write=False)
 
 
 def _padded(values: np.ndarray, levels: int) -> np.ndarray:
@@ -217,6 +219,7 @@ class _History(BudgetLedger):
 
     def _grow(self) -> None:
         super()._grow()
+        self.half = self.budgets / 2.0
         # a run sums rows as wide as its largest window: runs are grouped by that width so
         # that a run's sums do not depend on the batch it is in; the history keeps the runs
         # in order of width (row i holds run order[i]), so each group is a slice of it
@@ -249,9 +252,13 @@ class _History(BudgetLedger):
         """eps2 charged over each level's previous w_l - 1 slots, per run."""
         assert self.history is not None
         view = self.history.view()
-        spent = np.empty(self.budgets.shape)
-        for lo, hi, width, mask in self.groups:
-            spent[lo:hi] = np.where(mask, view[lo:hi, :, :width], 0.0).sum(axis=2)
+        if len(self.groups) == 1:  # every run as wide (one run alone, among others)
+            _, _, width, mask = self.groups[0]
+            spent = np.where(mask, view[:, :, :width], 0.0).sum(axis=2)
+        else:
+            spent = np.empty(self.budgets.shape)
+            for lo, hi, width, mask in self.groups:
+                spent[lo:hi] = np.where(mask, view[lo:hi, :, :width], 0.0).sum(axis=2)
         return spent if self.inverse is None else spent[self.inverse]
 
     def _push(self, eps2: np.ndarray) -> None:
@@ -278,8 +285,8 @@ class DistributionLedger(_History):
     name = "distribution"
 
     def _plan(self) -> tuple[np.ndarray, np.ndarray]:
-        remaining = np.maximum(self.budgets / 2.0 - self._spent_before(), 0.0)
-        return remaining / 2.0, np.zeros(self.runs, dtype=bool)
+        remaining = np.maximum(self.half - self._spent_before(), 0.0)
+        return remaining / 2.0, self.never
 
     def _commit(self, plan: RunsPlan, published: np.ndarray) -> None:
         self._push(np.where(published[:, None], plan.eps2, 0.0))
@@ -292,7 +299,7 @@ class UniformLedger(BudgetLedger):
     adaptive = False
 
     def _plan(self) -> tuple[np.ndarray, np.ndarray]:
-        return self.budgets / self.windows, np.zeros(self.runs, dtype=bool)
+        return self.budgets / self.windows, self.never
 
     def _commit(self, plan: RunsPlan, published: np.ndarray) -> None:
         pass
