@@ -32,6 +32,7 @@ import numpy as np
 
 from mechanisms.mechanism import BatchRelease
 from mechanisms.noise import draw_noise
+from mechanisms.recent import RecentSlots, width_groups
 from mechanisms.registry import histogram_dtype
 
 _TOL = 1e-12
@@ -131,33 +132,22 @@ class _Spent:
     (runs are kept in order of w, so each w is a slice)."""
 
     def __init__(self, w: np.ndarray) -> None:
-        self.order = np.argsort(w, kind="stable")
-        self.inverse = np.argsort(self.order)
-        values, starts = np.unique(w[self.order], return_index=True)
-        ends = np.append(starts[1:], w.size)
-        self.groups = [(int(lo), int(hi), int(v) - 1)
-                       for v, lo, hi in zip(values.tolist(), starts.tolist(), ends.tolist(),
-                                            strict=True)]
-        self.width = int(w.max())
-        self.spare = self.width + 64
-        self.buffer = np.zeros((w.size, self.width + self.spare))
-        self.pos = self.spare
+        self.order, inverse, groups = width_groups(w)
+        self.inverse = np.arange(w.size) if inverse is None else inverse
+        self.groups = [(lo, hi, width - 1) for lo, hi, width in groups]
+        self.recent = RecentSlots(w.size, 1, int(w.max()))
 
     def previous(self) -> np.ndarray:
         """Per run, the sum over its previous w - 1 slots."""
-        view = self.buffer[:, self.pos : self.pos + self.width]
-        out = np.empty(self.buffer.shape[0])
+        view = self.recent.view()[:, 0, :]
+        out = np.empty(view.shape[0])
         for lo, hi, k in self.groups:
             out[lo:hi] = view[lo:hi, :k].sum(axis=1)
         return out[self.inverse]
 
     def push(self, spent: np.ndarray) -> None:
         """Record each run's spending at the slot just finished."""
-        if self.pos == 0:
-            self.buffer[:, self.spare :] = self.buffer[:, : self.width].copy()
-            self.pos = self.spare
-        self.pos -= 1
-        self.buffer[:, self.pos] = spent[self.order]
+        self.recent.push(spent[self.order][:, None])
 
 
 class BatchedSpas:

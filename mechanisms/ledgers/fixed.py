@@ -29,6 +29,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from mechanisms.ledgers.plan import Charge, RunsPlan, SlotPlan
+from mechanisms.recent import RecentSlots, width_groups
 
 _TRUE, _FALSE = np.ones(1, dtype=bool), np.zeros(1, dtype=bool)
 
@@ -188,34 +189,10 @@ def _padded(values: np.ndarray, levels: int) -> np.ndarray:
     return np.pad(values, ((0, 0), (0, extra))) if extra > 0 else values
 
 
-class _Window:
-    """Each run's levels' eps2 over the last ``width`` slots, in age order (column 0: the last
-    slot); writing moves a window over a wider buffer, so a slot costs no copy of the
-    history."""
-
-    def __init__(self, runs: int, levels: int, width: int) -> None:
-        self.width = width
-        self.spare = width + 64
-        self.buffer = np.zeros((runs, levels, width + self.spare))
-        self.pos = self.spare
-
-    def view(self) -> np.ndarray:
-        """(runs, levels, width), age order."""
-        return self.buffer[:, :, self.pos : self.pos + self.width]
-
-    def push(self, eps2: np.ndarray) -> None:
-        """Record a slot's eps2: it becomes age 1."""
-        if self.pos == 0:
-            self.buffer[:, :, self.spare :] = self.buffer[:, :, : self.width].copy()
-            self.pos = self.spare
-        self.pos -= 1
-        self.buffer[:, :, self.pos] = eps2
-
-
 class _History(BudgetLedger):
     """A ledger that remembers each level's eps2 over the last ``max w`` slots (age order)."""
 
-    history: _Window | None = None
+    history: RecentSlots | None = None
 
     def _grow(self) -> None:
         super()._grow()
@@ -225,22 +202,18 @@ class _History(BudgetLedger):
         # in order of width (row i holds run order[i]), so each group is a slice of it
         widths = self.windows.max(axis=1, initial=1)
         width = int(widths.max(initial=1))
-        order = np.argsort(widths, kind="stable")
+        order, self.inverse, groups = width_groups(widths)
         old, old_order = self.history, getattr(self, "order", None)
-        self.history = _Window(self.runs, self.levels, width)
+        self.history = RecentSlots(self.runs, self.levels, width)
         if old is not None and old_order is not None and old_order.size == self.runs:
             rows, cols = min(old.view().shape[1], self.levels), min(old.width, width)
             runs_view = old.view()[np.argsort(old_order)]  # back in run order
             self.history.view()[:, :rows, :cols] = runs_view[order, :rows, :cols]
         self.order = order
-        self.inverse = None if (order == np.arange(self.runs)).all() else np.argsort(order)
-        self.groups = []
-        sorted_widths = widths[order]
-        for w in np.unique(widths).tolist():
-            lo, hi = np.searchsorted(sorted_widths, [w, w + 1]).tolist()
-            # the previous w_l - 1 slots: ages 1 .. w_l - 1 at columns 0 .. w_l - 2
-            mask = np.arange(w)[None, None, :] < (self.windows[order[lo:hi]] - 1)[:, :, None]
-            self.groups.append((lo, hi, w, mask))
+        # the previous w_l - 1 slots: ages 1 .. w_l - 1 at columns 0 .. w_l - 2
+        self.groups = [(lo, hi, w, np.arange(w)[None, None, :]
+                        < (self.windows[order[lo:hi]] - 1)[:, :, None])
+                       for lo, hi, w in groups]
 
     @property
     def recent(self) -> np.ndarray:
