@@ -103,14 +103,16 @@ class ObsCache:
             hit = self._memo[key] = batch_optimal_budget(budgets, sizes, self.noise)
         return hit
 
-    def sampling(self, budgets: np.ndarray, sizes: np.ndarray) -> Sampling:
-        """The Sampling Mechanism of the budgets under OBS's threshold, memoised."""
+    def sampling(self, budgets: np.ndarray, sizes: np.ndarray,
+                 threshold: np.ndarray | None = None) -> Sampling:
+        """The Sampling Mechanism of the budgets under OBS's threshold, memoised;
+        ``threshold`` is that threshold where the caller has it already."""
         key = self._key(budgets, sizes)
         hit = self._sampling.get(key)
         if hit is None:
             if len(self._sampling) >= self.limit:
                 self._sampling.clear()
-            theta, _ = self(budgets, sizes)
+            theta = self(budgets, sizes)[0] if threshold is None else threshold
             hit = self._sampling[key] = Sampling.of(theta, inclusion_probabilities(budgets, theta))
         return hit
 
@@ -259,8 +261,9 @@ class ReleaseRule:
         histogram = np.array(last, copy=True)
         writing = [b for b, flag in enumerate(publish.tolist()) if flag]
         if writing:
-            second = Sampling.of(theta2[writing],
-                                 inclusion_probabilities(eps2[writing], theta2[writing]))
+            # OBS of a row depends on that row alone: the publishing runs' sampling is that of
+            # their rows (memoised, as the ledgers revisit the same budgets)
+            second = self.obs.sampling(eps2[writing], sizes[writing], theta2[writing])
             sub = counts[writing]
             sampled2 = np.where(second.full[:, :, None], sub, 0).sum(axis=1)
             extra = _draw_partial([rngs[b] for b in writing], [True] * len(writing), second,
