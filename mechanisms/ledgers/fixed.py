@@ -344,11 +344,8 @@ class AbsorptionLedger(BudgetLedger):
         """The one run's last publishing slot (0: never)."""
         return int(self._one(self.published_runs[:, None])[0])
 
-    def nullified_spans(self) -> np.ndarray:
-        """t_{i,N}: slots after the last publication that each level's publication borrowed."""
-        return np.maximum(self.shares - 1, 0)
-
     def _plan(self) -> tuple[np.ndarray, np.ndarray]:
+        # t_{i,N}: the slots after the last publication that each level's publication borrowed
         spans = np.maximum(self.shares_runs - 1, 0)
         since = self.slot - self.published_runs
         bound = spans.max(axis=1, initial=0)
