@@ -24,7 +24,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from mechanisms.baselines.ldp import BatchedPlbu, Plbu
-from mechanisms.baselines.ldp_ids import LdpIds
+from mechanisms.baselines.ldp_ids import BatchedLdpIds, LdpIds
 from mechanisms.baselines.mtsp_ldp import MtspLdp
 from mechanisms.baselines.spas import BatchedSpas, Spas
 from mechanisms.central import BatchedFixed, FixedMechanism, create_mechanism
@@ -64,10 +64,11 @@ def build(
 
 def batch(
     mechanisms: Sequence[Stepper],
-) -> BatchedFixed | BatchedDynamic | BatchedPlbu | BatchedSpas | BatchedSteppers:
+) -> (BatchedFixed | BatchedDynamic | BatchedPlbu | BatchedSpas | BatchedLdpIds
+      | BatchedSteppers):
     """Fresh mechanisms of one kind (from :func:`build`, each with its own generator) as one
-    batch stepped by one call per slot: the central and dynamic mechanisms, SPAS and PLBU
-    vectorised over the runs, the local-DP family and MTSP-LDP run by run. Each run releases
+    batch stepped by one call per slot: the central and dynamic mechanisms, SPAS, PLBU and the
+    local-DP family (LBU..LPA) vectorised over the runs, MTSP-LDP run by run. Each run releases
     what it would alone.
 
     >>> req = FixedRequirements(("a", "b"), np.array([4, 2]), np.array([1.0, 1.0]))
@@ -84,12 +85,15 @@ def batch(
         return BatchedPlbu(mechanisms)
     if mechanisms and all(isinstance(m, Spas) for m in mechanisms):
         return BatchedSpas(mechanisms)
+    if mechanisms and all(isinstance(m, LdpIds) for m in mechanisms) and len(
+            {m.name for m in mechanisms}) == 1:
+        return BatchedLdpIds(mechanisms)
     return BatchedSteppers(mechanisms)
 
 
 class BatchedSteppers:
-    """Runs of any mechanism stepped one by one behind the batch interface: the local-DP
-    family and MTSP-LDP (and one dynamic run alone), whose state is kept per run."""
+    """Runs of any mechanism stepped one by one behind the batch interface: MTSP-LDP (and one
+    dynamic run alone), whose state is kept per run."""
 
     def __init__(self, steppers: Sequence) -> None:
         if not steppers:

@@ -27,6 +27,7 @@ Binomial(c_j, 1/2) + Binomial(m - c_j, q), exactly the sum of their perturbed bi
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -39,6 +40,7 @@ from mechanisms.ledgers.fixed import (
     SampleLedger,
     UniformLedger,
 )
+from mechanisms.mechanism import BatchRelease
 
 BUDGET_DIVISION = ("lbu", "lsp", "lbd", "lba")
 POPULATION_DIVISION = ("lpu", "lpd", "lpa")
@@ -82,7 +84,8 @@ _NONE = np.zeros(0, dtype=np.int64)
 
 
 class LdpIds:
-    """One of :data:`LDP_IDS` over ``n`` users and ``d`` cells, stepping one slot at a time."""
+    """One of :data:`LDP_IDS` over ``n`` users and ``d`` cells, stepping one slot at a time (a
+    batch of one: :class:`BatchedLdpIds`)."""
 
     def __init__(
         self, name: str, w: int, E: float, n: int, d: int, rng: np.random.Generator
@@ -99,88 +102,164 @@ class LdpIds:
         self.population = key in POPULATION_DIVISION
         budget = float(self.n) if self.population else self.E
         self.ledger = _LEDGERS[key](np.array([self.w]), np.array([budget]))
-        self.last = np.zeros(self.d)  # last released frequencies
-        self.used = np.full(self.n, -self.w, dtype=np.int64)  # slot of each user's last round
+        self._batch = BatchedLdpIds([self])
+
+    @property
+    def slot(self) -> int:
+        """The next slot to be released (from 1)."""
+        return self._batch.slot
+
+    @property
+    def last(self) -> np.ndarray:
+        """The last released frequencies."""
+        return self._batch.last[0]
+
+    @last.setter
+    def last(self, frequencies: np.ndarray) -> None:
+        self._batch.last = self._batch.last.copy()
+        self._batch.last[0] = frequencies
+
+    def step(self, cells: np.ndarray) -> LdpRelease:
+        """Release the next slot from one cell per user (-1: no value)."""
+        out = self._batch.step([cells])
+        return LdpRelease(
+            slot=out.slot,
+            histogram=out.histogram[0],
+            published=bool(out.published[0]),
+            nullified=bool(out.nullified[0]),
+            eps1=float(out.eps1[0]),
+            eps2=float(out.eps2[0]),
+            round1=out.round1[0],
+            round2=out.round2[0],
+            dissimilarity=None if np.isnan(out.dissimilarity[0]) else float(out.dissimilarity[0]),
+            threshold=None if np.isnan(out.threshold[0]) else float(out.threshold[0]),
+        )
+
+
+@dataclass(frozen=True)
+class LdpSlot(BatchRelease):
+    """One slot of every run of a batch: what :class:`LdpRelease` holds, per run (nan where a
+    run did not test, an empty array where a round asked nobody)."""
+
+    nullified: np.ndarray
+    eps1: np.ndarray
+    eps2: np.ndarray
+    round1: list[np.ndarray]
+    round2: list[np.ndarray]
+    dissimilarity: np.ndarray
+    threshold: np.ndarray
+
+
+class BatchedLdpIds:
+    """Runs of one of :data:`LDP_IDS` stepped together: their single-level ledgers stacked into
+    one ledger of many runs, the test's arithmetic over the runs; each run's rounds draw from
+    its own generator what they draw alone. Built from fresh runs (not stepped themselves)."""
+
+    def __init__(self, mechanisms: Sequence[LdpIds]) -> None:
+        if not mechanisms:
+            raise ValueError("a batch needs at least one run")
+        first = mechanisms[0]
+        if any((m.name, m.d) != (first.name, first.d) for m in mechanisms):
+            raise ValueError("a batch holds runs of one mechanism over one domain")
+        self.runs, self.d, self.population = len(mechanisms), first.d, first.population
+        self.rngs = [m.rng for m in mechanisms]
+        self.w = np.array([m.w for m in mechanisms], dtype=np.int64)
+        self.E = np.array([m.E for m in mechanisms])
+        self.n = [m.n for m in mechanisms]
+        self.ledger = type(first.ledger).stack([m.ledger for m in mechanisms])
+        self.last = np.zeros((self.runs, self.d))  # last released frequencies
+        # each run's users: the slot of their last round
+        self.used = [np.full(m.n, -m.w, dtype=np.int64) for m in mechanisms]
 
     @property
     def slot(self) -> int:
         """The next slot to be released (from 1)."""
         return self.ledger.slot
 
-    def step(self, cells: np.ndarray) -> LdpRelease:
-        """Release the next slot from one cell per user (-1: no value)."""
-        cells = np.asarray(cells)
-        if cells.shape != (self.n,) or cells.dtype.kind not in "iu":
-            raise ValueError(f"expected {self.n} integer cells, got {cells.dtype} {cells.shape}")
-        if self.n and (cells.min() < -1 or cells.max() >= self.d):
-            raise ValueError(f"cells must lie in [0, {self.d}) or be -1 (no value)")
-        plan = self.ledger.plan()
-        t = plan.slot
-        active = int(np.count_nonzero(cells >= 0))
-        eps1 = float(plan.eps1[0]) if plan.adaptive and not plan.nullified else 0.0
-        eps2 = 0.0 if plan.nullified else float(plan.eps2[0])
-        round1 = round2 = _NONE
-        dis = bar = None
-        fresh, ran = None, False
-        if eps1 > 0:
-            estimate, variance, round1 = self._round(cells, eps1, t)
+    def step(self, cells: Sequence[np.ndarray]) -> LdpSlot:
+        """Release the next slot of every run from its cells (-1: no value)."""
+        cells = [np.asarray(c) for c in cells]
+        for c, n in zip(cells, self.n, strict=True):
+            if c.shape != (n,) or c.dtype.kind not in "iu":
+                raise ValueError(f"expected {n} integer cells, got {c.dtype} {c.shape}")
+            if n and (c.min() < -1 or c.max() >= self.d):
+                raise ValueError(f"cells must lie in [0, {self.d}) or be -1 (no value)")
+        plan = self.ledger.plan_runs()
+        t, runs = plan.slot, self.runs
+        active = np.array([np.count_nonzero(c >= 0) for c in cells])
+        eps1 = np.where(~plan.nullified, plan.eps1[:, 0], 0.0) if plan.adaptive else np.zeros(runs)
+        eps2 = np.where(plan.nullified, 0.0, plan.eps2[:, 0])
+        round1, round2 = [_NONE] * runs, [_NONE] * runs
+        dis = np.full(runs, np.nan)
+        for b in [b for b, e in enumerate(eps1.tolist()) if e > 0]:
+            estimate, variance, round1[b] = self._round(b, cells[b], float(eps1[b]), t)
             if estimate is not None:
-                dis = float(np.mean(np.square(estimate - self.last)) - variance)
-        if eps2 > 0:
-            bar = self._variance(eps2, active)
-            if not plan.adaptive or (dis is not None and dis > bar):
-                fresh, _, round2 = self._round(cells, eps2, t)
-                ran = True
-        published = fresh is not None
-        if published:
-            self.last = fresh
+                dis[b] = float(np.mean(np.square(estimate - self.last[b])) - variance)
+        bar = np.full(runs, np.nan)
+        asking = eps2 > 0
+        if asking.any():
+            bar[asking] = self._variance(eps2[asking], active[asking], self.E[asking])
+        test = ~np.isnan(dis) & (dis > bar) if plan.adaptive else np.ones(runs, dtype=bool)
+        ran = (eps2 > 0) & test
+        published = np.zeros(runs, dtype=bool)
+        for b in [b for b, r in enumerate(ran.tolist()) if r]:
+            fresh, _, round2[b] = self._round(b, cells[b], float(eps2[b]), t)
+            if fresh is not None:
+                if not published.any():
+                    self.last = self.last.copy()  # releases already handed out keep theirs
+                self.last[b] = fresh
+                published[b] = True
         # a round that ran is charged even if nobody held a value (its users were asked)
-        self.ledger.commit(ran)
-        spent2 = eps2 if ran else 0.0
-        return LdpRelease(
+        self.ledger.commit_runs(ran)
+        charged = not self.population
+        return LdpSlot(
             slot=t,
-            histogram=self.last * active,
+            histogram=self.last * active[:, None],
             published=published,
-            nullified=plan.nullified,
-            eps1=0.0 if self.population else eps1,
-            eps2=0.0 if self.population else spent2,
+            nullified=plan.nullified.copy(),
+            eps1=eps1 if charged else np.zeros(runs),
+            eps2=np.where(ran, eps2, 0.0) if charged else np.zeros(runs),
             round1=round1,
             round2=round2,
             dissimilarity=dis,
             threshold=bar,
         )
 
-    def _variance(self, amount: float, active: int) -> float:
-        """Variance of a round's frequency estimate: budget ``amount`` over the active users,
-        or ``amount`` users (rounded down) at budget E."""
+    def _variance(self, amount: np.ndarray, active: np.ndarray, E: np.ndarray) -> np.ndarray:
+        """Variance of a round's frequency estimate, per run: budget ``amount`` (> 0) over the
+        active users, or ``amount`` users (rounded down) at budget ``E`` (inf when that is
+        nobody)."""
         if self.population:
-            asked = int(np.floor(amount + 1e-9))
-            return float(oue_variance(self.E, max(asked, 1))) if asked else float("inf")
-        return float(oue_variance(amount, max(active, 1)))
+            asked = np.floor(amount + 1e-9)
+            return np.where(asked >= 1, oue_variance(E, np.maximum(asked, 1)), np.inf)
+        return oue_variance(amount, np.maximum(active, 1))
 
     def _round(
-        self, cells: np.ndarray, amount: float, t: int
+        self, b: int, cells: np.ndarray, amount: float, t: int
     ) -> tuple[np.ndarray | None, float, np.ndarray]:
-        """Run one collection round: (estimated frequencies or None, their variance, users
-        asked). Budget division asks every user with ``amount``; population division asks
-        ``amount`` users (rounded down) who took no part in the last w - 1 slots."""
+        """Run one collection round of run ``b``: (estimated frequencies or None, their
+        variance, users asked). Budget division asks every user with ``amount``; population
+        division asks ``amount`` users (rounded down) who took no part in the last w - 1
+        slots."""
+        rng, d = self.rngs[b], self.d
         if not self.population:
-            counts = np.bincount(cells[cells >= 0], minlength=self.d)
+            counts = np.bincount(cells[cells >= 0], minlength=d)
             reporters = int(counts.sum())
             if reporters == 0:
                 return None, 0.0, _NONE
-            freq = oue_frequencies(counts, amount, self.rng)
+            freq = oue_frequencies(counts, amount, rng)
             return freq, float(oue_variance(amount, reporters)), _NONE
+        E, used = float(self.E[b]), self.used[b]
         asked_count = int(np.floor(amount + 1e-9))
-        free = np.flatnonzero(self.used <= t - self.w)
+        free = np.flatnonzero(used <= t - self.w[b])
         if asked_count > free.size:  # the ledger keeps every window within n users
             raise RuntimeError(f"slot {t}: {asked_count} users needed, {free.size} free")
-        asked = np.sort(self.rng.choice(free, asked_count, replace=False))
-        self.used[asked] = t
+        asked = np.sort(rng.choice(free, asked_count, replace=False))
+        used[asked] = t
         values = cells[asked]
-        counts = np.bincount(values[values >= 0], minlength=self.d)
+        counts = np.bincount(values[values >= 0], minlength=d)
         reporters = int(counts.sum())
         if reporters == 0:
             return None, 0.0, asked
-        freq = oue_frequencies(counts, self.E, self.rng)
-        return freq, float(oue_variance(self.E, reporters)), asked
+        freq = oue_frequencies(counts, E, rng)
+        return freq, float(oue_variance(E, reporters)), asked
