@@ -20,7 +20,7 @@ from mechanisms.ledgers.fixed import (
     SampleLedger,
     UniformLedger,
 )
-from mechanisms.mechanism import BatchRelease, HoldsMechanism, Mechanism, Release
+from mechanisms.mechanism import BatchRelease, HoldsMechanism, Mechanism, Release, first_run
 from mechanisms.registry import names, specs
 from mechanisms.release import ReleaseRule
 from mechanisms.requirements import (
@@ -218,14 +218,9 @@ class BatchedFixed:
     """
 
     def __init__(self, mechanisms: Sequence[FixedMechanism]) -> None:
-        if not mechanisms:
-            raise ValueError("a batch needs at least one run")
-        first = mechanisms[0]
-        for m in mechanisms:
-            if (m.name, m.d, m.rule.noise, m.rule.test, m.rule.sensitivity) != (
-                first.name, first.d, first.rule.noise, first.rule.test, first.rule.sensitivity
-            ):
-                raise ValueError("a batch holds runs of one mechanism, domain and noise")
+        first = first_run(mechanisms, lambda m: (m.name, m.d, m.rule.noise, m.rule.test,
+                                                  m.rule.sensitivity),
+                          "mechanism, domain and noise")
         self.name, self.d = first.name, first.d
         self.rngs = [m.rng for m in mechanisms]
         ledger = type(first.ledger).stack([m.ledger for m in mechanisms])

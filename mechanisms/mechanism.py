@@ -26,15 +26,17 @@ PBD, stepped twice on 3 users who all report cell 0:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 import numpy as np
 
 from mechanisms.ledgers.plan import Charge, RunsPlan, SlotPlan
 from mechanisms.registry import histogram_dtype
 from mechanisms.release import Decision, ReleaseRule, Sampling
+
+T = TypeVar("T")
 
 
 @runtime_checkable
@@ -264,6 +266,41 @@ class Mechanism:
     def load_last(self, histogram: np.ndarray | list) -> None:
         """Restore the last publication (from a saved state)."""
         self.last = np.asarray(histogram, dtype=self.last.dtype)
+
+
+def first_run(runs: Sequence[T], kind: Callable[[T], object], what: str,
+              fresh: Callable[[T], bool] | None = None) -> T:
+    """The first of a batch's runs, after checking there is one, that every run is of its
+    ``kind`` and, with ``fresh``, that every run is fresh; ``ValueError`` otherwise."""
+    if not runs:
+        raise ValueError("a batch needs at least one run")
+    first = kind(runs[0])
+    if any(kind(r) != first for r in runs):
+        raise ValueError(f"a batch holds runs of one {what}")
+    if fresh is not None and not all(fresh(r) for r in runs):
+        raise ValueError("a batch starts from fresh runs (slot 1)")
+    return runs[0]
+
+
+class RunsAlone:
+    """What a mechanism that runs as a batch of one (``self._batch``) shows of it."""
+
+    _batch: Any
+
+    @property
+    def slot(self) -> int:
+        """The next slot to be released (from 1)."""
+        return int(self._batch.slot)
+
+    @property
+    def last(self) -> np.ndarray:
+        """The last publication."""
+        return self._batch.last[0]
+
+    @last.setter
+    def last(self, histogram: np.ndarray) -> None:
+        self._batch.last = self._batch.last.copy()  # releases already handed out keep theirs
+        self._batch.last[0] = histogram
 
 
 class HoldsMechanism:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from mechanisms.mechanism import BatchRelease
+from mechanisms.mechanism import BatchRelease, first_run
 from mechanisms.requirements import FixedRequirements, class_levels
 
 
@@ -131,12 +131,8 @@ class BatchedPlbu:
     (small sets value by value), each run's estimate combined as alone."""
 
     def __init__(self, mechanisms: Sequence[Plbu]) -> None:
-        if not mechanisms:
-            raise ValueError("a batch needs at least one run")
+        d = first_run(mechanisms, lambda m: m.d, "domain", fresh=lambda m: m.slot == 1).d
         self.mechanisms = list(mechanisms)
-        d = self.mechanisms[0].d
-        if any(m.d != d or m.slot != 1 for m in self.mechanisms):
-            raise ValueError("a batch holds fresh runs over one domain")
         self.runs, self.d = len(self.mechanisms), d
         self.groups = [m.group_eps.shape[0] for m in self.mechanisms]
         G = max(self.groups)

@@ -40,7 +40,7 @@ from mechanisms.ledgers.fixed import (
     SampleLedger,
     UniformLedger,
 )
-from mechanisms.mechanism import BatchRelease
+from mechanisms.mechanism import BatchRelease, RunsAlone, first_run
 
 BUDGET_DIVISION = ("lbu", "lsp", "lbd", "lba")
 POPULATION_DIVISION = ("lpu", "lpd", "lpa")
@@ -83,7 +83,7 @@ class LdpRelease:
 _NONE = np.zeros(0, dtype=np.int64)
 
 
-class LdpIds:
+class LdpIds(RunsAlone):
     """One of :data:`LDP_IDS` over ``n`` users and ``d`` cells, stepping one slot at a time (a
     batch of one: :class:`BatchedLdpIds`)."""
 
@@ -103,21 +103,6 @@ class LdpIds:
         budget = float(self.n) if self.population else self.E
         self.ledger = _LEDGERS[key](np.array([self.w]), np.array([budget]))
         self._batch = BatchedLdpIds([self])
-
-    @property
-    def slot(self) -> int:
-        """The next slot to be released (from 1)."""
-        return self._batch.slot
-
-    @property
-    def last(self) -> np.ndarray:
-        """The last released frequencies."""
-        return self._batch.last[0]
-
-    @last.setter
-    def last(self, frequencies: np.ndarray) -> None:
-        self._batch.last = self._batch.last.copy()
-        self._batch.last[0] = frequencies
 
     def step(self, cells: np.ndarray) -> LdpRelease:
         """Release the next slot from one cell per user (-1: no value)."""
@@ -156,11 +141,7 @@ class BatchedLdpIds:
     its own generator what they draw alone. Built from fresh runs (not stepped themselves)."""
 
     def __init__(self, mechanisms: Sequence[LdpIds]) -> None:
-        if not mechanisms:
-            raise ValueError("a batch needs at least one run")
-        first = mechanisms[0]
-        if any((m.name, m.d) != (first.name, first.d) for m in mechanisms):
-            raise ValueError("a batch holds runs of one mechanism over one domain")
+        first = first_run(mechanisms, lambda m: (m.name, m.d), "mechanism over one domain")
         self.runs, self.d, self.population = len(mechanisms), first.d, first.population
         self.rngs = [m.rng for m in mechanisms]
         self.w = np.array([m.w for m in mechanisms], dtype=np.int64)
@@ -242,24 +223,20 @@ class BatchedLdpIds:
         division asks ``amount`` users (rounded down) who took no part in the last w - 1
         slots."""
         rng, d = self.rngs[b], self.d
-        if not self.population:
-            counts = np.bincount(cells[cells >= 0], minlength=d)
-            reporters = int(counts.sum())
-            if reporters == 0:
-                return None, 0.0, _NONE
-            freq = oue_frequencies(counts, amount, rng)
-            return freq, float(oue_variance(amount, reporters)), _NONE
-        E, used = float(self.E[b]), self.used[b]
-        asked_count = int(np.floor(amount + 1e-9))
-        free = np.flatnonzero(used <= t - self.w[b])
-        if asked_count > free.size:  # the ledger keeps every window within n users
-            raise RuntimeError(f"slot {t}: {asked_count} users needed, {free.size} free")
-        asked = np.sort(rng.choice(free, asked_count, replace=False))
-        used[asked] = t
-        values = cells[asked]
+        if self.population:
+            budget, used = float(self.E[b]), self.used[b]
+            asked_count = int(np.floor(amount + 1e-9))
+            free = np.flatnonzero(used <= t - self.w[b])
+            if asked_count > free.size:  # the ledger keeps every window within n users
+                raise RuntimeError(f"slot {t}: {asked_count} users needed, {free.size} free")
+            asked = np.sort(rng.choice(free, asked_count, replace=False))
+            used[asked] = t
+            values = cells[asked]
+        else:
+            budget, asked, values = amount, _NONE, cells
         counts = np.bincount(values[values >= 0], minlength=d)
         reporters = int(counts.sum())
         if reporters == 0:
             return None, 0.0, asked
-        freq = oue_frequencies(counts, E, rng)
-        return freq, float(oue_variance(E, reporters)), asked
+        freq = oue_frequencies(counts, budget, rng)
+        return freq, float(oue_variance(budget, reporters)), asked

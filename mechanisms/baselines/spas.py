@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from mechanisms.mechanism import BatchRelease
+from mechanisms.mechanism import BatchRelease, RunsAlone, first_run
 from mechanisms.noise import draw_noise
 from mechanisms.recent import RecentSlots, width_groups
 from mechanisms.registry import histogram_dtype
@@ -51,7 +51,7 @@ class SpasRelease:
     reserved: float = 0.0
 
 
-class Spas:
+class Spas(RunsAlone):
     """SPAS over the total histogram of all users, under one requirement (w, E).
 
     ``c0`` is the number of samples per window assumed before two samples are known. A run
@@ -73,16 +73,6 @@ class Spas:
         self.c0 = int(min(max(1, c0), self.w))
         self.eps_s = self.eps_p = self.E / 2.0
         self._batch = BatchedSpas([self])
-
-    @property
-    def slot(self) -> int:
-        """The next slot to be released (from 1)."""
-        return self._batch.slot
-
-    @property
-    def last(self) -> np.ndarray:
-        """The last publication."""
-        return self._batch.last[0]
 
     def step(self, cells: np.ndarray) -> SpasRelease:
         """Release the next slot from one cell per user (-1: no report)."""
@@ -157,13 +147,8 @@ class BatchedSpas:
     when its samples of the last 2w slots change."""
 
     def __init__(self, mechanisms: Sequence[Spas]) -> None:
-        if not mechanisms:
-            raise ValueError("a batch needs at least one run")
-        first = mechanisms[0]
-        if any((m.d, m.noise) != (first.d, first.noise) for m in mechanisms):
-            raise ValueError("a batch holds runs over one domain and noise")
-        if any(m._batch.slot != 1 for m in mechanisms if hasattr(m, "_batch")):
-            raise ValueError("a batch starts from fresh runs (slot 1)")
+        first = first_run(mechanisms, lambda m: (m.d, m.noise), "domain and noise",
+                          fresh=lambda m: not hasattr(m, "_batch") or m.slot == 1)
         self.runs, self.d, self.noise = len(mechanisms), first.d, first.noise
         self.rngs = [m.rng for m in mechanisms]
         self.w = np.array([m.w for m in mechanisms], dtype=np.int64)
