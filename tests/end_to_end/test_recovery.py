@@ -38,8 +38,9 @@ def topics_of(job: InProcessJob) -> tuple[dict, dict[int, bytes], dict[int, byte
     return orjson.loads(coord.start_record()), dict(coord.decisions), releases
 
 
-@pytest.mark.parametrize("name", ["pbd", "dpba"])
-def test_a_coordinator_without_state_recovers_from_the_topics(name: str) -> None:
+def whole_and_restarted(name: str) -> tuple[JobConfig, list, InProcessJob, InProcessJob]:
+    """A job's config and 16 slots of data, the job run on all of them, and a second job of
+    the same stream (same nonce) with the same users registered and nothing fed yet."""
     config = JobConfig(stream="s", mechanism=name, domain={"kind": "cells", "size": 3},
                        slot_ms=SLOT_MS, partitions=2, secret="k", event_time="history")
     reqs = [requirement(name, i, u) for i, u in enumerate(USERS)]
@@ -49,9 +50,14 @@ def test_a_coordinator_without_state_recovers_from_the_topics(name: str) -> None
     for batch in data:
         whole.feed(batch)
     whole.finish()
-
     job = InProcessJob(replace(config, nonce=whole.coordinator.nonce))
     job.register(reqs)
+    return config, data, whole, job
+
+
+@pytest.mark.parametrize("name", ["pbd", "dpba"])
+def test_a_coordinator_without_state_recovers_from_the_topics(name: str) -> None:
+    config, data, whole, job = whole_and_restarted(name)
     for batch in data[:8]:
         job.feed(batch)
     start, decisions, releases = topics_of(job)
@@ -79,18 +85,7 @@ def test_a_coordinator_without_state_recovers_from_the_topics(name: str) -> None
 def test_a_coordinator_state_behind_the_topics_takes_the_released_slots(name: str) -> None:
     """The coordinator's state lost its last writes but the releases topic kept them: the
     restored (older) state adopts the slots released since, and nothing changes."""
-    config = JobConfig(stream="s", mechanism=name, domain={"kind": "cells", "size": 3},
-                       slot_ms=SLOT_MS, partitions=2, secret="k", event_time="history")
-    reqs = [requirement(name, i, u) for i, u in enumerate(USERS)]
-    data = batches(16)
-    whole = InProcessJob(config)
-    whole.register(reqs)
-    for batch in data:
-        whole.feed(batch)
-    whole.finish()
-
-    job = InProcessJob(replace(config, nonce=whole.coordinator.nonce))
-    job.register(reqs)
+    config, data, whole, job = whole_and_restarted(name)
     for batch in data[:4]:
         job.feed(batch)
     old, behind = job.coordinator.snapshot(), len(job.releases)
