@@ -55,6 +55,21 @@ def whole_and_restarted(name: str) -> tuple[JobConfig, list, InProcessJob, InPro
     return config, data, whole, job
 
 
+def go_on_with(job: InProcessJob, coordinator, rest: list, whole: InProcessJob) -> None:
+    """Give ``job`` the recovered ``coordinator`` (its workers restart too and send their last
+    messages again), feed it the rest of the data and check that every slot was released once
+    and the stream is released exactly as ``whole`` released it."""
+    job.coordinator = coordinator
+    if job.config.dynamic:
+        job._deliver([m for acc in job.accumulators for m in acc.resend()])
+    for batch in rest:
+        job.feed(batch)
+    job.finish()
+    slots = [orjson.loads(r)["slot"] for r in job.releases]
+    assert slots == list(range(len(slots))), "a slot released twice or skipped"
+    assert job.releases == whole.releases
+
+
 @pytest.mark.parametrize("name", ["pbd", "dpba"])
 def test_a_coordinator_without_state_recovers_from_the_topics(name: str) -> None:
     config, data, whole, job = whole_and_restarted(name)
@@ -68,17 +83,9 @@ def test_a_coordinator_without_state_recovers_from_the_topics(name: str) -> None
     assert lost.recover(start, decisions, releases) == released
     assert lost.nonce == start["nonce"]  # ... unless it recovers the stream's
     assert lost.unemitted() == []  # nothing recovered is emitted again
-    job.coordinator = lost
-    if config.dynamic:  # the workers restart too and send their last messages again
-        job._deliver([m for acc in job.accumulators for m in acc.resend()])
-    for batch in data[8:]:
-        job.feed(batch)
-    job.finish()
-    slots = [orjson.loads(r)["slot"] for r in job.releases]
-    assert slots == list(range(len(slots))), "a slot released twice or skipped"
     # nothing was pending at the coordinator when its state went: the stream goes on exactly
     # as without the loss (same nonce, same ledger)
-    assert job.releases == whole.releases
+    go_on_with(job, lost, data[8:], whole)
 
 
 @pytest.mark.parametrize("name", ["pbd", "dpba"])
@@ -98,15 +105,7 @@ def test_a_coordinator_state_behind_the_topics_takes_the_released_slots(name: st
     assert restored.adopt(decisions, releases) == len(job.releases) - behind
     assert restored.unemitted() == []
     assert restored.adopt(decisions, releases) == 0  # taken once
-    job.coordinator = restored
-    if config.dynamic:
-        job._deliver([m for acc in job.accumulators for m in acc.resend()])
-    for batch in data[8:]:
-        job.feed(batch)
-    job.finish()
-    slots = [orjson.loads(r)["slot"] for r in job.releases]
-    assert slots == list(range(len(slots))), "a slot released twice or skipped"
-    assert job.releases == whole.releases
+    go_on_with(job, restored, data[8:], whole)
 
 
 def test_the_job_recovers_a_lost_coordinator_state_from_the_topics(tmp_path) -> None:
