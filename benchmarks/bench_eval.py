@@ -11,7 +11,10 @@ on one realised stream, as ``pwevent evaluate`` batches a repeat's settings.
   counted once, before the clock starts; that count is shown apart, per slot).
 
 Every run's results are checked to be identical on both paths. Reported: microseconds per run
-and slot, and old / new.
+and slot, and old / new. A batch of more than one run takes the compiled loops where numba is
+installed (mechanisms/compiled.py): their one-time cost in a process (loading numba, the
+compiled kernels from their disk cache, the generators' typed list) is measured apart, on a
+batch of two runs over a few slots before the clock starts, and printed.
 
 Run: ``PYTHONPATH=. .venv/bin/python benchmarks/bench_eval.py [--slots 1000] [--batches 1 10 90]``
 """
@@ -23,9 +26,11 @@ import time
 
 import numpy as np
 
+from mechanisms import compiled
 from mechanisms.evaluation.datasets import sin_probabilities
 from mechanisms.evaluation.experiments import paper_requirements
 from mechanisms.evaluation.runs import (
+    ClassCounts,
     class_counts,
     make_step,
     run_batch,
@@ -67,6 +72,12 @@ def main() -> None:
 
     print(f"Sin, N = {n:,}, d = {d}, {T} slots; counting the stream per class: "
           f"{count_us:.1f} us per slot (once per stream, shared by every run)")
+    t0 = time.perf_counter()
+    for name in args.mechanisms:  # the compiled loops' one-time cost, before any clock
+        head = ClassCounts(counts.counts[:5], counts.classes)
+        run_batch([fresh(name, k) for k in range(2)], [head] * 2, [true[:5]] * 2)
+    print(f"compiled loops: {'numba' if compiled.available(2) else 'none (numba missing)'}, "
+          f"one-time cost in this process {time.perf_counter() - t0:.2f} s")
     print()
     head = "| mechanism | old us/run-slot |" + "".join(
         f" B={b} us/run-slot | old/new B={b} |" for b in args.batches)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from mechanisms import compiled
 from mechanisms.noise import noise_variance
 
 
@@ -80,7 +81,7 @@ def optimal_budget(
 
 
 def batch_optimal_budget(
-    budgets: np.ndarray, sizes: np.ndarray, noise: str = "laplace"
+    budgets: np.ndarray, sizes: np.ndarray, noise: str = "laplace", compile_ok: bool = True
 ) -> tuple[np.ndarray, np.ndarray]:
     """OBS of each row of a batch of runs: (threshold, error) per run, ``(0, inf)`` for a row
     without a positive budget.
@@ -89,7 +90,8 @@ def batch_optimal_budget(
     (a level of size 0 does not count). Each row goes through the same operations as a run
     alone (distinct budgets in ascending order, their multiplicities, sequential prefix sums of
     n_j, n_j a_j and n_j a_j^2 with a_j = e^{eps_j} - 1, Definition 12), so a run's threshold
-    does not depend on the batch it is in.
+    does not depend on the batch it is in. A batch of several runs computes it compiled where
+    it can (:mod:`mechanisms.compiled`, the same values); ``compile_ok=False`` keeps numpy.
     """
     budgets = np.asarray(budgets, dtype=np.float64)
     B, L = budgets.shape
@@ -99,6 +101,10 @@ def batch_optimal_budget(
         with np.errstate(divide="ignore"):
             err = np.where(theta > 0, noise_variance(theta, noise), np.inf)
         return theta, err
+    if compile_ok and compiled.available(B):
+        with np.errstate(divide="ignore"):
+            return compiled.optimal_budgets(budgets, sizes, np.expm1(budgets),
+                                            noise_variance(budgets, noise))
     vals = np.where(keep, budgets, np.inf)
     order = np.argsort(vals, axis=1, kind="stable")
     rows = np.arange(B)[:, None]

@@ -15,7 +15,8 @@ import numpy as np
 from mechanisms.ledgers.plan import SlotPlan
 from mechanisms.noise import draw_noise, noise_std
 from mechanisms.obs import batch_optimal_budget
-from mechanisms.sampling import draw_binomial, inclusion_probabilities
+from mechanisms.run_draws import draw_runs
+from mechanisms.sampling import inclusion_probabilities
 
 TESTS = ("obs", "scale")
 
@@ -70,15 +71,13 @@ class Sampling:
         return cls(threshold, p, full, partial, partial.any(axis=1))
 
     @cached_property
-    def layout(self) -> tuple[list[int], list[int], list[int], np.ndarray, list[float]]:
-        """The partly sampled levels, run after run: the runs that have any, how many each,
-        where each run's start, their flat (run, level) indices and their probabilities."""
-        runs = np.flatnonzero(self.any_partial)
-        per_run = self.partial[runs].sum(axis=1)
-        starts = np.concatenate(([0], np.cumsum(per_run)[:-1])) if runs.size else per_run
+    def partial_rows(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """The partly sampled levels, run after run: their flat (run, level) indices, their
+        probabilities, and where each run's levels begin and end in that order."""
         flat = np.flatnonzero(self.partial)
-        return (runs.tolist(), per_run.tolist(), starts.tolist(), flat,
-                self.p.ravel()[flat].tolist())
+        end = np.cumsum(self.partial.sum(axis=1))
+        begin = end - self.partial.sum(axis=1)
+        return flat, self.p.ravel()[flat], begin, end
 
 
 class ObsCache:
@@ -117,30 +116,22 @@ class ObsCache:
         return hit
 
 
-def _draw_partial(
+def _draw(
     rngs: Sequence[np.random.Generator],
-    drawing: list[bool],
+    who: np.ndarray,
+    rows_of: np.ndarray,
     sampling: Sampling,
     counts: np.ndarray,
-) -> np.ndarray | None:
-    """(runs, d): for each run where ``drawing`` holds, its partly sampled levels' counts
-    thinned with its generator (:func:`~mechanisms.sampling.draw_binomial`); zeros for the
-    other runs. None when no run draws."""
-    runs, per_run, starts, flat, probs = sampling.layout
-    if not runs:
-        return None
-    d = counts.shape[-1]
-    rows = counts.reshape(-1, d)[flat].tolist()  # the runs' partial levels, run after run
-    who, drawn = [], []
-    for b, k, at in zip(runs, per_run, starts, strict=True):
-        if drawing[b]:
-            who.append(b)
-            drawn.append(draw_binomial(rngs[b], rows[at : at + k], probs[at : at + k]))
-    if not who:
-        return None
-    out = np.zeros((counts.shape[0], d), dtype=np.int64)
-    out[who] = drawn
-    return out
+    eps: np.ndarray,
+    count: int,
+    kind: str,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Each run ``who[i]`` thins its partly sampled levels (row ``rows_of[i]`` of ``sampling``
+    and ``counts``) and draws ``count`` noise values at ``eps[i]``
+    (:func:`~mechanisms.run_draws.draw_runs`)."""
+    flat, probs, begin, end = sampling.partial_rows
+    rows = counts.reshape(-1, counts.shape[-1])[flat]
+    return draw_runs(rngs, who, rows, probs, begin[rows_of], end[rows_of], eps, count, kind)
 
 
 class ReleaseRule:
@@ -230,21 +221,14 @@ class ReleaseRule:
             first = first if first is not None else self.sampling(self.scaled(eps1), sizes)
             theta1 = first.threshold
             sampled = np.where(first.full[:, :, None], counts, 0).sum(axis=1)
-            draws = live & (theta1 > 0)
-            flags = draws.tolist()
-            extra = _draw_partial(rngs, flags, first, counts)
-            if extra is not None:
-                sampled += extra
+            drawing = np.flatnonzero(live & (theta1 > 0))
             noise1 = np.zeros(runs)
-            drawing = [b for b, flag in enumerate(flags) if flag]
-            if drawing:
-                scale = theta1.tolist()
-                if noise == "laplace":
-                    noise1[drawing] = [rngs[b].laplace(0.0, 1.0 / (d * scale[b]))
-                                       for b in drawing]
-                else:
-                    noise1[drawing] = [float(draw_noise(scale[b], 1, rngs[b], "discrete")[0])
-                                       for b in drawing]
+            if drawing.size:
+                # Laplace noise of scale 1/(d theta1) on the mean; integer noise on the sum
+                eps1 = theta1[drawing] * d if noise == "laplace" else theta1[drawing]
+                thinned, drawn = _draw(rngs, drawing, drawing, first, counts, eps1, 1, noise)
+                sampled[drawing] += thinned
+                noise1[drawing] = drawn[:, 0]
             # with integer noise the sum of absolute differences (sensitivity 1) is perturbed
             # and then divided by d, so no floating-point Laplace is drawn
             total = np.abs(sampled - last).sum(axis=1).astype(np.float64)
@@ -259,21 +243,16 @@ class ReleaseRule:
             dis = np.full(runs, np.nan)
             publish = live & (theta2 > 0)
         histogram = np.array(last, copy=True)
-        writing = [b for b, flag in enumerate(publish.tolist()) if flag]
-        if writing:
+        writing = np.flatnonzero(publish)
+        if writing.size:
             # OBS of a row depends on that row alone: the publishing runs' sampling is that of
             # their rows (memoised, as the ledgers revisit the same budgets)
             second = self.obs.sampling(eps2[writing], sizes[writing], theta2[writing])
             sub = counts[writing]
             sampled2 = np.where(second.full[:, :, None], sub, 0).sum(axis=1)
-            extra = _draw_partial([rngs[b] for b in writing], [True] * len(writing), second,
-                                  sub)
-            if extra is not None:
-                sampled2 += extra
-            scale = theta2[writing].tolist()
-            histogram[writing] = sampled2 + np.array(
-                [draw_noise(scale[i], d, rngs[b], noise) for i, b in enumerate(writing)],
-                dtype=histogram.dtype)
+            thinned, drawn = _draw(rngs, writing, np.arange(writing.size), second, sub,
+                                   theta2[writing], d, noise)
+            histogram[writing] = sampled2 + thinned + drawn.astype(histogram.dtype)
         threshold = theta2.copy()
         threshold[nullified] = 0.0
         return RunsDecision(publish, histogram, threshold, dis)

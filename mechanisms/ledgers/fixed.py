@@ -28,6 +28,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from mechanisms import compiled
 from mechanisms.ledgers.plan import Charge, RunsPlan, SlotPlan
 from mechanisms.recent import RecentSlots, width_groups
 
@@ -200,7 +201,7 @@ class _History(BudgetLedger):
         # a run sums rows as wide as its largest window: runs are grouped by that width so
         # that a run's sums do not depend on the batch it is in; the history keeps the runs
         # in order of width (row i holds run order[i]), so each group is a slice of it
-        widths = self.windows.max(axis=1, initial=1)
+        self.widths = widths = self.windows.max(axis=1, initial=1)
         width = int(widths.max(initial=1))
         order, self.inverse, groups = width_groups(widths)
         old, old_order = self.history, getattr(self, "order", None)
@@ -221,9 +222,13 @@ class _History(BudgetLedger):
         assert self.history is not None
         return self._one(self.history.view())
 
-    def _spent_before(self) -> np.ndarray:
-        """eps2 charged over each level's previous w_l - 1 slots, per run."""
+    def _spent_before(self, compile_ok: bool = True) -> np.ndarray:
+        """eps2 charged over each level's previous w_l - 1 slots, per run (compiled for a batch
+        where it can be, :mod:`mechanisms.compiled`; ``compile_ok=False`` keeps numpy)."""
         assert self.history is not None
+        if compile_ok and compiled.available(self.runs):
+            return compiled.window_sums(self.history.buffer, self.history.pos, self.widths,
+                                        self.windows, self.order)
         view = self.history.view()
         if len(self.groups) == 1:  # every run as wide (one run alone, among others)
             _, _, width, mask = self.groups[0]

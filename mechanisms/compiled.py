@@ -1,0 +1,181 @@
+"""Compiled loops of a batch's slot, for the evaluation: numba, when installed (the evaluation
+extra), runs the few loops that numpy cannot take over the runs of a batch without a Python
+call per run or per group of runs.
+
+Each kernel computes exactly what its numpy counterpart computes, bit for bit, and the numpy
+code stays the reference: the job runs one run per mechanism and never uses these (numba is not
+one of its dependencies), a batch of one takes the numpy path, and the tests compare both on
+every kernel (``tests/mechanisms/test_compiled.py``). What keeps them equal:
+
+- the generators: numba's ``Generator.binomial`` and ``Generator.laplace`` follow numpy's
+  algorithms on the same bit generator;
+- sums: :func:`_pairwise` adds in the order of numpy's pairwise summation of a contiguous row;
+  prefix sums add left to right, as ``np.cumsum`` does;
+- transcendental functions (``expm1``, the noise variance) are computed by numpy before the
+  kernel runs, elementwise, and only read inside; the kernels use + - * / alone, which numba
+  compiles without fusing or reordering (no fast-math).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+try:  # the evaluation extra; the job never needs it
+    import numba
+    from numba import typed as _typed
+except ImportError:  # pragma: no cover - exercised where the extra is absent
+    numba = None
+
+_GENERATORS: list = []
+
+
+def _compiled(func: Callable) -> Callable:
+    # compiled on first call, and cached on disk between processes
+    return numba.njit(cache=True, nogil=True)(func) if numba is not None else func
+
+
+def available(runs: int) -> bool:
+    """Whether a batch of ``runs`` runs takes the compiled loops: numba is installed and the
+    batch has more than one run (a run alone, as in the job, takes the numpy code)."""
+    return numba is not None and runs > 1
+
+
+def generators(rngs: Sequence[np.random.Generator]) -> object:
+    """The runs' generators as one typed list, kept while the same generators are asked for."""
+    key = tuple(map(id, rngs))
+    if not _GENERATORS or _GENERATORS[0] != key:
+        _GENERATORS[:] = [key, list(rngs), _typed.List(rngs)]  # the list keeps the ids valid
+    return _GENERATORS[2]
+
+
+def draw_runs(rngs, who, rows, probs, begin, end, scales, count):
+    """:func:`mechanisms.run_draws.draw_runs` for Laplace noise of scale ``scales[i]``."""
+    thinned = np.zeros((who.size, rows.shape[1]), dtype=np.int64)
+    noise = np.empty((who.size, count))
+    _draw_runs(generators(rngs), who.astype(np.int64), rows.astype(np.int64),
+                     probs.astype(np.float64), begin.astype(np.int64), end.astype(np.int64),
+                     scales, count, thinned, noise)
+    return thinned, noise
+
+
+@_compiled
+def _draw_runs(gens, who, rows, probs, begin, end, scales, count, thinned, noise):
+    d = rows.shape[1]
+    for i in range(who.size):
+        g = gens[who[i]]
+        for k in range(begin[i], end[i]):
+            q = probs[k]
+            for j in range(d):
+                thinned[i, j] += g.binomial(rows[k, j], q)
+        for m in range(count):
+            noise[i, m] = g.laplace(0.0, scales[i])
+
+
+def window_sums(buffer: np.ndarray, pos: int, widths: np.ndarray, windows: np.ndarray,
+                order: np.ndarray) -> np.ndarray:
+    """Per run and level, the sum of the history's ages 1 .. w_l - 1 as numpy sums a run's
+    row alone: a row as wide as the run's largest window, zeros past the level's own.
+
+    ``buffer[i, l, pos + a]`` holds age a + 1 of row i, which is run ``order[i]``; ``widths``
+    and ``windows`` are per run."""
+    out = np.empty(windows.shape)
+    _window_sums(buffer, pos, widths, windows, order, out)
+    return out
+
+
+@_compiled
+def _window_sums(buffer, pos, widths, windows, order, out):
+    r = np.empty(8)
+    for i in range(order.size):
+        b = order[i]
+        n = widths[b]
+        for level in range(windows.shape[1]):
+            out[b, level] = _pairwise(buffer[i, level], pos, n, pos + windows[b, level] - 1, r)
+
+
+@_compiled
+def _pairwise(row, lo, n, stop, r):
+    """numpy's pairwise sum of ``row[lo:lo + n]`` (values >= 0) with those from ``stop`` on
+    read as 0; ``r`` is scratch space for the eight partial sums. Adding a zero leaves a sum
+    of values >= 0 as it is, so the zeros past ``stop`` are not added but where numpy's sum
+    starts from -0.0 (a row shorter than 8)."""
+    if n < 8:
+        res = -0.0
+        for i in range(lo, lo + n):
+            res += row[i] if i < stop else 0.0
+        return res
+    if stop <= lo:
+        return 0.0
+    if n <= 128:
+        for j in range(8):
+            r[j] = row[lo + j] if lo + j < stop else 0.0
+        whole = lo + n - n % 8
+        i = lo + 8
+        while i < whole and i + 8 <= stop:
+            for j in range(8):
+                r[j] += row[i + j]
+            i += 8
+        if i < whole:  # the block where stop falls, if any
+            for j in range(min(8, stop - i)):
+                r[j] += row[i + j]
+        res = ((r[0] + r[1]) + (r[2] + r[3])) + ((r[4] + r[5]) + (r[6] + r[7]))
+        for i in range(whole, min(lo + n, stop)):
+            res += row[i]
+        return res
+    half = n // 2
+    half -= half % 8
+    return _pairwise(row, lo, half, stop, r) + _pairwise(row, lo + half, n - half, stop, r)
+
+
+def optimal_budgets(budgets: np.ndarray, sizes: np.ndarray, expm1: np.ndarray,
+                    variance: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`mechanisms.obs.batch_optimal_budget` of each row, given numpy's ``np.expm1`` and
+    noise variance of every budget (same shape as ``budgets``)."""
+    theta = np.empty(budgets.shape[0])
+    err = np.empty(budgets.shape[0])
+    _optimal_budgets(budgets, sizes.astype(np.int64), expm1, variance, theta, err)
+    return theta, err
+
+
+@_compiled
+def _optimal_budgets(budgets, sizes, expm1, variance, theta, err):
+    B, L = budgets.shape
+    key = np.empty(L)
+    for b in range(B):
+        for level in range(L):
+            key[level] = budgets[b, level] if sizes[b, level] > 0 else np.inf
+        order = np.argsort(key, kind="mergesort")
+        # the distinct kept budgets in ascending order, each taken as the threshold in turn;
+        # the first of the smallest errors wins, as np.argmin picks it (a nan first of all)
+        best, best_theta, positive = np.inf, 0.0, False
+        pn, pa, pa2 = 0.0, 0.0, 0.0
+        j, k = 0, 0
+        while k < L and key[order[k]] != np.inf:
+            first = order[k]
+            value = key[first]
+            n = 0.0
+            while k < L and key[order[k]] == value:
+                n += float(sizes[b, order[k]])
+                k += 1
+            a = expm1[b, first]
+            error = np.inf
+            if value > 0:
+                positive = True
+                if L == 1:
+                    error = variance[b, first]
+                else:
+                    bias = pn - pa / a
+                    error = (pa / a - pa2 / (a * a)) + bias * bias
+                    error = error + variance[b, first]
+            if j == 0 or not np.isnan(best) and (error < best or np.isnan(error)):
+                best, best_theta = error, value
+            na = n * a
+            if j == 0:  # np.cumsum starts from the first value, not from 0 + it
+                pn, pa, pa2 = n, na, na * a
+            else:
+                pn, pa, pa2 = pn + n, pa + na, pa2 + na * a
+            j += 1
+        theta[b] = best_theta if positive else 0.0
+        err[b] = best if positive else np.inf
