@@ -179,3 +179,32 @@ def _optimal_budgets(budgets, sizes, expm1, variance, theta, err):
             j += 1
         theta[b] = best_theta if positive else 0.0
         err[b] = best if positive else np.inf
+
+
+def plbu_draws(rngs, counts, sizes, oue, q, fast, p):
+    """:meth:`mechanisms.baselines.ldp.BatchedPlbu._draw`: every run's OUE 1-bits and
+    two-cell GRR kept reports, (runs, groups, d) each."""
+    ones = np.zeros(counts.shape, dtype=np.int64)
+    kept = np.zeros(counts.shape, dtype=np.int64)
+    _plbu_draws(generators(rngs), counts.astype(np.int64), sizes.astype(np.int64), oue, q,
+                fast, p, ones, kept)
+    return ones, kept
+
+
+@_compiled
+def _plbu_draws(gens, counts, sizes, oue, q, fast, p, ones, kept):
+    B, G, d = counts.shape
+    for b in range(B):
+        g = gens[b]
+        for k in range(G):  # numpy's array calls: Binomial(c, 1/2) of every group, then ...
+            if oue[b, k]:
+                for j in range(d):
+                    ones[b, k, j] = g.binomial(counts[b, k, j], 0.5)
+        for k in range(G):  # ... Binomial(n - c, q) of every group
+            if oue[b, k]:
+                for j in range(d):
+                    ones[b, k, j] += g.binomial(sizes[b, k] - counts[b, k, j], q[b, k])
+        for k in range(G):
+            if fast[b, k]:
+                for j in range(d):
+                    kept[b, k, j] = g.binomial(counts[b, k, j], p[b, k])

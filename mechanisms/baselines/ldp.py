@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from mechanisms import compiled
 from mechanisms.mechanism import BatchRelease, first_run
 from mechanisms.requirements import FixedRequirements, class_levels
 
@@ -144,6 +145,7 @@ class BatchedPlbu:
         e = np.exp(self.eps)
         self._p = e / (e + d - 1)  # GRR: keep the true cell
         self._q = 1.0 / (e + d - 1)
+        self._q_oue = 1.0 / (e + 1.0)  # OUE: report 1 for another cell
         self._class_maps: list[tuple[np.ndarray, np.ndarray] | None] = [None] * self.runs
         self.slot = 1
 
@@ -186,45 +188,57 @@ class BatchedPlbu:
             var = np.where(self.grr, grr_variance(self.eps, d, kept_n),
                            oue_variance(self.eps, kept_n))
         weights = np.where(sizes > 0, 1.0 / var, 0.0)
-        histogram = np.zeros((self.runs, d))
-        # GRR over two cells, the sweep's case: every run's kept reports drawn value by value,
-        # then the estimates of the whole batch at once
-        fast = self.grr & (sizes > 0) if d == 2 else np.zeros(sizes.shape, dtype=bool)
-        kept = np.zeros(counts.shape, dtype=np.int64)
-        freqs = []
-        for b, m in enumerate(self.mechanisms):
-            G, rng = self.groups[b], m.rng
-            size, count = sizes[b, :G], counts[b, :G]
-            freq = np.zeros((G, d))
-            oue = np.flatnonzero((size > 0) & ~m.use_grr)
-            if oue.size:  # every OUE group at once
-                n = size[oue][:, None]
-                q = 1.0 / (np.exp(m.group_eps[oue]) + 1.0)[:, None]
-                ones = rng.binomial(count[oue], 0.5) + rng.binomial(n - count[oue], q)
-                freq[oue] = (ones - n * q) / (n * (0.5 - q))
-            if d == 2:
-                binomial = rng.binomial
-                for g, (row, pg, go) in enumerate(zip(count.tolist(), self._p[b].tolist(),
-                                                      fast[b].tolist(), strict=False)):
-                    if go:
-                        kept[b, g] = (binomial(row[0], pg), binomial(row[1], pg))
-            else:
-                grr = np.flatnonzero((size > 0) & m.use_grr)
-                if grr.size:
-                    freq[grr] = grr_frequencies(count[grr], m.group_eps[grr], rng)
-            freqs.append(freq)
+        live = sizes > 0
+        oue = live & ~self.grr
+        # GRR over two cells, the sweep's case: the kept reports are drawn with OUE's, and the
+        # estimates of the whole batch computed at once
+        fast = self.grr & live if d == 2 else np.zeros(sizes.shape, dtype=bool)
+        ones, kept = self._draw(counts, sizes, oue, fast)
+        freq = np.zeros(counts.shape)
+        if oue.any():
+            n = sizes[:, :, None]
+            q = self._q_oue[:, :, None]
+            with np.errstate(divide="ignore", invalid="ignore"):
+                freq = np.where(oue[:, :, None], (ones - n * q) / (n * (0.5 - q)), 0.0)
         if fast.any():
             landed = (counts - kept)[:, :, ::-1].astype(np.float64)  # the other cell's moved
             safe = np.maximum(sizes, 1)[:, :, None]
             p, q = self._p[:, :, None], self._q[:, :, None]
             with np.errstate(divide="ignore", invalid="ignore"):
-                grr_freq = ((kept + landed) / safe - q) / (p - q)
-        for b, freq in enumerate(freqs):
+                freq = np.where(fast[:, :, None], ((kept + landed) / safe - q) / (p - q), freq)
+        histogram = np.zeros((self.runs, d))
+        for b, m in enumerate(self.mechanisms):
             G = self.groups[b]
-            if fast[b].any():
-                freq = np.where(fast[b, :G, None], grr_freq[b, :G], freq)
+            grr = np.flatnonzero(live[b, :G] & m.use_grr) if d != 2 else ()
+            if len(grr):  # after the run's OUE draws, as alone
+                freq[b, grr] = grr_frequencies(counts[b, grr], m.group_eps[grr], m.rng)
             total = int(sizes[b].sum())
             if total:
                 w = weights[b, :G]
-                histogram[b] = total * (w @ freq) / w.sum()
+                histogram[b] = total * (w @ np.array(freq[b, :G])) / w.sum()
         return histogram
+
+    def _draw(self, counts: np.ndarray, sizes: np.ndarray, oue: np.ndarray,
+              fast: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Each run's simulated reports, drawn as alone: the 1-bits of its OUE groups
+        (Binomial(c, 1/2) + Binomial(n - c, q) per cell) and the kept reports of its two-cell
+        GRR groups, (runs, groups, d) each; compiled for a batch where numba is installed."""
+        if compiled.available(self.runs):
+            return compiled.plbu_draws([m.rng for m in self.mechanisms], counts, sizes, oue,
+                                       self._q_oue, fast, self._p)
+        ones = np.zeros(counts.shape, dtype=np.int64)
+        kept = np.zeros(counts.shape, dtype=np.int64)
+        for b, m in enumerate(self.mechanisms):
+            rng = m.rng
+            groups = np.flatnonzero(oue[b])
+            if groups.size:  # every OUE group at once
+                c = counts[b, groups]
+                ones[b, groups] = rng.binomial(c, 0.5) + rng.binomial(
+                    sizes[b, groups][:, None] - c, self._q_oue[b, groups][:, None])
+            if fast[b].any():  # value by value: a tenth of an array call's cost
+                binomial = rng.binomial
+                for g, (row, pg) in enumerate(zip(counts[b].tolist(), self._p[b].tolist(),
+                                                  strict=True)):
+                    if fast[b, g]:
+                        kept[b, g] = (binomial(row[0], pg), binomial(row[1], pg))
+        return ones, kept
