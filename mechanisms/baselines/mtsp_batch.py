@@ -19,6 +19,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 
@@ -35,21 +36,35 @@ def python_sums(values: np.ndarray, compensated: bool = _COMPENSATED) -> np.ndar
     """Each row's sum as Python's builtin ``sum`` gives it over the row's floats in order.
 
     Leading zeros are harmless (a row padded with zeros in front sums as the row alone): that is
-    how windows of different lengths share one array.
+    how windows of different lengths share one array. A sequential sum is the row's last
+    cumulative sum; a compensated one (``compensated``) is left to the builtin, row by row.
     """
     values = np.asarray(values, dtype=np.float64)
-    total = np.zeros(values.shape[0])
+    if not values.shape[1]:
+        return np.zeros(values.shape[0])
     if not compensated:
-        for j in range(values.shape[1]):
-            total = total + values[:, j]
-        return total
-    comp = np.zeros(values.shape[0])
-    for j in range(values.shape[1]):
-        x = values[:, j]
-        t = total + x
-        comp = comp + np.where(np.abs(total) >= np.abs(x), (total - t) + x, (x - t) + total)
-        total = t
-    return np.where((comp != 0) & np.isfinite(comp), total + comp, total)
+        return np.cumsum(values, axis=1)[:, -1]
+    return np.array([float(sum(row)) for row in values.tolist()])
+
+
+@dataclass(frozen=True)
+class _Layout:
+    """What a tree of height h over d cells looks like, node by node and leaf by leaf."""
+
+    level: np.ndarray  # each node's level
+    first: np.ndarray  # each node's first leaf
+    real: np.ndarray  # the nodes covering a cell of [0, d)
+    ancestors: np.ndarray  # (h + 1, leaves): each leaf's node at every level
+    cell: np.ndarray  # 1.0 at the leaves of [0, d), 0.0 in the padding
+
+
+@lru_cache(maxsize=64)
+def _layout(h: int, d: int) -> _Layout:
+    level, first, _ = node_bounds(np.arange(2 ** (h + 1) - 1), h)
+    leaf = np.arange(2**h)
+    ancestors = (2 ** np.arange(h + 1) - 1)[:, None] + (
+        leaf[None, :] >> (h - np.arange(h + 1))[:, None])
+    return _Layout(level, first, real_nodes(h, d), ancestors, (leaf < d).astype(np.float64))
 
 
 @dataclass(frozen=True)
@@ -75,7 +90,8 @@ def adaptive_partitions(freq: np.ndarray, h: int, d: int, threshold: np.ndarray)
     (runs, nodes), ``threshold`` (runs,)."""
     freq = np.asarray(freq, dtype=np.float64)
     runs, leaves = freq.shape[0], 2**h
-    real = real_nodes(h, d)
+    layout = _layout(h, d)
+    real = layout.real
     chosen = np.zeros(freq.shape, dtype=bool)
     reached = np.ones((runs, 1), dtype=bool)  # every ancestor split
     limit = np.asarray(threshold, dtype=np.float64)[:, None]
@@ -89,16 +105,14 @@ def adaptive_partitions(freq: np.ndarray, h: int, d: int, threshold: np.ndarray)
         chosen[:, nodes] = reached & ~split
         reached = np.repeat(reached & split, 2, axis=1)
     leaf = np.arange(leaves)
-    ancestors = (2 ** np.arange(h + 1) - 1)[:, None] + (leaf[None, :] >> (h - np.arange(h + 1)
-                                                                           )[:, None])
+    ancestors = layout.ancestors
     covers = chosen[:, ancestors]  # (runs, h + 1, leaves): the chosen ancestor of each leaf
     held = covers.any(axis=1)
     level = np.where(held, np.argmax(covers, axis=1), 0)
     owner = ancestors[level, leaf[None, :]]
-    _, first, _ = node_bounds(np.arange(2 * leaves - 1), h)
-    starts = held & (first[owner] == leaf[None, :])
+    starts = held & (layout.first[owner] == leaf[None, :])
     labels = np.where(held, np.cumsum(starts, axis=1) - 1, -1)
-    cell = (leaf < d).astype(np.float64)
+    cell = layout.cell
     weight = np.clip(freq[:, level_slice(h)], 0.0, None) * cell
     flat = (np.arange(runs)[:, None] * leaves + labels)[held]
     total = np.bincount(flat, weights=weight[held], minlength=runs * leaves)[flat]
@@ -112,8 +126,8 @@ def adaptive_partitions(freq: np.ndarray, h: int, d: int, threshold: np.ndarray)
 
 def variance_factors(parts: Partitions, h: int) -> np.ndarray:
     """:func:`~mechanisms.baselines.private_tree.variance_factors` of every run, (runs, nodes)."""
-    level, first, _ = node_bounds(np.arange(2 ** (h + 1) - 1), h)
-    inside = parts.level[:, first] <= level
+    layout = _layout(h, max(1, parts.share.shape[1]))  # the nodes' bounds do not depend on d
+    inside = parts.level[:, layout.first] <= layout.level
     return np.where(inside, np.square(build_tree(parts.share)),
                     build_tree(parts.starts.astype(np.float64)))
 
@@ -150,7 +164,6 @@ class BatchedMtsp:
         # M1 with eps1 = E/(2w): OUE's q, (p - q)^2 and the pieces of its variance, per run,
         # computed as a run alone computes them
         eps1 = [m.E / (2.0 * m.w) for m in self.mechanisms]
-        self.eps1 = np.array(eps1)
         self.q1 = np.array([1.0 / (np.exp(e) + 1.0) for e in eps1])
         self.gap1 = np.square(0.5 - self.q1)
         self.var1_top = np.array([float(4.0 * np.exp(np.asarray(e, dtype=np.float64)))
@@ -173,6 +186,14 @@ class BatchedMtsp:
         self.spent = np.zeros((self.runs, W - 1))
         self.last = np.zeros((self.runs, 2 ** (self.h + 1) - 1))
         self.real = real_nodes(self.h, self.d)
+        # M1's levels below the root: (leaves per node, first node, real nodes); each node's
+        # group (its level's, the root taking level 1's) and the real nodes below the root
+        h = self.h
+        self.levels = [(2 ** (h - level), 2**level - 1, -(-self.d // 2 ** (h - level)))
+                       for level in range(1, h + 1)]
+        node_level = _layout(h, self.d).level
+        self.level_group = np.maximum(node_level - 1, 0)
+        self.reported = self.real & (node_level > 0)
         self.slot = 1
 
     def step(self, cells: Sequence[np.ndarray] | np.ndarray) -> MtspSlot:
@@ -239,11 +260,7 @@ class BatchedMtsp:
         padded = np.zeros((R, leaves), dtype=np.int64)
         padded[:, :d] = counts
         groups = active[:, None] // h + (np.arange(h)[None, :] < active[:, None] % h)
-        levels = []
-        for level in range(1, h + 1):
-            width = 2 ** (h - level)
-            start = 2**level - 1
-            levels.append((width, start, -(-d // width)))
+        levels = self.levels
         ones = np.zeros((R, 2 ** (h + 1) - 1), dtype=np.int64)
         sizes = groups.tolist()
         for i, b in enumerate(rows.tolist()):
@@ -256,30 +273,30 @@ class BatchedMtsp:
                 remaining = remaining - group
                 c = group.reshape(-1, width).sum(axis=1)[:real]
                 ones[i, start : start + real] = binomial(c, 0.5) + binomial(m - c, q)
+        # every node at once, each with its level's group size m (the root: level 1's)
         q = self.q1[rows][:, None]
         gap = self.gap1[rows][:, None]
         top, bottom = self.var1_top[rows][:, None], self.var1_bottom[rows][:, None]
         total = active[:, None]
-        freq = np.zeros(ones.shape)
-        var = np.zeros(ones.shape)
-        observed = np.zeros(ones.shape, dtype=bool)
-        freq[:, 0], observed[:, 0] = 1.0, True
-        for level, (_, start, real) in enumerate(levels, start=1):
-            m = groups[:, level - 1 : level]
-            has = m > 0
-            ms = np.where(has, m, 1)
-            nodes = slice(start, start + real)
-            f = (ones[:, nodes] - ms * q) / (ms * (0.5 - q))
-            parent = np.repeat(freq[:, level_slice(level - 1)] / 2.0, 2, axis=1)[:, :real]
-            freq[:, nodes] = np.where(has, f, parent)
-            a = top / (ms * bottom)
-            b = (0.25 - q * (1.0 - q)) / (ms * gap)
-            c = np.where(total > 1, (total - ms) / (ms * np.maximum(total - 1, 1)), 0.0)
-            seen = has & (c < 1.0)
-            with np.errstate(divide="ignore", invalid="ignore"):
-                estimate = (a + b * f + c * (f - f * f)) / (1.0 - c)
-            var[:, nodes] = np.where(seen, estimate, 0.0)
-            observed[:, nodes] = seen
+        m = groups[:, self.level_group]
+        has = m > 0
+        ms = np.where(has, m, 1)
+        f = (ones - ms * q) / (ms * (0.5 - q))
+        a = top / (ms * bottom)
+        b = (0.25 - q * (1.0 - q)) / (ms * gap)
+        c = np.where(total > 1, (total - ms) / (ms * np.maximum(total - 1, 1)), 0.0)
+        observed = has & (c < 1.0) & self.reported
+        with np.errstate(divide="ignore", invalid="ignore"):
+            estimate = (a + b * f + c * (f - f * f)) / (1.0 - c)
+        var = np.where(observed, estimate, 0.0)
+        observed[:, 0] = True
+        freq = np.where(has & self.reported, f, 0.0)
+        freq[:, 0] = 1.0
+        if not has.all():  # a level nobody reports takes its parent's estimate halved
+            for level, (_, start, real) in enumerate(levels, start=1):
+                nodes = slice(start, start + real)
+                parent = np.repeat(freq[:, level_slice(level - 1)] / 2.0, 2, axis=1)[:, :real]
+                freq[:, nodes] = np.where(has[:, start : start + 1], freq[:, nodes], parent)
         return freq, var, observed
 
     @staticmethod
@@ -289,7 +306,7 @@ class BatchedMtsp:
         gap = np.square(diff) - var
         sizes = observed.sum(axis=1)
         out = np.empty(diff.shape[0])
-        for size in np.unique(sizes).tolist():
+        for size in sorted(set(sizes.tolist())):
             same = sizes == size
             out[same] = gap[same][observed[same]].reshape(-1, size).mean(axis=1)
         return out
