@@ -25,6 +25,7 @@ import numpy as np
 
 from mechanisms.baselines.ldp import BatchedPlbu, Plbu
 from mechanisms.baselines.ldp_ids import BatchedLdpIds, LdpIds
+from mechanisms.baselines.mtsp_batch import BatchedMtsp
 from mechanisms.baselines.mtsp_ldp import MtspLdp
 from mechanisms.baselines.spas import BatchedSpas, Spas
 from mechanisms.central import BatchedFixed, FixedMechanism, create_mechanism
@@ -65,11 +66,12 @@ def build(
 def batch(
     mechanisms: Sequence[Stepper],
 ) -> (BatchedFixed | BatchedDynamic | BatchedPlbu | BatchedSpas | BatchedLdpIds
-      | BatchedSteppers):
+      | BatchedMtsp | BatchedSteppers):
     """Fresh mechanisms of one kind (from :func:`build`, each with its own generator) as one
-    batch stepped by one call per slot: the central and dynamic mechanisms, SPAS, PLBU and the
-    local-DP family (LBU..LPA) vectorised over the runs, MTSP-LDP run by run. Each run releases
-    what it would alone.
+    batch stepped by one call per slot: the central and dynamic mechanisms, SPAS, PLBU, the
+    local-DP family (LBU..LPA) and MTSP-LDP vectorised over the runs (each run drawing from its
+    own generator); a single dynamic run is stepped alone. Each run releases what it would
+    alone.
 
     >>> req = FixedRequirements(("a", "b"), np.array([4, 2]), np.array([1.0, 1.0]))
     >>> runs = batch([build("pbd", req, 2, np.random.default_rng(s)) for s in range(3)])
@@ -88,12 +90,14 @@ def batch(
     if mechanisms and all(isinstance(m, LdpIds) for m in mechanisms) and len(
             {m.name for m in mechanisms}) == 1:
         return BatchedLdpIds(mechanisms)
+    if mechanisms and all(isinstance(m, MtspLdp) for m in mechanisms):
+        return BatchedMtsp(mechanisms)
     return BatchedSteppers(mechanisms)
 
 
 class BatchedSteppers:
-    """Runs of any mechanism stepped one by one behind the batch interface: MTSP-LDP (and one
-    dynamic run alone), whose state is kept per run."""
+    """Runs of any mechanism stepped one by one behind the batch interface (one dynamic run
+    alone, or runs of no batched kind), whose state is kept per run."""
 
     def __init__(self, steppers: Sequence) -> None:
         if not steppers:

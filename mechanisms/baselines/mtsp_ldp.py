@@ -174,9 +174,22 @@ class MtspLdp:
             raise ValueError(f"expected {self.n} integer cells, got {cells.dtype} {cells.shape}")
         if cells.min() < -1 or cells.max() >= self.d:
             raise ValueError(f"cells must lie in [0, {self.d}) or be -1 (no value)")
+        return self.step_counts(np.bincount(cells[cells >= 0], minlength=self.d))
+
+    def step_classes(self, class_counts: np.ndarray, classes: np.ndarray) -> MtspRelease:
+        """Release the next slot from reports per (class of users, cell): MTSP-LDP needs only
+        their total (the batched evaluation's count path)."""
+        return self.step_counts(np.asarray(class_counts).sum(axis=0))
+
+    def step_counts(self, counts: np.ndarray) -> MtspRelease:
+        """Release the next slot from the number of users holding each cell, (d,)."""
+        counts = np.asarray(counts)
+        if counts.shape != (self.d,) or counts.dtype.kind not in "iu" or counts.min() < 0:
+            raise ValueError(f"expected {self.d} counts of users >= 0, got {counts.dtype} "
+                             f"{counts.shape}")
+        counts = counts.astype(np.int64, copy=False)
         t = self.slot
         self.slot += 1
-        counts = np.bincount(cells[cells >= 0], minlength=self.d)
         active = int(counts.sum())
         remaining = self.E / 2.0 - float(sum(self.spent))
         if active == 0:  # nobody to ask

@@ -88,7 +88,7 @@ def test_central_batch_under_discrete_noise(name):
 
 
 @pytest.mark.parametrize("name", [*names(family="central"), *names(family="dynamic"),
-                                  "spas", "plbu"])
+                                  "spas", "plbu", "mtsp"])
 def test_count_path_gives_the_results_of_runs_alone(name):
     """Counting each stream once per class of users and feeding the counts gives every run
     the result it gets alone on the cells."""
