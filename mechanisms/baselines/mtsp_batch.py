@@ -1,50 +1,46 @@
-"""Runs of MTSP-LDP (:class:`~mechanisms.baselines.mtsp_ldp.MtspLdp`) stepped together.
+"""Runs of MTSP-LDP stepped together; a run alone (:class:`~mechanisms.baselines.mtsp_ldp.
+MtspLdp`) is a batch of one.
 
 Every deterministic step of a slot is computed for all runs at once over arrays with a leading
 run axis: the tree estimates from the simulated reports, the dissimilarities, the thresholds,
 the adaptive partitions (level by level), their variance factors, OBA over each run's window
 (windows of different lengths padded) and the released trees. Only the draws stay per run:
-each run draws from its own generator the calls it draws alone, with the same arguments and in
-the same order (per level a multivariate hypergeometric group and the two OUE binomials of its
-reports, then the two binomials of a publication).
+each run draws from its own generator, in this order, per level a multivariate hypergeometric
+group and the two OUE binomials of its reports, then the two binomials of a publication.
 
-Every run releases exactly, bit for bit, what it releases alone: every floating-point operation
-is the one of the run alone, elementwise or over a row of the same length (a mean over a
-variable number of nodes is taken over the runs sharing that number), and the sums a run alone
-takes in Python (its remaining budget) are taken in the same order (:func:`python_sums`).
-"""
+A run's releases do not depend on the batch it is in: every floating-point operation is
+elementwise or over a row of the run's own length (a mean over a variable number of nodes is
+taken over the runs sharing that number), and the remaining budgets are sums left to right
+(:func:`window_totals`). They are those of the one-tree functions of
+:mod:`~mechanisms.baselines.private_tree` and :func:`~mechanisms.baselines.mtsp_ldp.allocate`
+applied run by run, which the tests check bit for bit."""
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from mechanisms.baselines.ldp import oue_variance
-from mechanisms.baselines.mtsp_ldp import _EXHAUSTED, MtspLdp
 from mechanisms.baselines.private_tree import build_tree, level_slice, node_bounds, real_nodes
 from mechanisms.mechanism import BatchRelease, first_run
 
-# the builtin sum of floats is compensated (Neumaier) from Python 3.12 on, sequential before
-_COMPENSATED = sys.version_info >= (3, 12)
+if TYPE_CHECKING:
+    from mechanisms.baselines.mtsp_ldp import MtspLdp
+
+EXHAUSTED = 1e-12  # remaining budget at or below this fraction of E counts as none
 
 
-def python_sums(values: np.ndarray, compensated: bool = _COMPENSATED) -> np.ndarray:
-    """Each row's sum as Python's builtin ``sum`` gives it over the row's floats in order.
-
-    Leading zeros are harmless (a row padded with zeros in front sums as the row alone): that is
-    how windows of different lengths share one array. A sequential sum is the row's last
-    cumulative sum; a compensated one (``compensated``) is left to the builtin, row by row.
-    """
+def window_totals(values: np.ndarray) -> np.ndarray:
+    """Each row's sum, left to right (a row padded with zeros in front sums as the row alone:
+    that is how windows of different lengths share one array)."""
     values = np.asarray(values, dtype=np.float64)
     if not values.shape[1]:
         return np.zeros(values.shape[0])
-    if not compensated:
-        return np.cumsum(values, axis=1)[:, -1]
-    return np.array([float(sum(row)) for row in values.tolist()])
+    return np.cumsum(values, axis=1)[:, -1]
 
 
 @dataclass(frozen=True)
@@ -136,18 +132,21 @@ def variance_factors(parts: Partitions, h: int) -> np.ndarray:
 class MtspSlot(BatchRelease):
     """One slot of every run: besides the histograms, each run's publication budget ``eps2``,
     ``dissimilarity`` (NaN where nobody held a value), OBA's ``k``, the number of users holding
-    a value (``active``) and the released trees (``trees``, (runs, nodes) frequencies)."""
+    a value (``active``), the released trees (``trees``, (runs, nodes) frequencies) and the
+    size of each run's partition (``intervals``, 0 where nobody held a value)."""
 
     eps2: np.ndarray
     dissimilarity: np.ndarray
     k: np.ndarray
     active: np.ndarray
     trees: np.ndarray
+    intervals: np.ndarray
 
 
 class BatchedMtsp:
     """Fresh runs of :class:`~mechanisms.baselines.mtsp_ldp.MtspLdp` over the same users and
-    cells (each with its w, E, split and generator) stepped by one call per slot (module doc)."""
+    cells (each with its w, E, split and generator) stepped by one call per slot (module doc);
+    it holds their state."""
 
     def __init__(self, mechanisms: Sequence[MtspLdp]) -> None:
         first = first_run(mechanisms, lambda m: (m.n, m.d), "number of users and domain",
@@ -159,7 +158,7 @@ class BatchedMtsp:
         self.E = np.array([m.E for m in self.mechanisms])
         self.split = np.array([m.split for m in self.mechanisms])
         self.half = self.E / 2.0
-        self.exhausted = _EXHAUSTED * self.E
+        self.exhausted = EXHAUSTED * self.E
         W = int(self.w.max())
         # M1 with eps1 = E/(2w): OUE's q, (p - q)^2 and the pieces of its variance, per run,
         # computed as a run alone computes them
@@ -226,7 +225,7 @@ class BatchedMtsp:
         t = self.slot
         self.slot += 1
         active = counts.sum(axis=1)
-        remaining = self.half - python_sums(self.spent)
+        remaining = self.half - window_totals(self.spent)
         rows = np.flatnonzero(active > 0)
         dis = np.full(self.runs, np.nan)
         freq = var = observed = None
@@ -238,8 +237,9 @@ class BatchedMtsp:
         self.window[~self.recent] = np.nan
         eps2 = np.zeros(self.runs)
         k = np.zeros(self.runs, dtype=np.int64)
+        intervals = np.zeros(self.runs, dtype=np.int64)
         if rows.size:
-            k[rows], eps2[rows] = self._publish(rows, counts[rows], active[rows],
+            k[rows], eps2[rows], intervals[rows] = self._publish(rows, counts[rows], active[rows],
                                                 remaining[rows], freq)
         if self.spent.shape[1]:
             self.spent[:, :-1] = self.spent[:, 1:]
@@ -248,7 +248,7 @@ class BatchedMtsp:
         leaves = level_slice(self.h)
         histogram = self.last[:, leaves.start : leaves.start + self.d] * active[:, None]
         histogram[active == 0] = 0.0  # as alone: zeros, whatever the last tree holds
-        return MtspSlot(t, histogram, eps2 > 0, eps2, dis, k, active, self.last)
+        return MtspSlot(t, histogram, eps2 > 0, eps2, dis, k, active, self.last, intervals)
 
     def _estimate(self, rows: np.ndarray, counts: np.ndarray, active: np.ndarray
                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -312,9 +312,11 @@ class BatchedMtsp:
         return out
 
     def _publish(self, rows: np.ndarray, counts: np.ndarray, active: np.ndarray,
-                 remaining: np.ndarray, freq: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+                 remaining: np.ndarray, freq: np.ndarray
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """M2 and M3 of the runs ``rows``: the thresholds, partitions and OBA of every run, then
-        each publishing run's OUE round over its intervals. Returns k* and eps2."""
+        each publishing run's OUE round over its intervals. Returns k*, eps2 and the number of
+        intervals."""
         h, d, R = self.h, self.d, rows.size
         half, exhausted = self.half[rows], self.exhausted[rows]
         cap = np.minimum(half, remaining)
@@ -343,7 +345,7 @@ class BatchedMtsp:
         if publishing.size:
             self._release(rows[publishing], counts[publishing], active[publishing],
                           eps2[publishing], parts, publishing)
-        return best, eps2
+        return best, eps2, parts.count
 
     def _release(self, rows: np.ndarray, counts: np.ndarray, active: np.ndarray,
                  eps2: np.ndarray, parts: Partitions, which: np.ndarray) -> None:

@@ -55,25 +55,16 @@ reproduce the paper's construction and makes its own documented choice instead:
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
-from mechanisms.baselines.ldp import oue_variance
+from mechanisms.baselines.mtsp_batch import EXHAUSTED, BatchedMtsp
 from mechanisms.baselines.private_tree import (
-    adaptive_partition,
-    dissimilarity,
-    estimate_tree,
     height,
-    level_slice,
-    publish_tree,
     real_nodes,
-    variance_factors,
 )
-
-_EXHAUSTED = 1e-12  # remaining budget at or below this fraction of E counts as none
 
 
 @dataclass(frozen=True)
@@ -92,7 +83,9 @@ def allocate(
     remaining: float,
     variance: Callable[[np.ndarray], np.ndarray],
 ) -> Allocation:
-    """Optimal privacy Budget Allocation over the window's dissimilarities (current last).
+    """Optimal privacy Budget Allocation over the window's dissimilarities (current last), for
+    one window: :class:`~mechanisms.baselines.mtsp_batch.BatchedMtsp` computes the same over the
+    padded windows of its runs, and the tests check it against this.
 
     ``variance(eps)`` is the publication error at budget ``eps`` (vectorised). Publishes with
     min(E/(2k*), remaining) iff k* >= 1, the current dissimilarity is among the k* largest and
@@ -108,7 +101,7 @@ def allocate(
     errors = np.concatenate(([tail[0]], k * variance(E / (2.0 * k)) + tail[1:]))
     best = int(np.argmin(errors))
     among = np.count_nonzero(window[:-1] > window[-1]) < best
-    if best == 0 or not among or remaining <= _EXHAUSTED * E:
+    if best == 0 or not among or remaining <= EXHAUSTED * E:
         return Allocation(best, 0.0, errors)
     return Allocation(best, float(min(E / (2.0 * best), remaining)), errors)
 
@@ -141,7 +134,9 @@ class MtspRelease:
 
 
 class MtspLdp:
-    """MTSP-LDP over ``n`` users and ``d`` cells with window ``w`` and budget ``E``."""
+    """MTSP-LDP over ``n`` users and ``d`` cells with window ``w`` and budget ``E``: a run
+    alone, stepped as a batch of one of :class:`~mechanisms.baselines.mtsp_batch.BatchedMtsp`,
+    which holds its state (the window's dissimilarities and eps2, the last tree)."""
 
     def __init__(
         self,
@@ -162,10 +157,9 @@ class MtspLdp:
         self.rng, self.split = rng, float(split)
         self.h = height(self.d)
         self.real = real_nodes(self.h, self.d)
-        self.last = np.zeros(2 ** (self.h + 1) - 1)  # last released tree
-        self.window: deque[float] = deque(maxlen=self.w)  # dissimilarities, NaN: none
-        self.spent: deque[float] = deque(maxlen=self.w - 1)  # eps2 of the last w - 1 slots
         self.slot = 1  # the next slot to be released
+        self.last = np.zeros(2 ** (self.h + 1) - 1)  # the last released tree
+        self._runs: BatchedMtsp | None = None
 
     def step(self, cells: np.ndarray) -> MtspRelease:
         """Release the next slot from one cell per user (-1: no value)."""
@@ -187,42 +181,23 @@ class MtspLdp:
         if counts.shape != (self.d,) or counts.dtype.kind not in "iu" or counts.min() < 0:
             raise ValueError(f"expected {self.d} counts of users >= 0, got {counts.dtype} "
                              f"{counts.shape}")
-        counts = counts.astype(np.int64, copy=False)
-        t = self.slot
+        if self._runs is None:  # a run alone is a batch of one, built on its first slot
+            self._runs = BatchedMtsp([self])
+        out = self._runs.step_counts(counts[None])
         self.slot += 1
-        active = int(counts.sum())
-        remaining = self.E / 2.0 - float(sum(self.spent))
-        if active == 0:  # nobody to ask
-            self.window.append(np.nan)
-            self.spent.append(0.0)
-            return MtspRelease(t, np.zeros(self.d), False, 0.0, 0.0, None, 0, self.last, 0, 0)
-        eps1 = self.E / (2.0 * self.w)
-        estimate = estimate_tree(counts, eps1, self.h, self.rng)
-        dis = dissimilarity(estimate, self.last)
-        self.window.append(dis)
-        cap = min(self.E / 2.0, remaining)
-        reference = cap if cap > _EXHAUSTED * self.E else self.E / 2.0
-        threshold = self.split * float(np.sqrt(oue_variance(reference, active)))
-        partition = adaptive_partition(estimate.freq, self.h, self.d, threshold)
-        factor = float(np.mean(variance_factors(partition, self.h)[self.real]))
-
-        def variance(eps: np.ndarray) -> np.ndarray:
-            return oue_variance(eps, active) * factor
-
-        window = np.array([x for x in self.window if not np.isnan(x)])
-        alloc = allocate(window, self.E, self.w, remaining, variance)
-        if alloc.eps2 > 0:
-            self.last = publish_tree(partition, counts, alloc.eps2, self.rng)
-        self.spent.append(alloc.eps2)
+        active = int(out.active[0])
+        dis = float(out.dissimilarity[0])
+        if out.published[0]:  # an approximation releases the very tree released before
+            self.last = out.trees[0]
         return MtspRelease(
-            slot=t,
-            histogram=self.last[level_slice(self.h)][: self.d] * active,
-            published=alloc.eps2 > 0,
-            eps1=eps1,
-            eps2=alloc.eps2,
-            dissimilarity=dis,
-            k=alloc.k,
+            slot=out.slot,
+            histogram=out.histogram[0],
+            published=bool(out.published[0]),
+            eps1=self.E / (2.0 * self.w) if active else 0.0,
+            eps2=float(out.eps2[0]),
+            dissimilarity=None if np.isnan(dis) else dis,
+            k=int(out.k[0]),
             tree=self.last,
-            intervals=int(partition.nodes.size),
+            intervals=int(out.intervals[0]),
             active=active,
         )

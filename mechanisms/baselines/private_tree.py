@@ -11,6 +11,10 @@ Node values are frequencies: the fraction of the users holding a value whose val
 node's interval (the root is 1 by definition). Reports are simulated on aggregates, as in
 :mod:`mechanisms.baselines.ldp_ids`: a level's group of reporters is a uniformly random subset of
 the users holding a value, drawn from the cell counts as a multivariate hypergeometric sample.
+
+The functions here work on one tree. MTSP-LDP's runs, alone or many at once, take the same
+steps over a batch of trees (:mod:`mechanisms.baselines.mtsp_batch`); the tests check the batch
+against these functions applied tree by tree, bit for bit.
 """
 
 from __future__ import annotations

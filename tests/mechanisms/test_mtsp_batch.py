@@ -1,5 +1,6 @@
-"""MTSP-LDP runs stepped together (BatchedMtsp): every run releases exactly what it releases
-alone, bit for bit, and leaves its generator where it leaves it alone."""
+"""MTSP-LDP runs stepped together (BatchedMtsp, of which a run alone is a batch of one): every
+run releases exactly, bit for bit, what the run-by-run reference (tests/mtsp_reference.py)
+releases, and leaves its generator where the reference leaves it."""
 
 from __future__ import annotations
 
@@ -7,12 +8,13 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from mtsp_reference import ReferenceMtsp
 
 from mechanisms.baselines.mtsp_batch import (
     BatchedMtsp,
     adaptive_partitions,
-    python_sums,
     variance_factors,
+    window_totals,
 )
 from mechanisms.baselines.mtsp_ldp import MtspLdp
 from mechanisms.baselines.private_tree import (
@@ -46,9 +48,10 @@ def cells_of(rng: np.random.Generator, runs: int, n: int, d: int, T: int) -> np.
 
 
 def compare(runs, n: int, d: int, cells: np.ndarray, counts: bool = False) -> list:
-    """Step the runs alone and as one batch over ``cells``; assert they agree exactly and
-    return the releases alone, (T, runs)."""
-    alone = [MtspLdp(w, E, n, d, np.random.default_rng(seed)) for w, E, seed in runs]
+    """Step the runs by the reference, alone (a batch of one each) and as one batch over
+    ``cells``; assert they agree exactly and return the reference's releases, (T, runs)."""
+    alone = [ReferenceMtsp(w, E, n, d, np.random.default_rng(seed)) for w, E, seed in runs]
+    ones = [MtspLdp(w, E, n, d, np.random.default_rng(seed)) for w, E, seed in runs]
     together = BatchedMtsp([MtspLdp(w, E, n, d, np.random.default_rng(seed))
                             for w, E, seed in runs])
     out = []
@@ -73,6 +76,14 @@ def compare(runs, n: int, d: int, cells: np.ndarray, counts: bool = False) -> li
                 assert got.dissimilarity[b] == want.dissimilarity, (t, b)
             assert got.active[b] == want.active
             assert np.array_equal(got.trees[b], want.tree), (t, b)
+            one = ones[b].step(cells[t, b])
+            assert (one.slot, one.published, one.eps1, one.eps2, one.dissimilarity, one.k,
+                    one.intervals, one.active) == (
+                want.slot, want.published, want.eps1, want.eps2, want.dissimilarity, want.k,
+                want.intervals, want.active), (t, b)
+            assert np.array_equal(one.histogram, want.histogram)
+            assert np.array_equal(one.tree, want.tree)
+            assert got.intervals[b] == want.intervals
             row.append(want)
         out.append(row)
     for b, mech in enumerate(alone):
@@ -123,7 +134,7 @@ def test_any_batch_releases_what_its_runs_release_alone(windows, n, d, seed, spl
     T = 3 * max(w for w, _ in windows) + 2
     cells = cells_of(rng, len(windows), n, d, T)
     runs = [(w, E, [seed, b]) for b, (w, E) in enumerate(windows)]
-    alone = [MtspLdp(w, E, n, d, np.random.default_rng(s), split) for w, E, s in runs]
+    alone = [ReferenceMtsp(w, E, n, d, np.random.default_rng(s), split) for w, E, s in runs]
     together = BatchedMtsp([MtspLdp(w, E, n, d, np.random.default_rng(s), split)
                             for w, E, s in runs])
     for t in range(T):
@@ -141,19 +152,17 @@ def test_any_batch_releases_what_its_runs_release_alone(windows, n, d, seed, spl
 @given(st.lists(st.lists(st.one_of(st.floats(0.0, 10.0), st.sampled_from([0.0, 0.1, 1 / 3, 1e-17,
                                                                            1e16])),
                          min_size=0, max_size=8), min_size=1, max_size=6))
-def test_python_sums_sum_as_the_builtin_sum(rows):
+def test_window_totals_add_left_to_right_whatever_the_padding(rows):
     width = max(len(r) for r in rows)
     padded = np.zeros((len(rows), width))
     for i, r in enumerate(rows):
         padded[i, width - len(r):] = r  # leading zeros
-    assert python_sums(padded).tolist() == [float(sum(r)) for r in rows]
-    assert python_sums(padded, compensated=True).tolist() == [float(sum(r)) for r in rows]
-    sequential = python_sums(padded, compensated=False)
+    totals = window_totals(padded)
     for i, r in enumerate(rows):
         plain = 0.0
         for x in r:
             plain += x
-        assert sequential[i] == plain
+        assert totals[i] == plain
 
 
 @settings(max_examples=100, deadline=None)
