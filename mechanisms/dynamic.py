@@ -108,20 +108,21 @@ class _Directory:
 
     def indices(self, users: Sequence[str]) -> np.ndarray:
         """Indices of ``users``, giving new users the next free ones (not yet recorded)."""
-        out = np.empty(len(users), dtype=np.int64)
-        fresh: dict[str, int] = {}
-        for k, u in enumerate(users):
-            i = self.index.get(u)
-            if i is None:
-                i = fresh.setdefault(u, len(self.users) + len(fresh))
-            out[k] = i
-        return out
+        get = self.index.get
+        found = [get(u) for u in users]
+        if None in found:
+            fresh: dict[str, int] = {}
+            first = len(self.users)
+            found = [fresh.setdefault(u, first + len(fresh)) if i is None else i
+                     for u, i in zip(users, found, strict=True)]
+        return np.array(found, dtype=np.int64).reshape(len(users))
 
     def add(self, users: Sequence[str], indices: np.ndarray) -> None:
-        for u, i in zip(users, indices.tolist(), strict=True):
-            if i == len(self.users):
-                self.index[u] = i
-                self.users.append(u)
+        """Record the new users among ``users`` (their :meth:`indices`)."""
+        first = len(self.users)
+        new = {u: i for u, i in zip(users, indices.tolist(), strict=True) if i >= first}
+        self.index.update(new)
+        self.users.extend(new)  # in the order of their indices: that of first appearance
 
 
 def _declare(

@@ -61,7 +61,7 @@ class BatchedDynamic:
         self.directories = [_Directory() for _ in mechanisms]
         self.users = [np.zeros(0, dtype=np.int64) for _ in mechanisms]  # ledger index of each
         self._declared = [set(np.unique(r.slot).tolist()) for r in self.requirements]
-        self._class_maps: list[tuple | None] = [None] * self.runs
+        self._class_maps: list[tuple | None] = [None]  # the classes' columns, and their key
 
     @property
     def slot(self) -> int:
@@ -142,15 +142,16 @@ class BatchedDynamic:
         sizes = np.zeros((B, P), dtype=np.int64)
         np.add.at(sizes, (owner[live], rank[level_of_col[live]]), size[live])
         counts = np.zeros((B, P, d), dtype=np.int64)
-        for b, (who, what) in enumerate(reports):
-            if by_user:
+        if by_user:
+            for b, (who, what) in enumerate(reports):
                 levels = rank[level_of_col[ledger.group[who]]]
                 np.add.at(counts[b], (levels, what), 1)
-            else:
-                column_of_class = self._columns(b, who)
-                used = column_of_class >= 0
-                levels = rank[level_of_col[column_of_class[used]]]
-                np.add.at(counts[b], levels, np.asarray(what)[used])
+        else:  # every run's classes at once: sums of integers, exact in any order
+            run_of, columns = self._class_columns([who for who, _ in reports])
+            what = np.concatenate([np.asarray(w, dtype=np.int64) for _, w in reports])
+            used = columns >= 0
+            rows = run_of[used] * P + rank[level_of_col[columns[used]]]
+            np.add.at(counts.reshape(B * P, d), rows, what[used])
         self._plan = RunsPlan(slot, eps1, eps2, ledger.nullified_runs.copy())
         rule = self.mechanism.rule
         first = rule.sampling(rule.scaled(eps1), sizes)
@@ -166,12 +167,19 @@ class BatchedDynamic:
         """Commit every run's decision to the runs' ledger; returns which runs published."""
         return self.ledger.commit_runs(published)
 
-    def _columns(self, b: int, classes: np.ndarray) -> np.ndarray:
-        """The ledger column of each class of run b's users (cached while columns hold)."""
-        cached = self._class_maps[b]
-        if cached is None or cached[0] is not classes or cached[1] != self.ledger.version:
-            if classes.shape != self.users[b].shape:
-                raise ValueError(f"run {b}: one class per declared user expected")
-            cols = class_levels(classes, self.ledger.group[self.users[b]])
-            cached = self._class_maps[b] = (classes, self.ledger.version, cols)
-        return cached[2]
+    def _class_columns(self, classes: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+        """For every run's classes, run after run: the run and the ledger column of each class
+        (cached while the classes and the columns hold)."""
+        key = (tuple(map(id, classes)), self.ledger.version)
+        cached = self._class_maps[0]
+        if cached is None or cached[0] != key:
+            runs, columns = [], []
+            for b, cls in enumerate(classes):
+                if cls.shape != self.users[b].shape:
+                    raise ValueError(f"run {b}: one class per declared user expected")
+                cols = class_levels(cls, self.ledger.group[self.users[b]])
+                runs.append(np.full(cols.size, b, dtype=np.int64))
+                columns.append(cols)
+            cached = self._class_maps[0] = (key, list(classes), np.concatenate(runs),
+                                            np.concatenate(columns))
+        return cached[2], cached[3]

@@ -146,7 +146,7 @@ class BatchedPlbu:
         self._p = e / (e + d - 1)  # GRR: keep the true cell
         self._q = 1.0 / (e + d - 1)
         self._q_oue = 1.0 / (e + 1.0)  # OUE: report 1 for another cell
-        self._class_maps: list[tuple[np.ndarray, np.ndarray] | None] = [None] * self.runs
+        self._class_rows: tuple | None = None  # each run's classes' rows, and their key
         self.slot = 1
 
     def step(self, cells: Sequence[np.ndarray]) -> BatchRelease:
@@ -162,14 +162,16 @@ class BatchedPlbu:
     def step_classes(self, class_counts: Sequence[np.ndarray],
                      classes: Sequence[np.ndarray]) -> BatchRelease:
         """Release the next slot of every run from its reports per (class, cell)."""
-        counts = np.zeros((self.runs, self.eps.shape[1], self.d), dtype=np.int64)
-        for b, (m, cc, cls) in enumerate(zip(self.mechanisms, class_counts, classes,
-                                             strict=True)):
-            cached = self._class_maps[b]
-            if cached is None or cached[0] is not cls:
-                cached = self._class_maps[b] = (cls, class_levels(cls, m.group_of_user))
-            np.add.at(counts[b], cached[1], np.asarray(cc, dtype=np.int64))
-        return self.step_counts(counts)
+        G = self.eps.shape[1]
+        key = tuple(map(id, classes))
+        if self._class_rows is None or self._class_rows[0] != key:
+            rows = [b * G + class_levels(cls, m.group_of_user)
+                    for b, (m, cls) in enumerate(zip(self.mechanisms, classes, strict=True))]
+            self._class_rows = (key, list(classes), np.concatenate(rows))
+        counts = np.zeros((self.runs * G, self.d), dtype=np.int64)
+        what = np.concatenate([np.asarray(cc, dtype=np.int64) for cc in class_counts])
+        np.add.at(counts, self._class_rows[2], what)  # sums of integers: exact in any order
+        return self.step_counts(counts.reshape(self.runs, G, self.d))
 
     def step_counts(self, counts: np.ndarray) -> BatchRelease:
         """Release the next slot of every run from its reports per (budget group, cell), a
