@@ -110,17 +110,21 @@ class _Directory:
         """Indices of ``users``, giving new users the next free ones (not yet recorded)."""
         get = self.index.get
         found = [get(u) for u in users]
-        if None in found:
-            fresh: dict[str, int] = {}
+        missing = found.count(None)
+        if missing:
             first = len(self.users)
-            found = [fresh.setdefault(u, first + len(fresh)) if i is None else i
-                     for u, i in zip(users, found, strict=True)]
+            new = dict.fromkeys(u for u, i in zip(users, found, strict=True) if i is None)
+            if missing == len(found) == len(new):  # all new and distinct: the next indices
+                return np.arange(first, first + missing, dtype=np.int64)
+            fresh = dict(zip(new, range(first, first + len(new)), strict=True))
+            found = [fresh[u] if i is None else i for u, i in zip(users, found, strict=True)]
         return np.array(found, dtype=np.int64).reshape(len(users))
 
     def add(self, users: Sequence[str], indices: np.ndarray) -> None:
         """Record the new users among ``users`` (their :meth:`indices`)."""
         first = len(self.users)
-        new = {u: i for u, i in zip(users, indices.tolist(), strict=True) if i >= first}
+        new = dict(pair for pair in zip(users, indices.tolist(), strict=True)
+                   if pair[1] >= first)
         self.index.update(new)
         self.users.extend(new)  # in the order of their indices: that of first appearance
 

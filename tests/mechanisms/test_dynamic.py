@@ -567,3 +567,22 @@ def test_rescans_in_chunks_match_the_oracle(monkeypatch) -> None:
         published += ledger.commit(bit).published
         oracle.commit(bit)
     assert 0 < published < T  # both charged and nullified slots were met
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.lists(st.sampled_from("abcdefgh"), max_size=6), max_size=5))
+def test_user_directory_numbers_users_in_order_of_first_declaration(declarations):
+    from mechanisms.dynamic import _Directory
+
+    directory, seen = _Directory(), []
+    for users in declarations:
+        idx = directory.indices(users)
+        new = []
+        for u in users:  # the next free index for each new user, at its first appearance
+            if u not in seen and u not in new:
+                new.append(u)
+        assert idx.tolist() == [(seen + new).index(u) for u in users]
+        directory.add(users, idx)
+        seen += new
+        assert directory.users == seen
+        assert directory.index == {u: i for i, u in enumerate(seen)}
