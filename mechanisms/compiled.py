@@ -181,19 +181,23 @@ def _optimal_budgets(budgets, sizes, expm1, variance, theta, err):
         err[b] = best if positive else np.inf
 
 
-def plbu_draws(rngs, counts, sizes, oue, q, fast, p):
-    """:meth:`mechanisms.baselines.ldp.BatchedPlbu._draw`: every run's OUE 1-bits and
-    two-cell GRR kept reports, (runs, groups, d) each."""
+def plbu_draws(rngs, counts, sizes, oue, q, grr, p):
+    """:meth:`mechanisms.baselines.ldp.BatchedPlbu._draw`: every run's OUE 1-bits, GRR kept
+    reports (runs, groups, d) and, over more than two cells, its moved reports
+    (runs, groups, d, d - 1) or None."""
+    d = counts.shape[2]
     ones = np.zeros(counts.shape, dtype=np.int64)
     kept = np.zeros(counts.shape, dtype=np.int64)
+    moved = np.zeros(counts.shape + (max(d - 1, 1),), dtype=np.int64)
     _plbu_draws(generators(rngs), counts.astype(np.int64), sizes.astype(np.int64), oue, q,
-                fast, p, ones, kept)
-    return ones, kept
+                grr, p, ones, kept, moved)
+    return ones, kept, (moved if d > 2 else None)
 
 
 @_compiled
-def _plbu_draws(gens, counts, sizes, oue, q, fast, p, ones, kept):
+def _plbu_draws(gens, counts, sizes, oue, q, grr, p, ones, kept, moved):
     B, G, d = counts.shape
+    share = 1.0 / (d - 1) if d > 1 else 1.0  # each other cell's probability
     for b in range(B):
         g = gens[b]
         for k in range(G):  # numpy's array calls: Binomial(c, 1/2) of every group, then ...
@@ -204,7 +208,23 @@ def _plbu_draws(gens, counts, sizes, oue, q, fast, p, ones, kept):
             if oue[b, k]:
                 for j in range(d):
                     ones[b, k, j] += g.binomial(sizes[b, k] - counts[b, k, j], q[b, k])
-        for k in range(G):
-            if fast[b, k]:
+        for k in range(G):  # GRR: the kept reports of every group, then ...
+            if grr[b, k]:
                 for j in range(d):
                     kept[b, k, j] = g.binomial(counts[b, k, j], p[b, k])
+        if d <= 2:
+            continue
+        for k in range(G):  # ... numpy's multinomial of the moved ones, cell by cell
+            if grr[b, k]:
+                for j in range(d):
+                    left = counts[b, k, j] - kept[b, k, j]
+                    rest = 1.0
+                    for m in range(d - 2):
+                        x = g.binomial(left, share / rest)
+                        moved[b, k, j, m] = x
+                        left -= x
+                        if left <= 0:
+                            break
+                        rest -= share
+                    if left > 0:
+                        moved[b, k, j, d - 2] = left

@@ -53,25 +53,37 @@ def grr_frequencies(
     """
     c = np.atleast_2d(counts)
     e = np.broadcast_to(np.asarray(eps, dtype=np.float64), (c.shape[0],))
-    groups, d = c.shape
-    n = c.sum(axis=1)
+    d = c.shape[1]
     if d == 1:
-        out = c / np.maximum(n, 1)[:, None]
+        out = c / np.maximum(c.sum(axis=1), 1)[:, None]
         return out.reshape(np.shape(counts))
     p = (np.exp(e) / (np.exp(e) + d - 1))[:, None]
     q = (1.0 / (np.exp(e) + d - 1))[:, None]
     kept = rng.binomial(c, p)
-    if d == 2:  # one other cell takes every moved report (a one-cell multinomial draws nothing)
-        moved = (c - kept)[:, :, None]
+    # one other cell takes every moved report of two cells (a one-cell multinomial draws
+    # nothing); over more, each cell's moved reports spread over the d - 1 others
+    moved = None if d == 2 else rng.multinomial(c - kept, np.full(d - 1, 1.0 / (d - 1)))
+    return grr_estimate(c, kept, moved, p, q).reshape(np.shape(counts))
+
+
+def grr_estimate(counts: np.ndarray, kept: np.ndarray, moved: np.ndarray | None,
+                 p: np.ndarray, q: np.ndarray) -> np.ndarray:
+    """GRR's unbiased frequencies from the reports each cell kept and, over d > 2 cells, those
+    it moved to each other cell ((..., d, d - 1): offset k lands on cell (j + k) mod d; None
+    for two cells, where the other cell takes them all). ``p`` and ``q`` are the keep and move
+    probabilities, broadcast against the (..., d) counts; a group without users estimates 0."""
+    d = counts.shape[-1]
+    n = counts.sum(axis=-1, keepdims=True)
+    if moved is None:
+        landed = (counts - kept)[..., ::-1].astype(np.float64)
     else:
-        moved = rng.multinomial(c - kept, np.full(d - 1, 1.0 / (d - 1)))  # (groups, d, d-1)
-    # a report moved from cell j by offset k (1..d-1) lands on cell (j + k) mod d
-    target = (np.arange(d)[:, None] + np.arange(1, d)[None, :]) % d
-    flat = (np.arange(groups)[:, None, None] * d + target[None, :, :]).ravel()
-    landed = np.bincount(flat, weights=moved.ravel(), minlength=groups * d).reshape(groups, d)
-    safe = np.maximum(n, 1)[:, None]
-    out = np.where(n[:, None] > 0, ((kept + landed) / safe - q) / (p - q), 0.0)
-    return out.reshape(np.shape(counts))
+        lead = int(np.prod(counts.shape[:-1], dtype=np.int64))
+        target = (np.arange(d)[:, None] + np.arange(1, d)[None, :]) % d
+        flat = (np.arange(lead)[:, None, None] * d + target[None, :, :]).ravel()
+        landed = np.bincount(flat, weights=moved.reshape(-1), minlength=lead * d
+                             ).reshape(counts.shape)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(n > 0, ((kept + landed) / np.maximum(n, 1) - q) / (p - q), 0.0)
 
 
 @dataclass(frozen=True)
@@ -186,34 +198,28 @@ class BatchedPlbu:
         d = self.d
         sizes = counts.sum(axis=2)
         kept_n = np.maximum(sizes, 1)
-        with np.errstate(divide="ignore"):  # padded groups: budget 0, no users
+        with np.errstate(divide="ignore", invalid="ignore"):  # padded groups: budget 0, no users
             var = np.where(self.grr, grr_variance(self.eps, d, kept_n),
                            oue_variance(self.eps, kept_n))
         weights = np.where(sizes > 0, 1.0 / var, 0.0)
         live = sizes > 0
-        oue = live & ~self.grr
-        # GRR over two cells, the sweep's case: the kept reports are drawn with OUE's, and the
-        # estimates of the whole batch computed at once
-        fast = self.grr & live if d == 2 else np.zeros(sizes.shape, dtype=bool)
-        ones, kept = self._draw(counts, sizes, oue, fast)
+        oue, grr = live & ~self.grr, live & self.grr
+        ones, kept, moved = self._draw(counts, sizes, oue, grr)
         freq = np.zeros(counts.shape)
-        if oue.any():
-            n = sizes[:, :, None]
-            q = self._q_oue[:, :, None]
-            with np.errstate(divide="ignore", invalid="ignore"):
-                freq = np.where(oue[:, :, None], (ones - n * q) / (n * (0.5 - q)), 0.0)
-        if fast.any():
-            landed = (counts - kept)[:, :, ::-1].astype(np.float64)  # the other cell's moved
-            safe = np.maximum(sizes, 1)[:, :, None]
-            p, q = self._p[:, :, None], self._q[:, :, None]
-            with np.errstate(divide="ignore", invalid="ignore"):
-                freq = np.where(fast[:, :, None], ((kept + landed) / safe - q) / (p - q), freq)
+        n = sizes[:, :, None]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            if oue.any():
+                q = self._q_oue[:, :, None]
+                freq = np.where(oue[:, :, None], (ones - n * q) / (n * (0.5 - q)), freq)
+            if grr.any() and d == 1:  # every report stays: the frequency is exact
+                freq = np.where(grr[:, :, None], counts / np.maximum(n, 1), freq)
+            elif grr.any():
+                estimate = grr_estimate(counts, kept, moved, self._p[:, :, None],
+                                        self._q[:, :, None])
+                freq = np.where(grr[:, :, None], estimate, freq)
         histogram = np.zeros((self.runs, d))
-        for b, m in enumerate(self.mechanisms):
+        for b in range(self.runs):
             G = self.groups[b]
-            grr = np.flatnonzero(live[b, :G] & m.use_grr) if d != 2 else ()
-            if len(grr):  # after the run's OUE draws, as alone
-                freq[b, grr] = grr_frequencies(counts[b, grr], m.group_eps[grr], m.rng)
             total = int(sizes[b].sum())
             if total:
                 w = weights[b, :G]
@@ -221,15 +227,21 @@ class BatchedPlbu:
         return histogram
 
     def _draw(self, counts: np.ndarray, sizes: np.ndarray, oue: np.ndarray,
-              fast: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+              grr: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
         """Each run's simulated reports, drawn as alone: the 1-bits of its OUE groups
-        (Binomial(c, 1/2) + Binomial(n - c, q) per cell) and the kept reports of its two-cell
-        GRR groups, (runs, groups, d) each; compiled for a batch where numba is installed."""
+        (Binomial(c, 1/2) + Binomial(n - c, q) per cell), then the kept reports of its GRR
+        groups and, over more than two cells, where the others move (one multinomial per
+        cell over the d - 1 other cells): (runs, groups, d) each, and (runs, groups, d, d - 1)
+        or None. Compiled for a batch where numba is installed."""
+        d = self.d
+        if d == 1:
+            grr = np.zeros_like(grr)  # GRR over one cell draws nothing
         if compiled.available(self.runs):
             return compiled.plbu_draws([m.rng for m in self.mechanisms], counts, sizes, oue,
-                                       self._q_oue, fast, self._p)
+                                       self._q_oue, grr, self._p)
         ones = np.zeros(counts.shape, dtype=np.int64)
         kept = np.zeros(counts.shape, dtype=np.int64)
+        moved = np.zeros(counts.shape + (d - 1,), dtype=np.int64) if d > 2 else None
         for b, m in enumerate(self.mechanisms):
             rng = m.rng
             groups = np.flatnonzero(oue[b])
@@ -237,10 +249,16 @@ class BatchedPlbu:
                 c = counts[b, groups]
                 ones[b, groups] = rng.binomial(c, 0.5) + rng.binomial(
                     sizes[b, groups][:, None] - c, self._q_oue[b, groups][:, None])
-            if fast[b].any():  # value by value: a tenth of an array call's cost
+            groups = np.flatnonzero(grr[b])
+            if groups.size and moved is not None:
+                c = counts[b, groups]
+                kept[b, groups] = rng.binomial(c, self._p[b, groups][:, None])
+                moved[b, groups] = rng.multinomial(c - kept[b, groups],
+                                                   np.full(d - 1, 1.0 / (d - 1)))
+            elif groups.size:  # two cells, value by value: a tenth of an array call's cost
                 binomial = rng.binomial
                 for g, (row, pg) in enumerate(zip(counts[b].tolist(), self._p[b].tolist(),
                                                   strict=True)):
-                    if fast[b, g]:
+                    if grr[b, g]:
                         kept[b, g] = (binomial(row[0], pg), binomial(row[1], pg))
-        return ones, kept
+        return ones, kept, moved

@@ -161,11 +161,13 @@ def test_value_by_value_binomial_draws_what_one_array_call_draws():
         assert [int(x) for x in a] == b.tolist()
 
 
-@pytest.mark.parametrize("d", [2, 40])
+@pytest.mark.parametrize("d", [1, 2, 5, 40])
 def test_plbu_batch_over_two_cells_and_many(d):
-    """Two cells: GRR's reports drawn value by value; many cells: OUE's array draws."""
+    """One cell: no draw; two cells: GRR's reports drawn value by value; five: GRR's kept
+    reports and its multinomial over the four other cells; many cells: OUE's array draws."""
     reqs = [requirements(E, w, seed) for E, w, seed in SETTINGS]
     alone = [make_step("plbu", r, d, np.random.default_rng([k, 15])) for k, r in enumerate(reqs)]
+    assert all(m.use_grr.all() for m in alone) == (d <= 5)
     together = batch([make_step("plbu", r, d, np.random.default_rng([k, 15]))
                       for k, r in enumerate(reqs)])
     cells = stream(5, d=d)
