@@ -54,9 +54,10 @@ def draw_runs(rngs, who, rows, probs, begin, end, scales, count):
     """:func:`mechanisms.run_draws.draw_runs` for Laplace noise of scale ``scales[i]``."""
     thinned = np.zeros((who.size, rows.shape[1]), dtype=np.int64)
     noise = np.empty((who.size, count))
-    _draw_runs(generators(rngs), who.astype(np.int64), rows.astype(np.int64),
-                     probs.astype(np.float64), begin.astype(np.int64), end.astype(np.int64),
-                     scales, count, thinned, noise)
+    as_int = np.int64
+    _draw_runs(generators(rngs), who.astype(as_int, copy=False), rows.astype(as_int, copy=False),
+               probs.astype(np.float64, copy=False), begin.astype(as_int, copy=False),
+               end.astype(as_int, copy=False), scales, count, thinned, noise)
     return thinned, noise
 
 

@@ -12,6 +12,7 @@ from functools import cached_property
 
 import numpy as np
 
+from mechanisms import compiled
 from mechanisms.ledgers.plan import SlotPlan
 from mechanisms.noise import draw_noise, noise_std
 from mechanisms.obs import batch_optimal_budget
@@ -70,6 +71,15 @@ class Sampling:
         partial = (p > 0.0) & ~full
         return cls(threshold, p, full, partial, partial.any(axis=1))
 
+    def kept_whole(self, counts: np.ndarray) -> np.ndarray:
+        """Each run's counts (runs, levels, d) summed over its levels kept whole, (runs, d)
+        (integer sums: exact in any order)."""
+        return np.matmul(self._whole, counts)[:, 0]
+
+    @cached_property
+    def _whole(self) -> np.ndarray:
+        return self.full.astype(np.int64)[:, None, :]
+
     @cached_property
     def partial_rows(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """The partly sampled levels, run after run: their flat (run, level) indices, their
@@ -94,6 +104,8 @@ class ObsCache:
 
     def __call__(self, budgets: np.ndarray, sizes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``batch_optimal_budget(budgets, sizes)``: (threshold, error) per run."""
+        if compiled.available(budgets.shape[0]):  # compiled: cheaper than the memo's key
+            return batch_optimal_budget(budgets, sizes, self.noise)
         key = self._key(budgets, sizes)
         hit = self._memo.get(key)
         if hit is None:
@@ -220,7 +232,7 @@ class ReleaseRule:
             # the dissimilarity (Algorithm 3): each run draws its sample and its noise
             first = first if first is not None else self.sampling(self.scaled(eps1), sizes)
             theta1 = first.threshold
-            sampled = np.where(first.full[:, :, None], counts, 0).sum(axis=1)
+            sampled = first.kept_whole(counts)
             drawing = np.flatnonzero(live & (theta1 > 0))
             noise1 = np.zeros(runs)
             if drawing.size:
@@ -249,7 +261,7 @@ class ReleaseRule:
             # their rows (memoised, as the ledgers revisit the same budgets)
             second = self.obs.sampling(eps2[writing], sizes[writing], theta2[writing])
             sub = counts[writing]
-            sampled2 = np.where(second.full[:, :, None], sub, 0).sum(axis=1)
+            sampled2 = second.kept_whole(sub)
             thinned, drawn = _draw(rngs, writing, np.arange(writing.size), second, sub,
                                    theta2[writing], d, noise)
             histogram[writing] = sampled2 + thinned + drawn.astype(histogram.dtype)
