@@ -74,7 +74,7 @@ class Sampling:
     def kept_whole(self, counts: np.ndarray) -> np.ndarray:
         """Each run's counts (runs, levels, d) summed over its levels kept whole, (runs, d)
         (integer sums: exact in any order)."""
-        return np.matmul(self._whole, counts)[:, 0]
+        return np.matmul(self._whole, counts.astype(np.int64, copy=False))[:, 0]
 
     @cached_property
     def _whole(self) -> np.ndarray:
