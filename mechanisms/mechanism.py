@@ -303,6 +303,31 @@ class RunsAlone:
         self._batch.last[0] = histogram
 
 
+class HistogramSteps:
+    """``step`` and ``step_classes`` of a run that needs only the slot's histogram: both count
+    the reports per cell and hand them to ``step_counts(counts)``, (d,)."""
+
+    d: int
+
+    def step(self, cells: np.ndarray):
+        """Release the next slot from one cell per user (-1: no report)."""
+        cells = np.asarray(cells)
+        if cells.ndim != 1 or cells.dtype.kind not in "iu":
+            raise ValueError(f"expected one integer cell per user, got {cells.dtype} "
+                             f"{cells.shape}")
+        if cells.size and (cells.min() < -1 or cells.max() >= self.d):
+            raise ValueError(f"cells must lie in [0, {self.d}) or be -1 (no report)")
+        return self.step_counts(np.bincount(cells[cells >= 0], minlength=self.d))
+
+    def step_classes(self, class_counts: np.ndarray, classes: np.ndarray):
+        """Release the next slot from reports per (class of users, cell): only their total
+        counts (the batched evaluation's count path)."""
+        return self.step_counts(np.asarray(class_counts).sum(axis=0))
+
+    def step_counts(self, counts: np.ndarray):  # pragma: no cover - every user defines it
+        raise NotImplementedError
+
+
 class HoldsMechanism:
     """What a wrapper that keeps a :class:`Mechanism` as ``self.mechanism`` shows of it."""
 

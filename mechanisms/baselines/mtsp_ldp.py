@@ -65,6 +65,7 @@ from mechanisms.baselines.private_tree import (
     height,
     real_nodes,
 )
+from mechanisms.mechanism import HistogramSteps
 
 
 @dataclass(frozen=True)
@@ -133,7 +134,7 @@ class MtspRelease:
         return self.tree * self.active
 
 
-class MtspLdp:
+class MtspLdp(HistogramSteps):
     """MTSP-LDP over ``n`` users and ``d`` cells with window ``w`` and budget ``E``: a run
     alone, stepped as a batch of one of :class:`~mechanisms.baselines.mtsp_batch.BatchedMtsp`,
     which holds its state (the window's dissimilarities and eps2, the last tree)."""
@@ -166,14 +167,7 @@ class MtspLdp:
         cells = np.asarray(cells)
         if cells.shape != (self.n,) or cells.dtype.kind not in "iu":
             raise ValueError(f"expected {self.n} integer cells, got {cells.dtype} {cells.shape}")
-        if cells.min() < -1 or cells.max() >= self.d:
-            raise ValueError(f"cells must lie in [0, {self.d}) or be -1 (no value)")
-        return self.step_counts(np.bincount(cells[cells >= 0], minlength=self.d))
-
-    def step_classes(self, class_counts: np.ndarray, classes: np.ndarray) -> MtspRelease:
-        """Release the next slot from reports per (class of users, cell): MTSP-LDP needs only
-        their total (the batched evaluation's count path)."""
-        return self.step_counts(np.asarray(class_counts).sum(axis=0))
+        return super().step(cells)
 
     def step_counts(self, counts: np.ndarray) -> MtspRelease:
         """Release the next slot from the number of users holding each cell, (d,)."""

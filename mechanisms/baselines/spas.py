@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from mechanisms.mechanism import BatchRelease, RunsAlone, first_run
+from mechanisms.mechanism import BatchRelease, HistogramSteps, RunsAlone, first_run
 from mechanisms.noise import draw_noise
 from mechanisms.recent import RecentSlots, width_groups
 from mechanisms.registry import histogram_dtype
@@ -51,7 +51,7 @@ class SpasRelease:
     reserved: float = 0.0
 
 
-class Spas(RunsAlone):
+class Spas(HistogramSteps, RunsAlone):
     """SPAS over the total histogram of all users, under one requirement (w, E).
 
     ``c0`` is the number of samples per window assumed before two samples are known. A run
@@ -73,16 +73,6 @@ class Spas(RunsAlone):
         self.c0 = int(min(max(1, c0), self.w))
         self.eps_s = self.eps_p = self.E / 2.0
         self._batch = BatchedSpas([self])
-
-    def step(self, cells: np.ndarray) -> SpasRelease:
-        """Release the next slot from one cell per user (-1: no report)."""
-        cells = np.asarray(cells)
-        return self.step_counts(np.bincount(cells[cells >= 0], minlength=self.d))
-
-    def step_classes(self, class_counts: np.ndarray, classes: np.ndarray) -> SpasRelease:
-        """Release the next slot from reports per (class of users, cell): SPAS needs only
-        their total (the batched evaluation's count path)."""
-        return self.step_counts(np.asarray(class_counts).sum(axis=0))
 
     def step_counts(self, counts: np.ndarray) -> SpasRelease:
         """Release the next slot from the true histogram ``counts`` (d,)."""

@@ -92,3 +92,11 @@ def test_plbu_groups_charge_e_over_w_and_estimate_counts():
     assert est.mean(axis=0) == pytest.approx([4000, 2000], rel=0.05)
     # per user, any window of w_i slots costs w_i * E_i / w_i = E_i
     assert (plbu.user_eps * reqs.w == pytest.approx(reqs.E))
+
+
+def test_spas_refuses_cells_outside_the_domain():
+    spas = Spas(5, 1.0, 3, np.random.default_rng(0))
+    for bad in (np.array([0, 3]), np.array([-2, 1]), np.array([[0, 1]]), np.array([0.0, 1.0])):
+        with pytest.raises(ValueError, match="cell"):
+            spas.step(bad)
+    assert spas.step(np.array([0, 2, -1])).slot == 1  # nothing was released before
