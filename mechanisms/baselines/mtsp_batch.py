@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import numpy as np
 
@@ -28,8 +28,18 @@ from mechanisms.baselines.ldp import oue_variance
 from mechanisms.baselines.private_tree import build_tree, level_slice, node_bounds, real_nodes
 from mechanisms.mechanism import BatchRelease, first_run
 
-if TYPE_CHECKING:
-    from mechanisms.baselines.mtsp_ldp import MtspLdp
+
+class MtspRun(Protocol):
+    """What the batch reads of a run (:class:`~mechanisms.baselines.mtsp_ldp.MtspLdp`)."""
+
+    w: int
+    E: float
+    n: int
+    d: int
+    h: int
+    split: float
+    slot: int
+    rng: np.random.Generator
 
 EXHAUSTED = 1e-12  # remaining budget at or below this fraction of E counts as none
 
@@ -148,7 +158,7 @@ class BatchedMtsp:
     cells (each with its w, E, split and generator) stepped by one call per slot (module doc);
     it holds their state."""
 
-    def __init__(self, mechanisms: Sequence[MtspLdp]) -> None:
+    def __init__(self, mechanisms: Sequence[MtspRun]) -> None:
         first = first_run(mechanisms, lambda m: (m.n, m.d), "number of users and domain",
                           fresh=lambda m: m.slot == 1)
         self.mechanisms = list(mechanisms)
