@@ -5,10 +5,12 @@ call per run or per group of runs.
 Each kernel computes exactly what its numpy counterpart computes, bit for bit, and the numpy
 code stays the reference: the job runs one run per mechanism and never uses these (numba is not
 one of its dependencies), a batch of one takes the numpy path, and the tests compare both on
-every kernel (``tests/mechanisms/test_compiled.py``). What keeps them equal:
+every kernel (``tests/mechanisms/test_compiled.py``, and ``tests/mechanisms/test_batch.py``'s
+runs alone against the same runs batched). What keeps them equal:
 
 - the generators: numba's ``Generator.binomial`` and ``Generator.laplace`` follow numpy's
-  algorithms on the same bit generator;
+  algorithms on the same bit generator, and numpy's multinomial is drawn as numpy draws it,
+  one binomial per category;
 - sums: :func:`_pairwise` adds in the order of numpy's pairwise summation of a contiguous row;
   prefix sums add left to right, as ``np.cumsum`` does;
 - transcendental functions (``expm1``, the noise variance) are computed by numpy before the

@@ -61,7 +61,7 @@ class BatchedDynamic:
         self.directories = [_Directory() for _ in mechanisms]
         self.users = [np.zeros(0, dtype=np.int64) for _ in mechanisms]  # ledger index of each
         self._declared = [set(np.unique(r.slot).tolist()) for r in self.requirements]
-        self._class_maps: list[tuple | None] = [None]  # the classes' columns, and their key
+        self._class_cache: tuple | None = None  # the classes' columns, and their key
 
     @property
     def slot(self) -> int:
@@ -171,7 +171,7 @@ class BatchedDynamic:
         """For every run's classes, run after run: the run and the ledger column of each class
         (cached while the classes and the columns hold)."""
         key = (tuple(map(id, classes)), self.ledger.version)
-        cached = self._class_maps[0]
+        cached = self._class_cache
         if cached is None or cached[0] != key:
             runs, columns = [], []
             for b, cls in enumerate(classes):
@@ -180,6 +180,6 @@ class BatchedDynamic:
                 cols = class_levels(cls, self.ledger.group[self.users[b]])
                 runs.append(np.full(cols.size, b, dtype=np.int64))
                 columns.append(cols)
-            cached = self._class_maps[0] = (key, list(classes), np.concatenate(runs),
+            cached = self._class_cache = (key, list(classes), np.concatenate(runs),
                                             np.concatenate(columns))
         return cached[2], cached[3]

@@ -56,20 +56,19 @@ class RunsDecision:
 @dataclass(frozen=True)
 class Sampling:
     """A level set's sampling under OBS, per run: the threshold, each level's inclusion
-    probability, the levels kept whole and those sampled, and the runs that sample any."""
+    probability, and the levels kept whole and those sampled."""
 
     threshold: np.ndarray
     p: np.ndarray
     full: np.ndarray
     partial: np.ndarray
-    any_partial: np.ndarray
 
     @classmethod
     def of(cls, threshold: np.ndarray, p: np.ndarray) -> Sampling:
         """The sampling with inclusion probabilities ``p`` (runs, levels)."""
         full = p >= 1.0
         partial = (p > 0.0) & ~full
-        return cls(threshold, p, full, partial, partial.any(axis=1))
+        return cls(threshold, p, full, partial)
 
     def kept_whole(self, counts: np.ndarray) -> np.ndarray:
         """Each run's counts (runs, levels, d) summed over its levels kept whole, (runs, d)
@@ -85,9 +84,9 @@ class Sampling:
         """The partly sampled levels, run after run: their flat (run, level) indices, their
         probabilities, and where each run's levels begin and end in that order."""
         flat = np.flatnonzero(self.partial)
-        end = np.cumsum(self.partial.sum(axis=1))
-        begin = end - self.partial.sum(axis=1)
-        return flat, self.p.ravel()[flat], begin, end
+        per_run = self.partial.sum(axis=1)
+        end = np.cumsum(per_run)
+        return flat, self.p.ravel()[flat], end - per_run, end
 
 
 class ObsCache:

@@ -61,10 +61,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from mechanisms.baselines.mtsp_batch import EXHAUSTED, BatchedMtsp
-from mechanisms.baselines.private_tree import (
-    height,
-    real_nodes,
-)
+from mechanisms.baselines.private_tree import height
 from mechanisms.mechanism import HistogramSteps
 
 
@@ -157,7 +154,6 @@ class MtspLdp(HistogramSteps):
         self.w, self.E, self.n, self.d = int(w), float(E), int(n), int(d)
         self.rng, self.split = rng, float(split)
         self.h = height(self.d)
-        self.real = real_nodes(self.h, self.d)
         self.slot = 1  # the next slot to be released
         self.last = np.zeros(2 ** (self.h + 1) - 1)  # the last released tree
         self._runs: BatchedMtsp | None = None
