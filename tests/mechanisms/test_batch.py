@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from mechanisms import compiled
 from mechanisms.build import batch
 from mechanisms.central import BatchedFixed, create_mechanism
 from mechanisms.evaluation.runs import (
@@ -55,8 +56,13 @@ def runs(name: str, noise: str = "laplace"):
     return out
 
 
+@pytest.mark.parametrize("compiled_loops", [True, False], ids=["compiled", "numpy"])
 @pytest.mark.parametrize("name", sorted(REGISTRY))
-def test_every_run_of_a_batch_releases_what_it_releases_alone(name):
+def test_every_run_of_a_batch_releases_what_it_releases_alone(name, compiled_loops, monkeypatch):
+    """With the compiled loops (numba, as the evaluation runs) and without them (numpy alone,
+    where the evaluation extra is not installed)."""
+    if not compiled_loops:
+        monkeypatch.setattr(compiled, "available", lambda runs: False)
     alone, together = runs(name), batch(runs(name))
     streams = [stream(s) for _, _, s in SETTINGS]  # each run its own stream (repeats)
     published = 0
@@ -161,10 +167,13 @@ def test_value_by_value_binomial_draws_what_one_array_call_draws():
         assert [int(x) for x in a] == b.tolist()
 
 
+@pytest.mark.parametrize("compiled_loops", [True, False], ids=["compiled", "numpy"])
 @pytest.mark.parametrize("d", [1, 2, 5, 40])
-def test_plbu_batch_over_two_cells_and_many(d):
+def test_plbu_batch_over_two_cells_and_many(d, compiled_loops, monkeypatch):
     """One cell: no draw; two cells: GRR's reports drawn value by value; five: GRR's kept
     reports and its multinomial over the four other cells; many cells: OUE's array draws."""
+    if not compiled_loops:
+        monkeypatch.setattr(compiled, "available", lambda runs: False)
     reqs = [requirements(E, w, seed) for E, w, seed in SETTINGS]
     alone = [make_step("plbu", r, d, np.random.default_rng([k, 15])) for k, r in enumerate(reqs)]
     assert all(m.use_grr.all() for m in alone) == (d <= 5)
