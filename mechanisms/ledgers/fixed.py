@@ -320,12 +320,16 @@ class SampleLedger(BudgetLedger):
         self.last_runs = np.asarray(state["last"], dtype=np.int64).reshape(1, -1)
 
 
-class AbsorptionLedger(BudgetLedger):
+class AbsorptionLedger(_History):
     """PBA (Algorithm 5) and BA: absorb unused shares E/(2w), then nullify what was borrowed.
 
     A publication at slot t using k shares of a level nullifies the next k - 1 slots for that
     level (Definition 15); the slot is nullified when it lies within the largest such span over
     all levels. A level whose own span ended earlier absorbs the slots since then.
+
+    The decisions need only each level's last publication; the history of each slot's
+    publication charge is kept for what a level spent over its window (the job's budget
+    gauges), which a restored state from before it was kept starts at zero.
     """
 
     name = "absorption"
@@ -359,6 +363,7 @@ class AbsorptionLedger(BudgetLedger):
         return self.eps1 * np.minimum(absorbed, self.windows), nullified
 
     def _commit(self, plan: RunsPlan, published: np.ndarray) -> None:
+        self._push(np.where(published[:, None], plan.eps2, 0.0))
         if published.any():
             since = self.slot - self.published_runs
             absorbed = np.maximum(since[:, None] - np.maximum(self.shares_runs - 1, 0), 0)
@@ -373,6 +378,6 @@ class AbsorptionLedger(BudgetLedger):
         }
 
     def load_state(self, state: dict) -> None:
-        super().load_state(state)
+        super().load_state({"recent": [], **state})  # no history before it was kept
         self.shares_runs = np.asarray(state["shares"], dtype=np.int64).reshape(1, -1)
         self.published_runs = np.array([int(state["last_published"])], dtype=np.int64)

@@ -53,15 +53,13 @@ def window_spend(ledger: BudgetLedger) -> np.ndarray | None:
     """Per ledger row, the budget charged over the row's current window (its last ``w``
     released slots), or ``None`` for a ledger this does not know.
 
-    Exact for ``pbd``/``bd`` (their ledger keeps each slot's publication charge), ``uniform``
-    and ``sample``, counting the dissimilarity charge at every released slot of the window
-    (the ledger does not record since when a level exists). For ``pba``/``ba`` the ledger keeps
-    only the latest publication, so an earlier publication inside the same window is missing:
-    a lower bound."""
+    Exact for ``pbd``/``bd`` and ``pba``/``ba`` (their ledgers keep each slot's publication
+    charge), ``uniform`` and ``sample``, counting the dissimilarity charge at every released
+    slot of the window (the ledger does not record since when a level exists)."""
     w, E = ledger.w.astype(np.float64), ledger.E
     released = np.minimum(ledger.w, ledger.slot - 1).astype(np.float64)
     share = E / (2.0 * w)
-    if isinstance(ledger, DistributionLedger):
+    if isinstance(ledger, DistributionLedger | AbsorptionLedger):
         recent = ledger.recent
         in_window = np.arange(recent.shape[1])[None, :] < ledger.w[:, None]
         return released * share + np.where(in_window, recent, 0.0).sum(axis=1)
@@ -70,10 +68,6 @@ def window_spend(ledger: BudgetLedger) -> np.ndarray | None:
     if isinstance(ledger, SampleLedger):
         published = (ledger.last > 0) & (ledger.last >= ledger.slot - ledger.w)
         return np.where(published, E, 0.0)
-    if isinstance(ledger, AbsorptionLedger):
-        last = ledger.last_published
-        published = (last > 0) & (last >= ledger.slot - ledger.w)
-        return released * share + np.where(published, ledger.shares * share, 0.0)
     return None
 
 
