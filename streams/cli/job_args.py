@@ -66,8 +66,9 @@ JOB_OPTIONS = (
     option("--event-time", "live: reject reports and watermarks more than --max-clock-skew-ms "
            "ahead of the worker's clock; history: replaying recorded data, the clock is not "
            "consulted (default: %(default)s)", choices=("live", "history"), default="live"),
-    option("--max-clock-skew-ms", "live event time: how far ahead of the clock a report may be, "
-           "in ms (default: %(default)s)", type=int, default=300_000),
+    option("--max-clock-skew-ms", "live event time: how far a report may lie ahead of the "
+           "worker's clock, and behind it when a partition's stream starts, in ms "
+           "(default: %(default)s)", type=int, default=300_000),
     option("--cells", "domain of cell indices 0..CELLS-1 (default: 2)", type=int, default=None),
     option("--domain", 'domain as JSON, e.g. {"kind": "grid", ...}; overrides --cells '
            "(default: unset, --cells applies)", default=None),

@@ -36,8 +36,9 @@ class JobConfig:
     ``[1, max_window]`` and budgets in ``[min_epsilon, max_epsilon]``. ``neighbouring``:
     ``add-remove`` calibrates noise to one report added or removed (sensitivity 1), ``replace``
     to one report changed (sensitivity 2). ``event_time``: ``live`` accepts reports from the
-    stream's start (the worker's clock when a partition first took records, minus the allowed
-    lateness; kept in its checkpoint) to the worker's clock plus ``max_skew_ms``, control
+    stream's start (the worker's clock when a partition first took records, minus
+    ``max_skew_ms`` or the lateness if larger; kept in its checkpoint) to the worker's clock plus
+    ``max_skew_ms``, control
     records up to the same bound; ``history`` (replaying recorded data) accepts reports from
     ``origin_ms`` on and does not look at the clock.
     """

@@ -164,13 +164,14 @@ class PartitionAccumulator:
 
     def start_bound(self) -> int:
         """The earliest event time accepted: replaying history, the origin; live, the stream's
-        start, recorded (as the worker's clock minus the allowed lateness) when the partition
-        first takes records, so a stale first report cannot set the watermark back."""
+        start, recorded when the partition first takes records as the worker's clock minus the
+        allowed clock skew (or the lateness, when larger), so a stale first report cannot set the
+        watermark back while reports made just before the worker read them still count."""
         if self.config.event_time != "live":
             return self.config.origin_ms
         if self.stream_start is None:
-            self.stream_start = max(self.config.origin_ms,
-                                    self.clock_ms() - self.config.lateness_ms)
+            behind = max(self.config.max_skew_ms, self.config.lateness_ms)
+            self.stream_start = max(self.config.origin_ms, self.clock_ms() - behind)
             self.start_unsaved = True
         return self.stream_start
 

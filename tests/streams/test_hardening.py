@@ -188,28 +188,38 @@ def test_live_event_time_is_bounded_by_the_clock() -> None:
 def test_a_stale_first_report_cannot_set_a_live_stream_back() -> None:
     """A first report dated a day back (or at the epoch) once set the watermark, so every later
     report was 'future' (or the coordinator released millions of empty slots): live, a stream
-    starts at the worker's clock when a partition first takes records, and earlier reports are
-    late. The start is kept in the checkpoint; replaying history starts at the origin."""
-    now, day = 1_700_000_000_000, 86_400_000
-    job = InProcessJob(cfg(event_time="live", lateness_ms=5_000))
+    starts when a partition first takes records, at the worker's clock minus the allowed skew,
+    and earlier reports are late, while one made seconds before the worker read it counts (with
+    the default lateness of 0, which once made a partition's whole first batch late). The start
+    is kept in the checkpoint; replaying history starts at the origin."""
+    now, day, skew = 1_700_000_000_000, 86_400_000, 60_000
+    live = cfg(event_time="live", max_skew_ms=skew)
+    assert live.lateness_ms == 0
+    job = InProcessJob(live)
     job.register(requirement_records(["u0", "u1"], [4, 4], [1.0, 1.0]))
     p = key_partition(b"u0", 3)
     acc = job.accumulators[p]
     acc.clock_ms = lambda: now
     _, dead = acc.process([(*report("u0", now - day, 1), p, 0), (*report("u0", 0, 1), p, 1),
-                           (*report("u0", now - 4_000, 1), p, 2)])
-    assert [(d.offset, d.reason) for d in dead] == [(0, "late"), (1, "late")]
-    assert acc.stream_start == now - 5_000 and acc.start_unsaved
-    assert acc.slotter.watermark == now - 4_000 - 5_000
+                           (*report("u0", now - skew - 1, 1), p, 2),
+                           (*report("u0", now - 4_000, 1), p, 3)])
+    assert [(d.offset, d.reason) for d in dead] == [(0, "late"), (1, "late"), (2, "late")]
+    assert acc.stream_start == now - skew and acc.start_unsaved
+    assert acc.slotter.watermark == now - 4_000
     saved = acc.snapshot()
     assert not acc.start_unsaved
-    again = InProcessJob(cfg(event_time="live", lateness_ms=5_000))
+    again = InProcessJob(live)
     again.register(requirement_records(["u0", "u1"], [4, 4], [1.0, 1.0]))
     later = again.accumulators[p]
     later.restore(saved)
     later.clock_ms = lambda: now + day  # restarted a day later: the stream's start is kept
-    _, dead = later.process([(*report("u0", now + 1_000, 2), p, 3)])
-    assert dead == [] and later.stream_start == now - 5_000
+    _, dead = later.process([(*report("u0", now + 1_000, 2), p, 4)])
+    assert dead == [] and later.stream_start == now - skew
+    wide = InProcessJob(cfg(event_time="live", max_skew_ms=skew, lateness_ms=2 * skew))
+    wide.register(requirement_records(["u0"], [4], [1.0]))
+    wide.accumulators[p].clock_ms = lambda: now
+    _, dead = wide.accumulators[p].process([(*report("u0", now - 2 * skew, 1), p, 0)])
+    assert dead == [] and wide.accumulators[p].stream_start == now - 2 * skew
     history = InProcessJob(cfg(event_time="history", origin_ms=now))
     history.register(requirement_records(["u0"], [4], [1.0]))
     _, dead = history.accumulators[p].process([(*report("u0", now - 1, 1), p, 0)])
