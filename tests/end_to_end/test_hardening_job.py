@@ -116,16 +116,19 @@ def test_attacks_through_the_input_topics_fail_and_noise_is_fresh_per_run(broker
     assert releases(broker.bootstrap, other_topics)
 
 
-@pytest.mark.parametrize("mechanism", ["pba", "dpba"])
+@pytest.mark.parametrize("mechanism", ["pbd", "pba", "bd", "ba", "dpbd", "dpba"])
 def test_the_audit_finds_nothing_wrong_with_a_demo_run(broker, mechanism: str, capsys):
     """``pwevent demo --broker`` runs the job end to end; ``pwevent audit`` then checks it from
-    the topics alone."""
+    the topics alone. Every run shares the module's broker, under topics of its own."""
+    before = asyncio.run(topic_names(broker.bootstrap))
     code = main(["demo", "--broker", broker.bootstrap, "--mechanism", mechanism, "--users",
                  "300", "--slots", "12", "--json-summary"])
     summary = orjson.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert code == 0 and summary["slots_released"] == 12
-    prefix = sorted({k for k in asyncio.run(topic_names(broker.bootstrap))
-                     if k.startswith("pwevent-demo-")})[-1]
+    new = {k for k in asyncio.run(topic_names(broker.bootstrap)) - before
+           if k.startswith("pwevent-demo-")}
+    assert len(new) == 1, new  # the prefix of this run's topics
+    prefix = new.pop()
     assert main(["audit", "--broker", broker.bootstrap, "--prefix", prefix, "--stream", "demo",
                  "--json"]) == 0
     report = orjson.loads(capsys.readouterr().out)
