@@ -428,8 +428,12 @@ def test_decisions_carry_projected_users_per_level() -> None:
     job.feed([report("a", 1010, 1)])
     job.finish(2000)
     decisions = [orjson.loads(r[2]) for r in job.coordinator.unemitted() if r[1] is not None]
-    assert all(isinstance(doc["projected"], dict) for doc in decisions)
-    assert sum(sum(doc["projected"].values()) for doc in decisions) >= 1
+    assert [doc["slot"] for doc in decisions] == [0, 1]
+    # slot 0 spends 0.25 of a's backward window (level 305:313); at slot 1 its budget of 0.1
+    # is projected to that: a's level charges nothing more (0:0), with a counted there alone
+    assert [doc["users"] for doc in decisions] == [{"305:313": 1}, {"0:0": 1}]
+    assert [doc["projected"] for doc in decisions] == [{}, {"0:0": 1}]
+    assert (decisions[1]["eps1"], decisions[1]["eps2"]) == ({"0:0": 0.0}, {"0:0": 0.0})
 
 
 json_values = st.recursive(
