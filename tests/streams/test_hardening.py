@@ -380,10 +380,16 @@ def test_a_removed_users_report_does_not_move_public_counts() -> None:
                 job.register([(b"u0", None)])
         job.finish(6000)
         docs = [orjson.loads(r) for r in job.releases]
-        out.append([(d["users"], d["published"], d["threshold"], d["noise"], d["approximates"])
-                    for d in docs])
+        decided = job.coordinator.decisions
+        out.append((docs,  # the releases whole: the report is withdrawn, the noise the same
+                    # the decisions whole: levels, users and projected users per level, eps
+                    [orjson.loads(decided[s]) for s in sorted(decided)]))
     assert out[0] == out[1]
-    assert [row[0] for row in out[0]] == [24, 24, 24, 23, 23, 23]
+    released, decisions = out[0]
+    assert [d["users"] for d in released] == [24, 24, 24, 23, 23, 23]
+    assert [d["slot"] for d in decisions] == list(range(6))
+    assert [sum(d["users"].values()) for d in decisions] == [24, 24, 24, 23, 23, 23]
+    assert all(d["eps1"] and set(d["eps1"]) == set(d["users"]) for d in decisions)
 
 
 def test_replace_neighbours_double_the_noise() -> None:
