@@ -20,7 +20,7 @@ from streams.job.partition import watermark_record
 from streams.job.pipeline import InProcessJob
 from streams.kafka.broker import broker_binary, free_port
 from streams.kafka.offsets import read_topic, wait_consumed
-from streams.kafka.producer import RawProducer
+from streams.kafka.producer import RawProducer, key_partition
 from streams.kafka.topics import Topics, create_topics
 
 SECRET = "test-secret"
@@ -174,9 +174,16 @@ def close_through(bootstrap: str, topics: Topics, cfg: JobConfig, end_ms: int) -
         produce(bootstrap, topics.reports, cfg.partitions, [(None, mark)], partition=p)
 
 
-def register(bootstrap: str, topics: Topics, cfg: JobConfig, records, worker) -> None:
-    """Send requirements and wait until the worker has consumed them."""
-    produce(bootstrap, topics.requirements, cfg.partitions, records)
+def register(bootstrap: str, topics: Topics, cfg: JobConfig, records, worker,
+             misplaced: bool = False) -> None:
+    """Send requirements and wait until the worker has consumed them; ``misplaced``: each on
+    the partition after its key's, where the job must not take it."""
+    if misplaced:
+        for key, value in records:
+            wrong = (key_partition(key, cfg.partitions) + 1) % cfg.partitions
+            produce(bootstrap, topics.requirements, cfg.partitions, [(key, value)], wrong)
+    else:
+        produce(bootstrap, topics.requirements, cfg.partitions, records)
     group = f"pwevent-{cfg.prefix}-{cfg.stream}"
     ok = asyncio.run(wait_consumed(bootstrap, group, topics.requirements, cfg.partitions, 60,
                                    alive=lambda: worker.poll() is None))
