@@ -19,6 +19,10 @@ import numpy as np
 from mechanisms.exact_noise import GeneratorBits, exact_discrete_laplace, rational_scale
 
 NOISE_KINDS = ("laplace", "discrete")
+#: The budgets the exact discrete Laplace sampler serves at sensitivity 1
+#: (:func:`~mechanisms.exact_noise.rational_scale`): 2**-30 <= eps <= 2**20.
+DISCRETE_MIN_EPS = 2.0**-30
+DISCRETE_MAX_EPS = 2.0**20
 
 
 def _check(kind: str) -> None:

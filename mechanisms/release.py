@@ -14,7 +14,7 @@ import numpy as np
 
 from mechanisms import compiled
 from mechanisms.ledgers.plan import SlotPlan
-from mechanisms.noise import draw_noise, noise_std
+from mechanisms.noise import DISCRETE_MIN_EPS, draw_noise, noise_std
 from mechanisms.obs import batch_optimal_budget
 from mechanisms.run_draws import draw_runs
 from mechanisms.sampling import inclusion_probabilities
@@ -156,6 +156,12 @@ class ReleaseRule:
     changed. The rule then runs on budgets divided by it (OBS, sampling, noise and the tests),
     which is the same as scaling every noise by it; the ledgers charge the full budgets.
 
+    With integer noise, a threshold below the exact sampler's smallest budget
+    (:data:`~mechanisms.noise.DISCRETE_MIN_EPS`) counts as no budget: a dissimilarity threshold
+    below it is not tested (as a zero one), a publication threshold below it does not publish.
+    Ledgers can plan such budgets (a publication budget halved at every publication of a
+    window, a dynamic budget's remainder); spending less than planned is always private.
+
     The rule decides a batch of independent runs at once (:meth:`decide_runs`): every per-level
     and per-cell array carries a leading run axis, everything deterministic is computed for the
     whole batch, and each run draws from its own generator exactly the values it draws alone,
@@ -172,7 +178,13 @@ class ReleaseRule:
             raise ValueError(f"sensitivity must be 1 or 2, got {sensitivity!r}")
         draw_noise(1.0, 0, np.random.default_rng(0), noise)  # validates the noise kind
         self.d, self.noise, self.test, self.sensitivity = d, noise, test, sensitivity
+        self.floor = DISCRETE_MIN_EPS if noise == "discrete" else 0.0
         self.obs = ObsCache(noise)
+
+    def usable(self, threshold: np.ndarray) -> np.ndarray:
+        """Whether each (scaled) threshold is a budget the rule draws noise for: positive, and
+        with integer noise at least the exact sampler's smallest budget."""
+        return (threshold > 0) & (threshold >= self.floor)
 
     def noise_std(self, threshold: float) -> np.ndarray:
         """Per cell, the standard deviation of the noise :meth:`decide` adds when it publishes
@@ -232,7 +244,8 @@ class ReleaseRule:
             first = first if first is not None else self.sampling(self.scaled(eps1), sizes)
             theta1 = first.threshold
             sampled = first.kept_whole(counts)
-            drawing = np.flatnonzero(live & (theta1 > 0))
+            testing = self.usable(theta1)
+            drawing = np.flatnonzero(live & testing)
             noise1 = np.zeros(runs)
             if drawing.size:
                 # Laplace noise of scale 1/(d theta1) on the mean; integer noise on the sum
@@ -244,15 +257,15 @@ class ReleaseRule:
             # and then divided by d, so no floating-point Laplace is drawn
             total = np.abs(sampled - last).sum(axis=1).astype(np.float64)
             tested = total / d + noise1 if noise == "laplace" else (total + noise1) / d
-            tested[~(theta1 > 0)] = np.inf
+            tested[~testing] = np.inf
             dis = tested.copy()
             dis[nullified] = np.nan
-            # (a run without a positive threshold does not publish, whatever its bar)
+            # (a run without a usable threshold does not publish, whatever its bar)
             bar = np.sqrt(err2) if self.test == "obs" else 1.0 / np.where(theta2 > 0, theta2, 1.0)
-            publish = live & (theta2 > 0) & (tested > bar)
+            publish = live & self.usable(theta2) & (tested > bar)
         else:
             dis = np.full(runs, np.nan)
-            publish = live & (theta2 > 0)
+            publish = live & self.usable(theta2)
         histogram = np.array(last, copy=True)
         writing = np.flatnonzero(publish)
         if writing.size:

@@ -20,7 +20,7 @@ from streams.job.partition import watermark_record
 from streams.job.pipeline import InProcessJob
 from streams.kafka.broker import broker_binary, free_port
 from streams.kafka.offsets import read_topic, wait_consumed
-from streams.kafka.producer import RawProducer
+from streams.kafka.producer import RawProducer, key_partition
 from streams.kafka.topics import Topics, create_topics
 
 SECRET = "test-secret"
@@ -113,6 +113,20 @@ def stop_worker(proc: subprocess.Popen, kill: bool = False) -> None:
         proc.wait()
 
 
+def stop_workers(procs: list[subprocess.Popen]) -> None:
+    """Stop several workers we started side by side: SIGTERM to all, then wait for each (with
+    the SIGKILL fallback of :func:`stop_worker`)."""
+    for proc in procs:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+    for proc in procs:
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
 Records = list[tuple[bytes, bytes]]
 
 
@@ -160,9 +174,16 @@ def close_through(bootstrap: str, topics: Topics, cfg: JobConfig, end_ms: int) -
         produce(bootstrap, topics.reports, cfg.partitions, [(None, mark)], partition=p)
 
 
-def register(bootstrap: str, topics: Topics, cfg: JobConfig, records, worker) -> None:
-    """Send requirements and wait until the worker has consumed them."""
-    produce(bootstrap, topics.requirements, cfg.partitions, records)
+def register(bootstrap: str, topics: Topics, cfg: JobConfig, records, worker,
+             misplaced: bool = False) -> None:
+    """Send requirements and wait until the worker has consumed them; ``misplaced``: each on
+    the partition after its key's, where the job must not take it."""
+    if misplaced:
+        for key, value in records:
+            wrong = (key_partition(key, cfg.partitions) + 1) % cfg.partitions
+            produce(bootstrap, topics.requirements, cfg.partitions, [(key, value)], wrong)
+    else:
+        produce(bootstrap, topics.requirements, cfg.partitions, records)
     group = f"pwevent-{cfg.prefix}-{cfg.stream}"
     ok = asyncio.run(wait_consumed(bootstrap, group, topics.requirements, cfg.partitions, 60,
                                    alive=lambda: worker.poll() is None))
@@ -236,6 +257,30 @@ def kill_and_resume(bootstrap: str, topics: Topics, cfg: JobConfig, tmp_path: Pa
     finally:
         stop_worker(worker)
     return log.read_text()
+
+
+def wait_accepted(port: int, count: int, timeout: float, worker: subprocess.Popen) -> int:
+    """Poll the ``pwevent_reports_total{outcome="accepted"}`` counter of the worker's /metrics
+    (``--metrics-port port``) until it reaches ``count``: the worker has counted that many
+    reports, whether or not their slots closed. Returns the last value read (-1: none)."""
+    import urllib.request
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    deadline, seen = time.monotonic() + timeout, -1
+    while time.monotonic() < deadline and worker.poll() is None:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=3) as resp:
+                body = resp.read().decode()
+        except OSError:  # not serving yet
+            body = ""
+        seen = max([int(s.value) for family in text_string_to_metric_families(body)
+                    for s in family.samples if s.name == "pwevent_reports_total"
+                    and s.labels.get("outcome") == "accepted"], default=seen)
+        if seen >= count:
+            break
+        time.sleep(0.2)
+    return seen
 
 
 def accepted_by_slot(bootstrap: str, topics: Topics) -> dict[int, int]:

@@ -70,11 +70,11 @@ def _decision_error(doc: Any, slot: int, stream: str) -> str | None:
         return f"stream/slot {doc.get('stream')!r}/{doc.get('slot')!r} differ from its key"
     if type(doc.get("published")) is not bool or type(doc.get("nullified")) is not bool:
         return "published and nullified must be booleans"
-    for name in ("eps1", "eps2", "users"):
-        part = doc.get(name)
+    for name in ("eps1", "eps2", "users", "projected"):
+        part = doc.get(name, {} if name == "projected" else None)  # projected: dynamic only
         if type(part) is not dict:
             return f"{name} must be an object"
-        kind = (int,) if name == "users" else (int, float)
+        kind = (int,) if name in ("users", "projected") else (int, float)
         if not all(type(v) in kind and is_num(v) and v >= 0 for v in part.values()):
             return f"{name} holds a negative or non-numeric value"
     return None

@@ -8,7 +8,8 @@ its own, checks:
 
 * the job's ledgers: at every slot each budget level the decision names (grid codes of eps1 and
   eps2) is one the rebuilt users are at, with no more users than are there, charged the level's
-  budgets; the slot is nullified exactly when the rebuilt users nullify it;
+  budgets, and with no more users projected, nor more not projected, than the rebuilt users of
+  the level; the slot is nullified exactly when the rebuilt users nullify it;
 * every user's windows: at every slot where a requirement (wB, EB, wF, EF) is in force, the
   slot's charge fits what the backward window leaves, ``max(0, EB - spent in the wB - 1 slots
   before)`` (a lowered budget below what was already spent is projected: nothing more is charged),
@@ -70,7 +71,8 @@ def check_users(report: AuditReport, records: Iterable[Record], good: dict[int, 
         group = ledger.group[: ledger.n]
         live = ~np.isnan(current[:, 0])
         code1, code2 = plan.stored1[group], plan.stored2[group]
-        _compare(report, slot, doc, code1[live], code2[live], table, bool(plan.nullified))
+        _compare(report, slot, doc, code1[live], code2[live], plan.projected[group][live], table,
+                 bool(plan.nullified))
         ledger.commit_columns(bool(doc["published"]))
         charge = table[code1] + (table[code2] if doc["published"] else 0.0)
         rows.append(np.where(live, charge, 0.0))
@@ -108,26 +110,43 @@ def _apply(ledger: Any, index: dict[str, int], users: dict[str, list | None],
 
 
 def _compare(report: AuditReport, slot: int, doc: dict[str, Any], code1: np.ndarray,
-             code2: np.ndarray, table: np.ndarray, nullified: bool) -> None:
-    """The decision's levels, user counts, budgets and nullification against the rebuilt ones.
+             code2: np.ndarray, projected: np.ndarray, table: np.ndarray,
+             nullified: bool) -> None:
+    """The decision's levels, user counts (projected ones among them), budgets and
+    nullification against the rebuilt ones (``projected``: whether each rebuilt user's backward
+    budget is projected).
 
     On a nullified slot a partition whose own users do not nullify it names its levels with the
     eps2 it would have charged; nothing is charged, so there levels are compared by eps1 alone.
+    A decision may count fewer users than the rebuilt ledgers hold (a removed user is charged
+    until its suspension), never more: neither more projected users nor more others.
     """
     plain = bool(doc["nullified"])
-    pairs, counts = np.unique((code1.astype(np.int64) << 16) | (0 if plain else code2),
-                              return_counts=True)
-    rebuilt = {level_name(int(p) >> 16, int(p) & 0xFFFF): int(c)
-               for p, c in zip(pairs.tolist(), counts.tolist(), strict=True)}
-    users: dict[str, int] = {}
-    for name, n in doc["users"].items():
-        key = f"{name.partition(':')[0]}:0" if plain else name
-        users[key] = users.get(key, 0) + n
-    problems = []
+    pairs, level, counts = np.unique((code1.astype(np.int64) << 16) | (0 if plain else code2),
+                                     return_inverse=True, return_counts=True)
+    held = np.bincount(level.reshape(-1), weights=projected, minlength=pairs.size)
+    names = [level_name(int(p) >> 16, int(p) & 0xFFFF) for p in pairs.tolist()]
+    rebuilt = dict(zip(names, counts.tolist(), strict=True))
+    rebuilt_projected = dict(zip(names, held.astype(np.int64).tolist(), strict=True))
+
+    def merged(part: dict[str, int]) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for name, n in part.items():
+            key = f"{name.partition(':')[0]}:0" if plain else name
+            out[key] = out.get(key, 0) + n
+        return out
+
+    users, claimed = merged(doc["users"]), merged(doc.get("projected", {}))
+    problems = [f"level {name} has {n} projected users but none counted"
+                for name, n in claimed.items() if n and name not in users]
     for name, n in users.items():
-        if n > rebuilt.get(name, 0):
-            problems.append(f"level {name} counts {n} users, the rebuilt ledgers "
-                            f"{rebuilt.get(name, 0)}")
+        total, held_here = rebuilt.get(name, 0), rebuilt_projected.get(name, 0)
+        p = claimed.get(name, 0)
+        if n > total:
+            problems.append(f"level {name} counts {n} users, the rebuilt ledgers {total}")
+        elif p > held_here or n - p > total - held_here:
+            problems.append(f"level {name} has {p} of its {n} users projected, the rebuilt "
+                            f"ledgers {held_here} of {total}")
     for name in doc["users"]:
         c1, _, c2 = name.partition(":")
         want1 = float(table[int(c1)])

@@ -56,10 +56,14 @@ JOB_OPTIONS = (
     MECHANISM,
     option("--max-window", "the longest window a requirement may declare; longer ones are "
            "dead-lettered as invalid_requirement (default: %(default)s)", type=int, default=200),
-    option("--min-epsilon", "the smallest budget E (EB, EF) a requirement may declare "
-           "(default: %(default)s)", type=float, default=0.01),
-    option("--max-epsilon", "the largest budget E (EB, EF) a requirement may declare "
-           "(default: %(default)s)", type=float, default=10.0),
+    option("--min-epsilon", "the smallest budget E (EB, EF) a requirement may declare; with "
+           "discrete noise its per-slot share, E / (2 * max window) or E / 4 when smaller, "
+           "halved under replace, must be at least 2**-29 for the exact noise sampler "
+           "(default: %(default)s)",
+           type=float, default=0.01),
+    option("--max-epsilon", "the largest budget E (EB, EF) a requirement may declare; with "
+           "discrete noise at most 2**20, twice that under replace (default: %(default)s)",
+           type=float, default=10.0),
     option("--neighbouring", "add-remove: noise hides one report added or removed; replace: one "
            "report's value changed, twice the noise (default: %(default)s)",
            choices=("add-remove", "replace"), default="add-remove"),

@@ -6,6 +6,7 @@ import os
 from dataclasses import dataclass, field
 
 from mechanisms.dynamic import DYNAMIC_MECHANISMS
+from mechanisms.noise import DISCRETE_MAX_EPS, DISCRETE_MIN_EPS
 from mechanisms.registry import names
 from streams.job.slotting import SlotClock
 from streams.records.domains import CellDomain, Domain, domain_from_config
@@ -13,6 +14,15 @@ from streams.records.domains import CellDomain, Domain, domain_from_config
 JOB_MECHANISMS = names(in_job=True)
 NEIGHBOURING = ("add-remove", "replace")
 EVENT_TIME = ("live", "history")
+
+
+def smallest_share(min_epsilon: float, max_window: int, sensitivity: int) -> float:
+    """The smallest per-slot budget the release rule draws integer noise for under a
+    requirement at the bounds (E = ``min_epsilon``, w = ``max_window``), divided by the
+    sensitivity as the rule does: the dissimilarity's share E/(2w) of every adaptive mechanism
+    (and its dynamic counterpart EF/(2wF); Uniform's E/w and Sample's E are larger), or, when
+    w = 1, the first publication's E/4 under PBD, BD and DPBD."""
+    return min_epsilon / (max(2 * max_window, 4) * sensitivity)
 
 
 def _is_hex(text: str) -> bool:
@@ -33,7 +43,9 @@ class JobConfig:
     (``pwevent replay --in-process --nonce``); a live stream draws a fresh one at its start.
     ``idle_close_ms``: when no report arrived for that long (wall clock), open slots up to the
     largest event time seen are closed. Requirements are accepted only with windows in
-    ``[1, max_window]`` and budgets in ``[min_epsilon, max_epsilon]``. ``neighbouring``:
+    ``[1, max_window]`` and budgets in ``[min_epsilon, max_epsilon]``; with integer noise the
+    bounds must stay within what the exact sampler serves (:func:`check_sampler_bounds`).
+    ``neighbouring``:
     ``add-remove`` calibrates noise to one report added or removed (sensitivity 1), ``replace``
     to one report changed (sensitivity 2). ``event_time``: ``live`` accepts reports from the
     stream's start (the worker's clock when a partition first took records, minus
@@ -86,6 +98,9 @@ class JobConfig:
             raise ValueError("a pinned nonce must be hexadecimal")
         if self.noise not in ("laplace", "discrete"):
             raise ValueError(f"noise must be laplace or discrete, got {self.noise!r}")
+        if self.noise == "discrete":
+            check_sampler_bounds(self.min_epsilon, self.max_epsilon, self.max_window,
+                                 self.sensitivity)
         self.make_domain()
 
     @property
@@ -130,6 +145,30 @@ class JobConfig:
             raise ValueError("no randomness secret: pass --secret or set PWEVENT_SECRET")
         return secret.encode()
 
+
+def check_sampler_bounds(min_epsilon: float, max_epsilon: float, max_window: int,
+                         sensitivity: int) -> None:
+    """Refuse requirement bounds the exact discrete Laplace sampler cannot serve (it takes
+    budgets in [2**-30, 2**20], :data:`~mechanisms.noise.DISCRETE_MIN_EPS`): the smallest
+    regular per-slot budget (:func:`smallest_share`) must be at least 2**-29, twice the
+    sampler's smallest, as the dynamic ledgers round budgets down by less than half; the
+    largest, Sample's whole E divided by the sensitivity, at most 2**20. A threshold a ledger
+    plans below 2**-30 later on (a publication budget halved at each publication of a window,
+    a dynamic budget's remainder) is not drawn at (:class:`~mechanisms.release.ReleaseRule`)."""
+    floor = 2 * DISCRETE_MIN_EPS
+    share = smallest_share(min_epsilon, max_window, sensitivity)
+    if share < floor:
+        need = floor * max(2 * max_window, 4) * sensitivity
+        raise ValueError(
+            f"min epsilon {min_epsilon:g} is too small for the discrete noise sampler: a "
+            f"requirement at the bounds (E = {min_epsilon:g}, w = {max_window}, sensitivity "
+            f"{sensitivity}) gets {share:.3g} per slot, and it must get at least 2**-29; use "
+            f"min epsilon >= {need:.3g} or a smaller max window")
+    if max_epsilon / sensitivity > DISCRETE_MAX_EPS:
+        raise ValueError(
+            f"max epsilon {max_epsilon:g} is too large for the discrete noise sampler: a slot "
+            f"may spend a whole budget E (divided by the sensitivity {sensitivity}), and the "
+            f"sampler takes at most 2**20; use max epsilon <= {DISCRETE_MAX_EPS * sensitivity:g}")
 
 
 def cells_domain(d: int) -> dict:

@@ -31,10 +31,12 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 import faust
+from faust.types import EventT
 
 from streams.job.config import JobConfig
 from streams.job.coordinator import Coordinator
@@ -46,10 +48,27 @@ from streams.job.partition_runner import PartitionRunner
 from streams.job.recovery_watch import RecoveryWatch
 from streams.job.roles import placement_type
 from streams.job.worker_metrics import WorkerMetrics
+from streams.kafka.producer import key_partition
 from streams.kafka.settings import faust_options
 from streams.kafka.topics import Topics
 
 log = logging.getLogger("pwevent.job")
+
+
+class UsersTable(faust.Table):
+    """The ``users`` table. A user's entry belongs to its key's partition, the partition of its
+    requirements (a requirement on another one is dead-lettered, never written): restoring the
+    table from its changelog takes an entry only from that partition, so that no worker
+    registers a user from a record of another partition."""
+
+    def apply_changelog_batch(self, batch: Iterable[EventT]) -> None:
+        events = list(batch)
+        own = [e for e in events if isinstance(e.message.key, bytes)
+               and key_partition(e.message.key, self.partitions) == e.message.partition]
+        if len(own) < len(events):
+            log.warning("users table: %d changelog records on a partition their user does not "
+                        "belong to were not restored", len(events) - len(own))
+        super().apply_changelog_batch(own)
 
 
 class Worker(faust.Worker):
@@ -115,7 +134,9 @@ class Job:
             ),
         )
         table = {"key_type": bytes, "value_type": bytes}  # stored and logged as raw bytes
-        self.users = self.app.Table("users", partitions=config.partitions, **table)
+        self.users = self.app.tables.add(UsersTable(
+            self.app, name="users", beacon=self.app.tables.beacon, partitions=config.partitions,
+            **table))
         self.checkpoints = self.app.Table("checkpoints", partitions=config.partitions, **table)
         self.state = self.app.Table("coordinator", partitions=1, **table)
         self.counters: Counter[str] = Counter()

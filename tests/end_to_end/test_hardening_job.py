@@ -4,7 +4,9 @@ to the input topics can do to the releases, and what an analyst can read in them
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -13,9 +15,11 @@ import pytest
 from jobkit import (
     close_through,
     config,
+    job_nonce,
     produce,
     register,
     releases,
+    report,
     requirement_records,
     setup_topics,
     slot_reports,
@@ -25,6 +29,8 @@ from jobkit import (
 )
 
 from streams.cli.main import main
+from streams.job.pipeline import InProcessJob
+from streams.job.registries import Registry
 from streams.kafka.broker import EmbeddedBroker
 from streams.kafka.offsets import read_topic
 from streams.kafka.producer import key_partition
@@ -116,21 +122,127 @@ def test_attacks_through_the_input_topics_fail_and_noise_is_fresh_per_run(broker
     assert releases(broker.bootstrap, other_topics)
 
 
-@pytest.mark.parametrize("mechanism", ["pba", "dpba"])
+@pytest.mark.parametrize("mechanism", ["pbd", "pba", "bd", "ba", "dpbd", "dpba"])
 def test_the_audit_finds_nothing_wrong_with_a_demo_run(broker, mechanism: str, capsys):
     """``pwevent demo --broker`` runs the job end to end; ``pwevent audit`` then checks it from
-    the topics alone."""
+    the topics alone. Every run shares the module's broker, under topics of its own."""
+    before = asyncio.run(topic_names(broker.bootstrap))
     code = main(["demo", "--broker", broker.bootstrap, "--mechanism", mechanism, "--users",
                  "300", "--slots", "12", "--json-summary"])
     summary = orjson.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert code == 0 and summary["slots_released"] == 12
-    prefix = sorted({k for k in asyncio.run(topic_names(broker.bootstrap))
-                     if k.startswith("pwevent-demo-")})[-1]
+    new = {k for k in asyncio.run(topic_names(broker.bootstrap)) - before
+           if k.startswith("pwevent-demo-")}
+    assert len(new) == 1, new  # the prefix of this run's topics
+    prefix = new.pop()
     assert main(["audit", "--broker", broker.bootstrap, "--prefix", prefix, "--stream", "demo",
                  "--json"]) == 0
     report = orjson.loads(capsys.readouterr().out)
     assert report["slots_audited"] == 12 and report["violations"] == []
     assert report["windows_checked"] > 0  # every user's windows, dynamic ones too
+
+
+@pytest.fixture(scope="module")
+def restarted(broker, tmp_path_factory):
+    """A PBD job whose worker is killed after slot 2 and started again on its data directory.
+    Before the kill, requirements on the partition after their key's: u1 declaring another
+    requirement and a new user x1. While it is down, an entry for a new user x2 written straight
+    into the ``users`` table's changelog, on the partition x2's key does not belong to. x1 and
+    x2 report in every slot. The reference: the job's code without Kafka, under the job's nonce,
+    given the same reports and only the requirements on their own partitions."""
+    tmp = tmp_path_factory.mktemp("identities")
+    cfg = config("ident", mechanism="pbd")
+    topics = setup_topics(broker.bootstrap, cfg)
+    reqs = requirement_records(USERS, [3 + i % 3 for i in range(24)],
+                               [1.0 + i % 2 for i in range(24)])
+    misplaced = [(b"u1", orjson.dumps({"user": "u1", "w": 2, "E": 5.0})),
+                 (b"x1", orjson.dumps({"user": "x1", "w": 4, "E": 1.0}))]
+    batches = [slot_reports(USERS, t, 3) + [report("x1", t * 1000 + 500, 1),
+                                            report("x2", t * 1000 + 600, 2)]
+               for t in range(SLOTS)]
+    own = key_partition(b"x2", cfg.partitions)
+    foreign = Registry(cfg, own)
+    assert foreign.apply(b"x2", orjson.dumps({"user": "x2", "w": 4, "E": 1.0})) == ("x2", "", "")
+    changelog = f"{cfg.app_id()}-users-changelog"
+    data, log = tmp / "data", tmp / "worker.log"
+    worker = start_worker(broker.bootstrap, cfg, data, log)
+    try:
+        register(broker.bootstrap, topics, cfg, reqs, worker)
+        register(broker.bootstrap, topics, cfg, misplaced, worker, misplaced=True)
+        for batch in batches[:4]:
+            produce(broker.bootstrap, topics.reports, cfg.partitions, batch)
+        wait_for_slots(broker.bootstrap, topics, {0, 1, 2}, 60, worker)
+    finally:
+        stop_worker(worker, kill=True)
+    produce(broker.bootstrap, changelog, cfg.partitions, [(b"x2", foreign.export("x2"))],
+            partition=(own + 1) % cfg.partitions)
+    for batch in batches[4:]:
+        produce(broker.bootstrap, topics.reports, cfg.partitions, batch)
+    close_through(broker.bootstrap, topics, cfg, SLOTS * cfg.slot_ms)
+    worker = start_worker(broker.bootstrap, cfg, data, log)
+    try:
+        docs = wait_for_slots(broker.bootstrap, topics, set(range(SLOTS)), 90, worker)
+    finally:
+        stop_worker(worker)
+    assert sorted(d["slot"] for d in docs) == list(range(SLOTS)), log.read_text()[-3000:]
+    reference = InProcessJob(replace(cfg, nonce=job_nonce(broker.bootstrap, topics)))
+    reference.register(reqs)
+    for batch in batches:
+        reference.feed(batch)
+    reference.finish(SLOTS * cfg.slot_ms)
+    dead = [orjson.loads(v) for _k, v in
+            asyncio.run(read_topic(broker.bootstrap, topics.dead_letters, idle=0.5))]
+    for d in dead:
+        d["key"] = base64.b64decode(d["key"]).decode()  # dead letters carry keys in base64
+    decided = {k: v for k, v in asyncio.run(read_topic(broker.bootstrap, topics.decisions,
+                                                       idle=0.5))}
+    return {"releases": sorted((v for _k, v in releases(broker.bootstrap, topics)),
+                               key=lambda v: orjson.loads(v)["slot"]),
+            "decisions": [decided.get(f"s/{t}".encode()) for t in range(SLOTS)],
+            "dead": dead, "reference": reference, "log": log.read_text(),
+            "changelog": asyncio.run(read_topic(broker.bootstrap, changelog,
+                                                partitions=cfg.partitions, idle=0.5))}
+
+
+def decisions(records: list[bytes] | dict[int, bytes]) -> list[dict]:
+    """Decision records of slots 0.. in order, parsed (the order of the levels in them is that
+    in which the partitions' counts arrived)."""
+    return [orjson.loads(records[t]) for t in range(SLOTS)]
+
+
+def test_a_misplaced_requirement_leaves_no_trace_across_a_restart(restarted):
+    """The users table takes a requirement only from its key's partition: one sent elsewhere
+    is dead-lettered, and the worker started again rebuilds its registries from the table
+    without it; the releases are the reference's byte for byte, the decisions its values."""
+    reference = restarted["reference"]
+    misplaced = [d for d in restarted["dead"] if d["reason"] == "wrong_partition"]
+    assert sorted(d["key"] for d in misplaced) == ["u1", "x1"]
+    x1 = {d["offset"] for d in restarted["dead"] if d["key"] == "x1" and d["topic"].endswith(
+        ".reports")}
+    assert len(x1) == SLOTS and {d["reason"] for d in restarted["dead"] if d["key"] == "x1"
+                                 and d["topic"].endswith(".reports")} == {"unregistered_user"}
+    assert restarted["releases"] == reference.releases
+    assert decisions(restarted["decisions"]) == decisions(reference.coordinator.decisions)
+    users = [orjson.loads(v)["users"] for v in restarted["decisions"]]
+    assert all(sum(u.values()) == len(USERS) for u in users) and "2:5.0" not in str(users)
+
+
+def test_a_users_entry_on_another_partitions_changelog_is_not_restored(restarted):
+    """An entry of the ``users`` changelog on a partition its key does not belong to (x2's,
+    written while the worker was down) is not taken when the worker restores the table: x2 is
+    registered nowhere, its reports after the restart are dead letters like those before, and
+    no slot counts or charges it."""
+    assert [k for k, _v in restarted["changelog"]].count(b"x2") == 1  # it was there to take
+    assert ("users table: 1 changelog records on a partition their user does not belong to "
+            "were not restored") in restarted["log"]
+    x2 = [d for d in restarted["dead"] if d["key"] == "x2"]
+    assert {d["offset"] for d in x2} and {d["reason"] for d in x2} == {"unregistered_user"}
+    assert len({d["offset"] for d in x2}) == SLOTS  # before the restart and after
+    users = [orjson.loads(v)["users"] for v in restarted["decisions"]]
+    assert [sum(u.values()) for u in users] == [len(USERS)] * SLOTS
+    reference = restarted["reference"]
+    assert decisions(restarted["decisions"]) == decisions(reference.coordinator.decisions)
+    assert restarted["releases"] == reference.releases
 
 
 async def topic_names(bootstrap: str) -> set[str]:

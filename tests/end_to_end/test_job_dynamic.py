@@ -24,13 +24,16 @@ from jobkit import (
     slot_reports,
     start_worker,
     stop_worker,
+    stop_workers,
     values_by_slot,
+    wait_accepted,
     wait_for_slots,
 )
 
+from streams.job.config import JobConfig
 from streams.job.pipeline import InProcessJob
 from streams.job.slot_protocol import secret_check
-from streams.kafka.broker import EmbeddedBroker
+from streams.kafka.broker import EmbeddedBroker, free_port
 from streams.kafka.offsets import read_topic
 from streams.kafka.topics import Topics
 
@@ -134,3 +137,72 @@ def test_removed_users_leave_the_dpbd_job_as_in_process(broker, tmp_path: Path):
         job.feed(batch)
     job.finish(12 * cfg.slot_ms)
     assert docs == [orjson.loads(v) for v in job.releases]
+
+
+def start_record(cfg: JobConfig, nonce: str) -> bytes:
+    """The start record of ``cfg``'s stream with ``nonce``, as its coordinator writes it."""
+    return orjson.dumps({"stream": cfg.stream, "start": 0, "nonce": nonce,
+                         "secret_check": secret_check(cfg.secret_bytes(), cfg.stream),
+                         "config": cfg.public()})
+
+
+def test_a_removed_users_report_moves_nothing_public_on_the_broker(broker, tmp_path: Path):
+    """A DPBD user reports in slot 3 and is removed (a tombstone on requirements) before slot 3
+    closes: the partition withdraws the report when it plans the slot. Two jobs, one given that
+    report and one not, run side by side under one nonce: each decisions topic holds the same
+    start record beforehand, and a coordinator takes a started stream's nonce from it. Every
+    release, byte for byte, and every decision record (levels, users, projected users, eps,
+    nullified, published; the declarations) are identical."""
+    gone, slots = 3, 6
+    reqs = dynamic_requirements(USERS)
+    batches = [slot_reports(USERS, t, 3) for t in range(slots)]
+    runs = {}
+    try:
+        for name in ("reported", "silent"):
+            # no idle close: slot 3 closes with the reports of slot 4, after the removal
+            cfg = config(f"dyn-gone-{name}", mechanism="dpbd", idle_close_ms=600_000)
+            topics = setup_topics(broker.bootstrap, cfg)
+            produce(broker.bootstrap, topics.decisions, 1, [(b"s/start", start_record(cfg,
+                                                                                      "5eed" * 8))])
+            port = free_port()
+            worker = start_worker(broker.bootstrap, cfg, tmp_path / name, tmp_path / f"{name}.log",
+                                  "--metrics-port", str(port), "--metrics-host", "127.0.0.1")
+            mine = [list(b) for b in batches]
+            if name == "silent":
+                mine[gone] = [r for r in mine[gone] if r[0] != b"u0"]
+            runs[name] = (cfg, topics, worker, port, mine)
+        for cfg, topics, worker, _port, _mine in runs.values():
+            register(broker.bootstrap, topics, cfg, reqs, worker)
+        for cfg, topics, _worker, _port, mine in runs.values():
+            for batch in mine[: gone + 1]:
+                produce(broker.bootstrap, topics.reports, cfg.partitions, batch)
+        for cfg, topics, worker, port, mine in runs.values():
+            sent = sum(len(b) for b in mine[: gone + 1])
+            assert wait_accepted(port, sent, 60, worker) == sent  # u0's report was counted
+            # slots 0-2 planned (a partition plans a closed slot once the last is decided), and
+            # slot 3, still open, not yet: the removal comes between them in both jobs
+            wait_for_slots(broker.bootstrap, topics, set(range(gone)), 60, worker)
+            register(broker.bootstrap, topics, cfg, [(b"u0", None)], worker)
+        for cfg, topics, _worker, _port, mine in runs.values():
+            for batch in mine[gone + 1:]:
+                produce(broker.bootstrap, topics.reports, cfg.partitions, batch)
+            close_through(broker.bootstrap, topics, cfg, slots * cfg.slot_ms)
+        docs = {name: wait_for_slots(broker.bootstrap, topics, set(range(slots)), 90, worker)
+                for name, (cfg, topics, worker, _port, _mine) in runs.items()}
+    finally:
+        stop_workers([worker for _cfg, _topics, worker, _port, _mine in runs.values()])
+    logs = {name: (tmp_path / f"{name}.log").read_text() for name in runs}
+    public, decided = {}, {}
+    for name, (_cfg, topics, _worker, _port, _mine) in runs.items():
+        got = sorted(docs[name], key=lambda d: d["slot"])
+        assert [d["slot"] for d in got] == list(range(slots)), logs[name][-3000:]
+        assert [d["users"] for d in got] == [60] * gone + [59] * (slots - gone)
+        public[name] = sorted(releases(broker.bootstrap, topics))
+        decided[name] = [(k, orjson.loads(v)) for k, v in sorted(
+            decision_records(broker.bootstrap, topics), key=lambda kv: kv[0])]
+    assert "slot 3: 1 reports withdrawn with their users' removal" in logs["reported"]
+    assert "withdrawn" not in logs["silent"]
+    assert public["reported"] == public["silent"]
+    assert decided["reported"] == decided["silent"]
+    assert [k for k, _v in decided["reported"]].count(b"s/start") == 1  # the one given
+    assert {k for k, _v in decided["reported"]} >= {f"s/{t}".encode() for t in range(slots)}

@@ -182,7 +182,9 @@ def test_a_partly_created_deployment_names_the_missing_topic():
 
 def test_another_secret_than_the_stream_started_with_is_one_line(broker, tmp_path: Path):
     """The stream's start record carries a fingerprint of the secret: a worker with another
-    secret stops before it joins; with the right one it passes this check."""
+    secret stops before it joins, though its data directory is fresh (no coordinator state
+    that could say otherwise): a new secret takes a new stream, not a fresh coordinator state.
+    With the right secret it passes this check."""
     from streams.job.config import JobConfig
     from streams.job.coordinator import Coordinator
     from streams.kafka.producer import produce_raw

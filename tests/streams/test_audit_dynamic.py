@@ -84,6 +84,25 @@ def test_a_decision_that_disagrees_with_the_rebuilt_ledgers_is_caught(name: str)
     assert {(v.kind, v.slot) for v in report.violations} >= {("ledger_mismatch", 5)}
 
 
+def test_projected_users_that_differ_from_the_rebuilt_ledgers_are_caught() -> None:
+    """A decision's projected users per level are those of the rebuilt ledgers: a projection
+    left out (slot 3 under DPBA, where u1's lowered backward budget is projected) or one claimed
+    where no budget was projected (slot 6) is a mismatch."""
+    config, reqs, job = run("dpba")
+    requirements, decisions, releases = records(config, reqs, job)
+    projected = {rec.value["slot"]: rec.value["projected"] for rec in decisions
+                 if rec.key and rec.key.count("/") == 1 and "slot" in rec.value}
+    assert {s: p for s, p in projected.items() if p} == {3: {"0:0": 1}}
+    for rec in decisions:
+        if rec.key == "s/3":
+            rec.value["projected"] = {}
+        elif rec.key == "s/6":
+            rec.value["projected"] = {next(iter(rec.value["users"])): 1}
+    report = audit(requirements, decisions, releases, stream="s")
+    assert sorted((v.kind, v.slot) for v in report.violations) == [
+        ("ledger_mismatch", 3), ("ledger_mismatch", 6)], report.violations
+
+
 def test_a_declaration_record_that_differs_from_what_the_job_applied_is_caught() -> None:
     config, reqs, job = run("dpbd")
     requirements, decisions, releases = records(config, reqs, job)

@@ -12,13 +12,16 @@ from dataclasses import replace
 
 import numpy as np
 import orjson
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from jobkit import report, requirement_records, slot_reports
 
+from mechanisms.exact_noise import rational_scale
 from mechanisms.ledgers.plan import SlotPlan
+from mechanisms.noise import DISCRETE_MAX_EPS, DISCRETE_MIN_EPS
 from mechanisms.release import ReleaseRule
-from streams.job.config import JobConfig
+from streams.job.config import JOB_MECHANISMS, JobConfig
 from streams.job.partition import watermark_record
 from streams.job.pipeline import InProcessJob
 from streams.kafka.producer import key_partition
@@ -130,7 +133,9 @@ def test_extreme_requirements_are_invalid_and_the_job_keeps_releasing() -> None:
         "invalid_requirement"] * 3
     got = releases(job)
     assert [d["slot"] for d in got] == list(range(5)) and all(d["users"] == 24 for d in got)
-    ok = run(cfg(mechanism="uniform", min_epsilon=1e-3, max_window=10**9),
+    # wider bounds are the deployment's to set (with Laplace noise here: integer noise needs
+    # E / (2w) >= 2**-29, test_bounds_the_noise_sampler_cannot_serve_are_refused)
+    ok = run(cfg(mechanism="uniform", min_epsilon=1e-3, max_window=10**9, noise="laplace"),
              requirement_records(["y"], [10**9], [1e-3]), [], 0)
     assert reasons(ok) == []
 
@@ -142,6 +147,114 @@ def test_the_bounds_apply_to_dynamic_requirements() -> None:
                   (b"b", orjson.dumps({"user": "b", "wB": 4, "EB": 1.0, "wF": 10**9,
                                        "EF": 1.0}))])
     assert reasons(job) == ["invalid_requirement"] * 2
+
+
+def test_bounds_the_noise_sampler_cannot_serve_are_refused() -> None:
+    """With ``--min-epsilon 1e-12`` a requirement E = 1e-12 was admitted, and then the exact
+    sampler refused every slot's integer noise in the coordinator: no slot was released. Bounds
+    whose per-slot share E / (2w) (E / 4 when w = 1), over the sensitivity, falls below 2**-29,
+    or whose E over the sensitivity exceeds 2**20, are refused with the limit named."""
+    with pytest.raises(ValueError, match=r"min epsilon 1e-12 is too small for the discrete "
+                                         r"noise sampler: .* gets 2\.5e-15 per slot, and it "
+                                         r"must get at least 2\*\*-29; use min epsilon >= "
+                                         r"7\.45e-07"):
+        cfg(min_epsilon=1e-12)
+    with pytest.raises(ValueError, match=r"max epsilon 2\.09715e\+06 is too large .* at most "
+                                         r"2\*\*20; use max epsilon <= 1\.04858e\+06"):
+        cfg(max_epsilon=2.0**21)
+    edge = 2.0**-29 * 2 * 200  # the smallest min epsilon at the default max window of 200
+    for kw in ({"min_epsilon": np.nextafter(edge, 0)},
+               {"min_epsilon": edge, "neighbouring": "replace"},  # twice the noise: half the eps
+               {"min_epsilon": 2.0**-29 * 3, "max_window": 1},  # E / 4 at w = 1
+               {"max_epsilon": np.nextafter(2.0**20, np.inf)}):
+        with pytest.raises(ValueError, match="for the discrete noise sampler"):
+            cfg(**kw)
+    cfg(min_epsilon=2.0**-29 * 4, max_window=1)
+    cfg(max_epsilon=2.0**21, neighbouring="replace")
+    cfg(min_epsilon=1e-12, noise="laplace")  # Laplace noise is not drawn by the exact sampler
+    # the range the bounds are checked against is the sampler's own
+    rational_scale(DISCRETE_MIN_EPS), rational_scale(DISCRETE_MAX_EPS)
+    for outside in (np.nextafter(DISCRETE_MIN_EPS, 0), np.nextafter(DISCRETE_MAX_EPS, np.inf)):
+        with pytest.raises(ValueError):
+            rational_scale(outside)
+    # at the bounds every mechanism of the job releases every slot
+    users = [f"u{i}" for i in range(6)]
+    batches = [slot_reports(users, t, 3) for t in range(6)]
+    for E, w, kw in ((edge, 200, {"min_epsilon": edge}),
+                     (2 * edge, 200, {"min_epsilon": 2 * edge, "neighbouring": "replace"}),
+                     (2.0**20, 1, {"max_epsilon": 2.0**20})):
+        for name in JOB_MECHANISMS:
+            config = cfg(mechanism=name, **kw)
+            reqs = requirement_records(users, [w] * 6, [E] * 6) if not config.dynamic else [
+                (u.encode(), orjson.dumps({"user": u, "wB": w, "EB": E, "wF": w, "EF": E}))
+                for u in users]
+            with np.errstate(over="ignore", invalid="ignore"):  # e**E overflows at 2**20
+                job = run(config, reqs, batches, 6000)
+            assert reasons(job) == [] and [d["slot"] for d in releases(job)] == list(range(6))
+
+
+def test_the_bounds_reach_the_job_from_the_command_line(capsys) -> None:
+    """``--max-window``, ``--min-epsilon``, ``--max-epsilon``, ``--neighbouring`` and
+    ``--max-clock-skew-ms`` are the settings the worker's job runs with; bounds the noise
+    sampler cannot serve stop ``pwevent worker`` with one line, status 2, before it looks for
+    the broker."""
+    from streams.cli.job_args import job_config
+    from streams.cli.main import build_parser, main
+
+    base = ["worker", "--broker", "127.0.0.1:9", "--stream", "s", "--secret", "k"]
+    args = build_parser().parse_args(base + [
+        "--max-window", "50", "--min-epsilon", "0.001", "--max-epsilon", "20",
+        "--neighbouring", "replace", "--max-clock-skew-ms", "1234"])
+    config = job_config(args)
+    assert (config.max_window, config.min_epsilon, config.max_epsilon, config.neighbouring,
+            config.sensitivity, config.max_skew_ms) == (50, 0.001, 20.0, "replace", 2, 1234)
+    config = job_config(build_parser().parse_args(base))
+    assert (config.max_window, config.min_epsilon, config.max_epsilon, config.neighbouring,
+            config.max_skew_ms) == (200, 0.01, 10.0, "add-remove", 300_000)
+    assert main(base + ["--min-epsilon", "1e-12"]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        "pwevent worker: error: min epsilon 1e-12 is too small for the discrete noise sampler: "
+        "a requirement at the bounds (E = 1e-12, w = 200, sensitivity 1) gets 2.5e-15 per slot, "
+        "and it must get at least 2**-29; use min epsilon >= 7.45e-07 or a smaller max window"]
+    assert main(base + ["--max-epsilon", "2e6"]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        "pwevent worker: error: max epsilon 2e+06 is too large for the discrete noise sampler: "
+        "a slot may spend a whole budget E (divided by the sensitivity 1), and the sampler "
+        "takes at most 2**20; use max epsilon <= 1.04858e+06"]
+
+
+def test_budgets_below_the_samplers_range_are_not_drawn() -> None:
+    """The default bounds admit a dynamic requirement whose backward budget leaves a
+    remainder of 2**-31 for the dissimilarity after a few slots: the exact sampler refused it,
+    and the coordinator raised at that slot and every later one. Budgets a ledger plans below
+    the sampler's range are not drawn: such a dissimilarity threshold is not tested (as a zero
+    one), and no publication is made at such a threshold."""
+    job = InProcessJob(cfg(mechanism="dpbd", partitions=1))
+    job.register([(b"a", orjson.dumps({"user": "a", "wB": 10, "EB": 1.0 + 2.0**-30, "wF": 1,
+                                       "EF": 0.5}))])
+    for t in range(12):
+        job.feed(slot_reports(["a"], t, 3))
+    job.finish(12_000)
+    docs = releases(job)
+    assert [d["slot"] for d in docs] == list(range(12))
+    below = [d for d in docs if 0 < d["threshold"] < DISCRETE_MIN_EPS]
+    assert below and not any(d["published"] for d in below)
+    counts, sizes, last = np.array([[5, 0, 1]]), np.array([6]), np.zeros(3, dtype=np.int64)
+    tiny, one = np.array([DISCRETE_MIN_EPS / 2]), np.array([1.0])
+
+    def decide(rule: ReleaseRule, eps1: np.ndarray, eps2: np.ndarray):
+        return rule.decide(SlotPlan(1, eps1, eps2, False, True), counts, sizes, last,
+                           np.random.default_rng(5))
+
+    discrete = ReleaseRule(3, "discrete")
+    publication = decide(discrete, one, tiny)
+    assert not publication.published and publication.threshold == tiny[0]
+    dissimilarity = decide(discrete, tiny, one)
+    assert dissimilarity.published and dissimilarity.dissimilarity == np.inf
+    edge = np.array([DISCRETE_MIN_EPS])
+    assert np.isfinite(decide(discrete, edge, edge).dissimilarity)  # the range's edge is drawn
+    # Laplace noise has no such range: the dissimilarity is tested at any positive threshold
+    assert np.isfinite(decide(ReleaseRule(3, "laplace"), tiny, one).dissimilarity)
 
 
 def test_only_signed_watermarks_move_time() -> None:
@@ -277,10 +390,16 @@ def test_a_removed_users_report_does_not_move_public_counts() -> None:
                 job.register([(b"u0", None)])
         job.finish(6000)
         docs = [orjson.loads(r) for r in job.releases]
-        out.append([(d["users"], d["published"], d["threshold"], d["noise"], d["approximates"])
-                    for d in docs])
+        decided = job.coordinator.decisions
+        out.append((docs,  # the releases whole: the report is withdrawn, the noise the same
+                    # the decisions whole: levels, users and projected users per level, eps
+                    [orjson.loads(decided[s]) for s in sorted(decided)]))
     assert out[0] == out[1]
-    assert [row[0] for row in out[0]] == [24, 24, 24, 23, 23, 23]
+    released, decisions = out[0]
+    assert [d["users"] for d in released] == [24, 24, 24, 23, 23, 23]
+    assert [d["slot"] for d in decisions] == list(range(6))
+    assert [sum(d["users"].values()) for d in decisions] == [24, 24, 24, 23, 23, 23]
+    assert all(d["eps1"] and set(d["eps1"]) == set(d["users"]) for d in decisions)
 
 
 def test_replace_neighbours_double_the_noise() -> None:
@@ -325,8 +444,12 @@ def test_decisions_carry_projected_users_per_level() -> None:
     job.feed([report("a", 1010, 1)])
     job.finish(2000)
     decisions = [orjson.loads(r[2]) for r in job.coordinator.unemitted() if r[1] is not None]
-    assert all(isinstance(doc["projected"], dict) for doc in decisions)
-    assert sum(sum(doc["projected"].values()) for doc in decisions) >= 1
+    assert [doc["slot"] for doc in decisions] == [0, 1]
+    # slot 0 spends 0.25 of a's backward window (level 305:313); at slot 1 its budget of 0.1
+    # is projected to that: a's level charges nothing more (0:0), with a counted there alone
+    assert [doc["users"] for doc in decisions] == [{"305:313": 1}, {"0:0": 1}]
+    assert [doc["projected"] for doc in decisions] == [{}, {"0:0": 1}]
+    assert (decisions[1]["eps1"], decisions[1]["eps2"]) == ({"0:0": 0.0}, {"0:0": 0.0})
 
 
 json_values = st.recursive(
