@@ -133,6 +133,23 @@ def test_input_and_internal_records_stay_as_strict_as_before() -> None:
     assert not validator("slot-partials").is_valid({**closure, "extra": 1})
 
 
+def test_closures_say_when_they_closed_and_older_ones_stay_valid() -> None:
+    closure = {"partition": 0, "closed_through": 3, "first": 0, "rejected": 0}
+    partial = {"partition": 1, "closed_through": 3, "slots": {}, "users": {}, "rejected": 0}
+    for message in (closure, partial):
+        validator("slot-partials").validate(message)  # written before closed_at_ms existed
+        validator("slot-partials").validate({**message, "closed_at_ms": 1_700_000_000_000})
+        assert not validator("slot-partials").is_valid({**message, "closed_at_ms": -1})
+        assert not validator("slot-partials").is_valid({**message, "closed_at_ms": "now"})
+    schema = json_schema("slot-partials")
+    assert schema["x-schema-version"] == 1  # an optional member of an internal topic
+    partial_schema, closure_schema, plan_schema = schema["oneOf"]
+    for variant in (partial_schema, closure_schema):
+        assert "closed_at_ms" in variant["properties"]
+        assert "closed_at_ms" not in variant["required"]
+    assert "closed_at_ms" not in plan_schema["properties"]
+
+
 def test_dead_letters_are_version_2_and_open_to_new_fields() -> None:
     """Operators consume dead letters: version 2 lets the format gain fields, at the top and
     in ``truncated``, without breaking a consumer that validates; version 1 allowed none."""
