@@ -196,6 +196,47 @@ def test_the_console_script_runs_the_command_line() -> None:
     assert done.stdout == f"pwevent {cli.version()}\n"
 
 
+def _imported_distributions() -> dict[str, set[str]]:
+    """The distributions the package's modules import, each with the modules importing it."""
+    import ast
+
+    owners = metadata.packages_distributions()
+    found: dict[str, set[str]] = {}
+    for path in sorted([*(ROOT / "streams").rglob("*.py"), *(ROOT / "mechanisms").rglob("*.py")]):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [node.module]
+            else:
+                continue
+            for name in names:
+                top = name.split(".")[0]
+                if top in sys.stdlib_module_names or top in ("streams", "mechanisms"):
+                    continue
+                for dist in owners.get(top, [top]):
+                    found.setdefault(canonical(dist), set()).add(str(path.relative_to(ROOT)))
+    return found
+
+
+def canonical(name: str) -> str:
+    """A distribution's normalised name (PEP 503)."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def test_every_package_imported_is_declared() -> None:
+    """A package the code imports is a dependency (or an extra's) of its own, never one that
+    only comes along with another."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    declared = [*project["dependencies"],
+                *(d for extra in project["optional-dependencies"].values() for d in extra)]
+    names = {canonical(re.split(r"[\s\[<>=!~;]", d, maxsplit=1)[0]) for d in declared}
+    imported = _imported_distributions()
+    assert {"aiohttp", "aiokafka", "faust-streaming", "mode-streaming"} <= set(imported)
+    missing = {dist: sorted(where) for dist, where in imported.items() if dist not in names}
+    assert not missing, f"imported but not declared in pyproject.toml: {missing}"
+
+
 def test_evaluate_without_the_eval_extra(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
                                          capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # import fails, find_spec says None
