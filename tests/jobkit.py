@@ -374,3 +374,89 @@ async def _answers(bootstrap: str) -> bool:
     finally:
         with contextlib.suppress(Exception):
             await admin.close()
+
+
+class LoginRefusingBroker:
+    """A listener that speaks just enough of the Kafka protocol to refuse every SASL login.
+
+    The embedded broker speaks plaintext only; this stands in for a SASL cluster whose
+    credentials the client got wrong. It answers ApiVersions (v0) and SaslHandshake (offering
+    ``PLAIN``), and answers every SaslAuthenticate with ``SASL_AUTHENTICATION_FAILED`` (58), as
+    a Kafka broker does; any other request closes the connection. ``handshakes`` lists the
+    ``(client id, mechanism)`` of each SASL handshake, ``users`` the user names sent."""
+
+    def __init__(self) -> None:
+        import socketserver
+        import struct
+        import threading
+
+        self.handshakes: list[tuple[str, str]] = []
+        self.users: list[str] = []
+        outer = self
+
+        def string(data: bytes, at: int) -> tuple[str, int]:
+            (size,) = struct.unpack_from(">h", data, at)
+            return data[at + 2: at + 2 + max(size, 0)].decode(), at + 2 + max(size, 0)
+
+        class Handler(socketserver.BaseRequestHandler):
+            def handle(self) -> None:
+                sock = self.request
+                while True:
+                    head = self._read(sock, 4)
+                    if head is None:
+                        return
+                    body = self._read(sock, struct.unpack(">i", head)[0])
+                    if body is None:
+                        return
+                    api, _version, correlation = struct.unpack_from(">hhi", body, 0)
+                    client, at = string(body, 8)
+                    if api == 18:  # ApiVersions v0: SaslHandshake v0-1, SaslAuthenticate v0
+                        answer = struct.pack(">hi", 0, 3) + b"".join(
+                            struct.pack(">hhh", *v) for v in ((17, 0, 1), (18, 0, 0), (36, 0, 0)))
+                    elif api == 17:
+                        mechanism, _ = string(body, at)
+                        outer.handshakes.append((client, mechanism))
+                        answer = struct.pack(">hi", 0, 1) + struct.pack(">h", 5) + b"PLAIN"
+                    elif api == 36:  # auth bytes: authzid \0 user \0 password
+                        (size,) = struct.unpack_from(">i", body, at)
+                        fields = body[at + 4: at + 4 + size].split(b"\0")
+                        outer.users.append(fields[1].decode() if len(fields) > 1 else "")
+                        message = b"Authentication failed: Invalid username or password"
+                        answer = (struct.pack(">hh", 58, len(message)) + message
+                                  + struct.pack(">i", 0))
+                    else:
+                        return
+                    reply = struct.pack(">i", correlation) + answer
+                    sock.sendall(struct.pack(">i", len(reply)) + reply)
+
+            @staticmethod
+            def _read(sock, size: int) -> bytes | None:
+                data = b""
+                while len(data) < size:
+                    chunk = sock.recv(size - len(data))
+                    if not chunk:
+                        return None
+                    data += chunk
+                return data
+
+        class Server(socketserver.ThreadingTCPServer):
+            daemon_threads = True
+            allow_reuse_address = True
+
+        self.server = Server(("127.0.0.1", 0), Handler)
+        self.port = self.server.server_address[1]
+        self.thread = threading.Thread(target=self.server.serve_forever, name="refusing-broker",
+                                       daemon=True)
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def __enter__(self) -> LoginRefusingBroker:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join(5)

@@ -130,6 +130,7 @@ async def fetch_topics(bootstrap: str, names: Sequence[str],
     """Read topics from the beginning to their current end: ``{name: (partitions, rows)}``."""
     from aiokafka import AIOKafkaConsumer, TopicPartition
 
+    from streams.kafka.errors import authentication_failed, authentication_failure
     from streams.kafka.settings import client_options
 
     consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, **client_options(),
@@ -168,6 +169,9 @@ async def fetch_topics(bootstrap: str, names: Sequence[str],
     except TimeoutError:
         raise AuditInputError(f"reading {bootstrap} took longer than {timeout:g} s") from None
     except Exception as exc:  # aiokafka's connection and protocol errors
+        refused = await authentication_failure(bootstrap, exc, timeout)
+        if refused is not None:
+            raise AuditInputError(authentication_failed(bootstrap, refused)) from None
         raise AuditInputError(f"cannot read from {bootstrap}: {exc}") from None
     finally:
         with contextlib.suppress(Exception):  # a consumer that never started

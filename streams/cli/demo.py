@@ -2,7 +2,10 @@
 
 Starts the embedded Kafka-protocol broker (unless ``--broker`` or ``PWEVENT_BROKER`` names one),
 creates the topics, starts a worker, registers the users, replays a stream, follows the
-``releases`` topic with live progress, prints a summary, and stops everything it started. With
+``releases`` topic with live progress, prints a summary, and stops everything it started. Against
+a broker of one's own, the connection flags (TLS, SASL) apply to the demo's clients and, through
+the environment, to its worker, and its topics get ``--replication-factor`` replicas; a broker it
+cannot reach, or that refuses the login, is one line and exit status 2. With
 ``--dashboard`` it also serves the stream's live page (:mod:`streams.releases.dashboard`) and keeps
 serving it after the replay, until Ctrl-C or for ``--dashboard-seconds``.
 """
@@ -11,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
 import os
 import secrets
 import signal
@@ -30,6 +34,7 @@ from streams.cli.options import MECHANISM, PARTITIONS, RATE, SLOT_MS, add_option
 from streams.cli.replay import add_source, build_source
 from streams.cli.replay_produce import produce
 from streams.data.sources import Source
+from streams.kafka.topics import Topics
 from streams.releases.dashboard import DEFAULT_PORT
 
 
@@ -94,6 +99,23 @@ async def _follow_releases(bootstrap: str, topic: str, expected: int, deadline: 
         if bar is not None:
             bar.close()
     return got
+
+
+def _create_topics(bootstrap: str, topics: Topics) -> str | None:
+    """Create the demo's topics; what went wrong, in one line, or ``None``."""
+    from aiokafka.errors import KafkaError
+
+    from streams.kafka.errors import broker_failure
+    from streams.kafka.topics import TopicError, create_topics
+
+    logging.getLogger("aiokafka").addHandler(logging.NullHandler())  # failures: one line
+    try:
+        asyncio.run(create_topics(bootstrap, topics.specs()))
+    except (KafkaError, TimeoutError) as exc:  # TimeoutError first: it is an OSError
+        return broker_failure(bootstrap, exc)
+    except (TopicError, OSError) as exc:
+        return str(exc)
+    return None
 
 
 def _log_excerpt(path: Path, limit: int = 4000) -> str:
@@ -168,8 +190,9 @@ def run(args: argparse.Namespace) -> int:  # noqa: C901 - one orchestration, ste
     """Execute ``pwevent demo``."""
     from streams.kafka.broker import BrokerError, EmbeddedBroker, broker_binary, free_port
     from streams.kafka.offsets import wait_consumed
-    from streams.kafka.topics import Topics, create_topics
+    from streams.kafka.settings import current
 
+    kafka_settings = current()
     started = time.monotonic()
     show = not args.json_summary
     try:
@@ -204,8 +227,12 @@ def run(args: argparse.Namespace) -> int:  # noqa: C901 - one orchestration, ste
                 print("starting the embedded broker ...", flush=True)
             embedded = stack.enter_context(EmbeddedBroker())
             bootstrap = embedded.bootstrap
-        topics = Topics(prefix=prefix, partitions=args.partitions)
-        asyncio.run(create_topics(bootstrap, topics.specs()))
+        topics = Topics(prefix=prefix, partitions=args.partitions,
+                        replication=kafka_settings.replication_factor)
+        problem = _create_topics(bootstrap, topics)
+        if problem is not None:
+            print(f"pwevent demo: error: {problem}", file=sys.stderr)
+            return 2
         worker_log = (workdir / "worker.log").open("wb")
         stack.callback(worker_log.close)
         cmd = [sys.executable, "-m", "streams.cli", "worker", "--broker", bootstrap,
@@ -233,7 +260,9 @@ def run(args: argparse.Namespace) -> int:  # noqa: C901 - one orchestration, ste
                 return 2
             stack.callback(server.stop)
             print(f"dashboard: {url}", flush=True)
-        env = dict(os.environ, PWEVENT_SECRET=secret)
+        # the worker connects as this command does (TLS, SASL, replication of the topics it
+        # creates), through the environment: the password stays out of its argument list
+        env = dict(os.environ, PWEVENT_SECRET=secret, **kafka_settings.environment())
         # with --dashboard, Ctrl-C ends the demo: the worker, in a session of its own, does not
         # get the terminal's SIGINT but is stopped below like at any other end
         worker = subprocess.Popen(cmd, stdout=worker_log, stderr=subprocess.STDOUT, env=env,

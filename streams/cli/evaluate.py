@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from streams.cli.evaluate_report import EVAL_EXTRA, write_plots, write_summary
+from streams.cli.evaluate_report import EVAL_EXTRA, SUMMARY_FILE, write_plots, write_summary
 from streams.cli.evaluate_tasks import run_task, settings, split_repeats
 from streams.cli.options import USERS, add_options, option
 
@@ -48,7 +48,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
     p = sub.add_parser("evaluate", help="replay datasets through mechanisms and measure error",
                        description="Replay datasets through mechanisms and report AMRE, AJSD "
-                                   "and MAE: writes results.csv, summary.md (means over "
+                                   f"and MAE: writes results.csv, {SUMMARY_FILE} (means over "
                                    "repeats) and PNG plots of AMRE into --out.")
     add_options(p, (
         option("--dataset", f"comma-separated, of {','.join(DATASETS)}", required=True,
@@ -93,7 +93,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                "(default: %(default)s)", choices=("laplace", "discrete"), default="laplace"),
         option("--jobs", "parallel processes (default: %(default)s, the number of CPUs)",
                type=int, default=os.cpu_count() or 1),
-        option("--out", "directory for results.csv, summary.md and the plots", required=True,
+        option("--out", f"directory for results.csv, {SUMMARY_FILE} and the plots", required=True,
                type=Path, metavar="DIR"),
     ))
     p.set_defaults(func=run)
@@ -206,5 +206,5 @@ def run(args: argparse.Namespace) -> int:
     write_summary(rows, args, args.out)
     plots = write_plots(rows, args, args.out)
     print(f"{len(rows)} runs in {time.monotonic() - started:.1f}s; wrote {args.out}/results.csv, "
-          f"summary.md and {len(plots)} plots")
+          f"{SUMMARY_FILE} and {len(plots)} plots")
     return 0

@@ -6,12 +6,15 @@ from __future__ import annotations
 import argparse
 from collections import defaultdict
 from pathlib import Path
+from typing import Final
 
 import numpy as np
 
 from streams.cli.evaluate_tasks import Setting, settings
 
 EVAL_EXTRA = "the eval extra: pip install 'pwevent[eval]'"
+#: The summary's file name in ``--out``.
+SUMMARY_FILE: Final = "summary.md"
 
 
 def write_summary(rows: list[dict], args: argparse.Namespace, out: Path) -> None:
@@ -52,7 +55,7 @@ def write_summary(rows: list[dict], args: argparse.Namespace, out: Path) -> None
               [(e, args.base_window, None) for e in args.epsilon], lambda E, w, r: f"E={E:g}")
         table(f"w varied (E = {args.base_epsilon:g})",
               [(args.base_epsilon, w, None) for w in args.window], lambda E, w, r: f"w={w}")
-    (out / "summary.md").write_text("\n".join(lines))
+    (out / SUMMARY_FILE).write_text("\n".join(lines))
 
 
 def write_plots(rows: list[dict], args: argparse.Namespace, out: Path) -> list[Path]:

@@ -54,8 +54,8 @@ after them) were acknowledged, a resumed replay counting the slots it skipped, a
 first slot that was not: ``--from-slot K`` sends it and the rest. A slot partly acknowledged
 before the failure is sent whole again by the resumed replay; the repeats are
 ``duplicate_in_slot`` as above. An error no retry can mend (the topic lacks the partition, the
-broker refuses the records for a reason other than availability) stops the replay at once, in
-one line with the same progress.
+broker refuses the records for a reason other than availability, or refuses the login under
+SASL settings) stops the replay at once, in one line with the same progress.
 
 What the replay cannot see: a broker that acknowledged a write and then lost it (a crash before
 the write was durable) leaves a hole no producer is told about. Its sign is that the broker no
@@ -73,6 +73,9 @@ from collections.abc import Callable, Iterable
 
 #: Backoff between attempts after a failed send: doubles from the first value to the second.
 BACKOFF = (0.5, 5.0)
+#: Seconds one SASL handshake may take when a producer could not connect: a refused login is
+#: not an outage (:mod:`streams.kafka.errors`).
+LOGIN_CHECK_S = 2.0
 
 
 class ReplayInterrupted(RuntimeError):
@@ -251,6 +254,7 @@ class ResilientSender:
         acknowledged every one of them; :class:`BrokerUnavailable` at the deadline."""
         from aiokafka.errors import KafkaError
 
+        from streams.kafka.errors import authentication_failed, authentication_failure
         from streams.kafka.producer import RawProducer
 
         remaining = list(records)
@@ -268,6 +272,10 @@ class ResilientSender:
                     if _fatal(exc):
                         raise SendRefused(f"cannot connect to the broker at {self.bootstrap}: "
                                           f"{_describe(exc)}") from None
+                    refused = await authentication_failure(self.bootstrap, exc, LOGIN_CHECK_S)
+                    if refused is not None:  # no retry can mend a refused login
+                        raise SendRefused(authentication_failed(self.bootstrap,
+                                                                refused)) from None
                     self._trouble(waiting_since, exc)
                     await self._pause(backoff, waiting_since)
                     backoff = min(2 * backoff, BACKOFF[1])

@@ -10,6 +10,7 @@ import sys
 from aiokafka.errors import KafkaError
 
 from streams.cli.job_args import add_broker, need_broker
+from streams.kafka.errors import broker_failure
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -42,12 +43,10 @@ def run(args: argparse.Namespace) -> int:
             described = asyncio.run(describe_topics(broker, [s.name for s in topics.specs()]))
             for name, info in described.items():
                 print(f"{name}: {info}")
+    except (KafkaError, TimeoutError) as exc:  # TimeoutError first: it is an OSError
+        print(f"pwevent topics: error: {broker_failure(broker, exc)}", file=sys.stderr)
+        return 2
     except (ValueError, TopicError, OSError) as exc:
         print(f"pwevent topics: error: {exc}", file=sys.stderr)
-        return 2
-    except KafkaError as exc:
-        print(f"pwevent topics: error: cannot reach the broker at {broker}: "
-              f"{type(exc).__name__}: check --broker and that the broker is running",
-              file=sys.stderr)
         return 2
     return 0

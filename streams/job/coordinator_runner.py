@@ -12,9 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections import Counter
-from collections.abc import MutableMapping
+from collections.abc import Callable, MutableMapping
 
 import faust
 import orjson
@@ -22,9 +21,10 @@ import orjson
 from streams.job.batch_handling import ContinuityGuard, RawRecord, Rewind
 from streams.job.config import JobConfig
 from streams.job.coordinator import Coordinator
+from streams.job.partition import wall_clock_ms
 from streams.job.roles import make_coordinator
 from streams.job.slot_protocol import decode
-from streams.job.worker_metrics import WorkerMetrics
+from streams.job.worker_metrics import SlotCloseTimes, WorkerMetrics
 from streams.kafka.topics import Topics
 
 log = logging.getLogger("pwevent.job")
@@ -35,14 +35,18 @@ COORDINATOR_KEY = "state"
 class CoordinatorRunner:
     """The job's coordinator when this worker holds the ``slot-partials`` partition (there is
     one): restored from the ``coordinator`` table when first used, forgotten when another worker
-    takes it over (which may release slots meanwhile)."""
+    takes it over (which may release slots meanwhile). ``clock_ms`` (epoch ms) times the
+    releases for the release-latency metric."""
 
     def __init__(self, app: faust.App, config: JobConfig, broker: str, topics: Topics,
                  state: MutableMapping[bytes, bytes], counters: Counter[str],
-                 metrics: WorkerMetrics) -> None:
+                 metrics: WorkerMetrics, clock_ms: Callable[[], int] = wall_clock_ms) -> None:
         self.app, self.config, self.broker, self.topics = app, config, broker, topics
         self.state = state
         self.counters, self.metrics = counters, metrics
+        # when each slot closed, for pwevent_slot_release_seconds (the metric alone reads it)
+        self.clock_ms = clock_ms
+        self.closes = SlotCloseTimes()
         # the coordinator takes slot-partials as raw batches with their offsets, like the
         # reports: a record the consumer skipped is noticed and read again (ContinuityGuard)
         self.continuity = ContinuityGuard(topics.slot_partials)
@@ -52,6 +56,7 @@ class CoordinatorRunner:
         """Forget the coordinator, which another worker takes over: if it comes back, it is
         restored from the ``coordinator`` table."""
         self.coordinator = None
+        self.closes = SlotCloseTimes()
 
     async def _coordinator(self) -> Coordinator:
         if self.coordinator is None:
@@ -110,7 +115,7 @@ class CoordinatorRunner:
         """Release each slot once all partitions closed it; record before emitting. Takes the
         partitions' messages in offset order, each once: a batch that skips records the
         coordinator has not taken is not taken, and the topic is read again from there."""
-        received = time.monotonic()  # pwevent_slot_release_seconds counts from here
+        received = self.clock_ms()  # the close time of a closure that does not say it
         coord = await self._coordinator()
         if coord.input_offset is not None:
             rewind = self.continuity.check(0, coord.input_offset, records)
@@ -124,7 +129,9 @@ class CoordinatorRunner:
                 continue  # taken before a restart or a rewind
             coord.input_offset = offset + 1
             try:
-                new = coord.receive(decode(value))
+                message = decode(value)
+                self.closes.take(message, received)
+                new = coord.receive(message)
             except Exception as exc:  # noqa: BLE001 - no record may stop the releases
                 log.error("bad partial message skipped: %r", exc)
                 self.counters["bad_partials"] += 1
@@ -133,7 +140,7 @@ class CoordinatorRunner:
             await self.app.producer.flush()
             if new:
                 await self._emit(coord, new)
-                self.metrics.release_took(new, received)
+                self.metrics.release_took(new, self.closes, self.clock_ms(), received)
                 self.state[COORDINATOR_KEY.encode()] = coord.snapshot()
         return None
 

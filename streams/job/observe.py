@@ -13,6 +13,10 @@ it runs), and a timer that measures the consumer lag and whether the broker answ
     200 when the worker holds at least one partition of the reports topic and the broker answered
     within the last :data:`BROKER_FRESH_S` seconds; 503 with the reason otherwise (readiness).
 
+The broker probe connects like every other Kafka client of the process
+(:func:`streams.kafka.settings.client_options`: TLS, SASL), and a refused login is reported as
+such, not as an unreachable broker (:mod:`streams.kafka.errors`).
+
 The worker's JSON log lines are made in :mod:`streams.job.json_logs`.
 """
 
@@ -29,6 +33,8 @@ from mode import Service
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from streams.job.worker_metrics import WorkerMetrics
+from streams.kafka.errors import authentication_failed, authentication_failure
+from streams.kafka.settings import client_options
 
 log = logging.getLogger("pwevent.observe")
 
@@ -58,6 +64,8 @@ class Observer(Service):
         self.job, self.host, self.port = job, host, port
         self.broker_seen: float | None = None  # time.monotonic() of the last broker answer
         self.broker_error = "not probed yet"
+        #: the broker refused the probe's login (one line), or ``None``
+        self.login_refused: str | None = None
         self._runner: web.AppRunner | None = None
         self._client: Any = None
 
@@ -107,13 +115,14 @@ class Observer(Service):
     # -- what the endpoints report -------------------------------------------------------------
 
     async def probe_broker(self) -> bool:
-        """Ask the broker for its metadata (bounded by :data:`PROBE_TIMEOUT_S`); remember when
-        it last answered. Never raises."""
+        """Ask the broker for its metadata (bounded by :data:`PROBE_TIMEOUT_S`), connecting with
+        the process's Kafka settings; remember when it last answered, or whether it refused the
+        login. Never raises."""
         from aiokafka.client import AIOKafkaClient
 
         try:
             if self._client is None:
-                client = AIOKafkaClient(bootstrap_servers=self.job.broker,
+                client = AIOKafkaClient(bootstrap_servers=self.job.broker, **client_options(),
                                         client_id="pwevent-probe",
                                         request_timeout_ms=int(PROBE_TIMEOUT_S * 1000))
                 try:
@@ -127,8 +136,12 @@ class Observer(Service):
                 await asyncio.wait_for(self._client.fetch_all_metadata(), PROBE_TIMEOUT_S)
         except Exception as exc:  # noqa: BLE001 - the answer is "not reachable"
             self.broker_error = type(exc).__name__
+            refused = await authentication_failure(self.job.broker, exc, PROBE_TIMEOUT_S)
+            self.login_refused = (None if refused is None
+                                  else authentication_failed(self.job.broker, refused))
             return False
         self.broker_seen = time.monotonic()
+        self.login_refused = None
         return True
 
     def assigned(self) -> list[int]:
@@ -162,6 +175,8 @@ class Observer(Service):
         """Why the worker is not ready, or ``None`` when it is."""
         seen = self.broker_seen
         if seen is None or time.monotonic() - seen > BROKER_FRESH_S:
+            if self.login_refused is not None:
+                return self.login_refused
             return (f"broker {self.job.broker} not reachable within {BROKER_FRESH_S:g} s "
                     f"({self.broker_error})")
         if not self.assigned():

@@ -7,8 +7,10 @@ placement strategy (:mod:`streams.job.placement`) decides: counts per (requireme
 when the coordinator keeps the ledger (fixed requirements), a closure and the plans of the
 partition's own ledger otherwise (dynamic requirements). Its state is a function of the records
 and control messages it was given, in order, so replaying from a checkpoint reproduces the same
-messages byte for byte. All per-report work is vectorised, except the one-report-per-(user,
-slot) check, which is a set look-up per report.
+messages byte for byte, but for the worker's clock reading in a closure's ``closed_at_ms``
+(when the watermark passed the slots' end), which only the release-latency metric reads. All
+per-report work is vectorised, except the one-report-per-(user, slot) check, which is a set
+look-up per report.
 """
 
 from __future__ import annotations
@@ -303,7 +305,9 @@ class PartitionAccumulator:
         last = self._newly_closed()
         if last is None:
             return []
-        message = self.placement.closure(last)
+        # the moment the watermark passed the end of slot ``last``: the start of
+        # pwevent_slot_release_seconds (only that metric reads the clock here)
+        message = self.placement.closure(last, self.clock_ms())
         for s in [s for s in self.seen if s <= last]:
             del self.seen[s]
         self.closed_through = last

@@ -86,10 +86,11 @@ class PartitionLedger(Placement):
                 arr = self.cells[slot] = grown
             arr[users[mask]] = cells[mask]
 
-    def closure(self, last: int) -> Closure:
+    def closure(self, last: int, closed_at_ms: int) -> Closure:
         acc = self.acc
         msg: Closure = {"partition": acc.partition, "closed_through": last,
-                        "first": acc.slotter.first_slot, "rejected": acc.rejected}
+                        "closed_at_ms": closed_at_ms, "first": acc.slotter.first_slot,
+                        "rejected": acc.rejected}
         self.outbox["closed"] = dict(msg)
         return msg
 

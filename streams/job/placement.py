@@ -63,9 +63,10 @@ class Placement:
         """Take accepted reports: per report its slot, user index, level index and cell."""
         raise NotImplementedError
 
-    def closure(self, last: int) -> Partial | Closure:
-        """The message telling the coordinator that every slot up to ``last`` closed (before
-        the accumulator resets its rejected count)."""
+    def closure(self, last: int, closed_at_ms: int) -> Partial | Closure:
+        """The message telling the coordinator that every slot up to ``last`` closed, at
+        ``closed_at_ms`` on the worker's clock (before the accumulator resets its rejected
+        count)."""
         raise NotImplementedError
 
     def due(self) -> list[Plan | Declared]:
@@ -125,12 +126,13 @@ class CoordinatorLedger(Placement):
                 prev = bucket.get(name)
                 bucket[name] = per[k].copy() if prev is None else prev + per[k]
 
-    def closure(self, last: int) -> Partial:
+    def closure(self, last: int, closed_at_ms: int) -> Partial:
         acc = self.acc
         slots = sorted(s for s in self.counts if s <= last)
         message: Partial = {
             "partition": acc.partition,
             "closed_through": last,
+            "closed_at_ms": closed_at_ms,
             "slots": {
                 str(s): {
                     "counts": {k: v.tolist() for k, v in sorted(self.counts[s].items())},

@@ -11,6 +11,11 @@ The coordinator writes to ``decisions`` (key ``<stream>/start``, ``<stream>/<slo
 ledgers read both back (the control messages) and write a :class:`Declared` record per chunk of
 declarations that took effect (key :func:`declaration_key`), for auditors.
 
+A closure's ``closed_at_ms`` is the partition worker's clock (epoch ms) when its watermark passed
+the end of slot ``closed_through``; the coordinator's worker measures the release latency from
+it (``pwevent_slot_release_seconds``). Messages written before it existed lack it: the
+coordinator then counts from their receipt.
+
 Every message is a JSON object, written with :func:`encode` (``orjson``, keys in the order the
 TypedDicts list them) and read with :func:`decode`: the bytes are those the job always wrote.
 Budget levels of the partitions' ledgers are named ``"<c1>:<c2>"``, the grid codes of eps1 and
@@ -40,22 +45,25 @@ class SlotCounts(TypedDict):
 
 
 class Partial(TypedDict):
-    """Fixed requirements: a partition closed every slot up to ``closed_through``; the counts
-    of those with reports, its registered users per level ``"<w>:<E>"``, records rejected."""
+    """Fixed requirements: a partition closed every slot up to ``closed_through``, at
+    ``closed_at_ms``; the counts of those with reports, its registered users per level
+    ``"<w>:<E>"``, records rejected."""
 
     partition: int
     closed_through: int
+    closed_at_ms: NotRequired[int]
     slots: dict[str, SlotCounts]
     users: dict[str, int]
     rejected: int
 
 
 class Closure(TypedDict):
-    """Dynamic requirements: a partition closed every slot up to ``closed_through``; ``first``
-    is its earliest slot with a report (``None``: none yet)."""
+    """Dynamic requirements: a partition closed every slot up to ``closed_through``, at
+    ``closed_at_ms``; ``first`` is its earliest slot with a report (``None``: none yet)."""
 
     partition: int
     closed_through: int
+    closed_at_ms: NotRequired[int]
     first: int | None
     rejected: int
 

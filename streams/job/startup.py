@@ -3,10 +3,10 @@
 A worker started against the wrong deployment would otherwise fail late or not at all: with a
 wrong ``--prefix`` the broker auto-creates the topics it subscribes to (with one partition) and
 the worker waits for records that never come; a data directory holding another stream's RocksDB
-state makes the worker crash while it recovers its tables; an unreachable broker ends in a long
-traceback. :func:`check_topics` and :func:`bind_data_dir` find these before the Faust app is
-built and raise :class:`StartupError`, whose message is one line naming what is wrong and how
-to fix it.
+state makes the worker crash while it recovers its tables; an unreachable broker, or one that
+refuses the worker's login, ends in a long traceback. :func:`check_topics` and
+:func:`bind_data_dir` find these before the Faust app is built and raise :class:`StartupError`,
+whose message is one line naming what is wrong and how to fix it.
 
 :func:`check_topics` never creates a topic: it reads the cluster's metadata for all topics at
 once (a metadata request without topic names, which never auto-creates one) and compares it with
@@ -28,6 +28,7 @@ from typing import Final
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import KafkaError
 
+from streams.kafka.errors import HANDSHAKE_TIMEOUT_S, authentication_failed, authentication_failure
 from streams.kafka.settings import client_options
 from streams.kafka.topics import Topics
 
@@ -147,6 +148,10 @@ async def _partition_counts(bootstrap: str, timeout: float) -> dict[str, int]:
                     if d.get("error_code", 0) == 0}
         except (KafkaError, OSError, TimeoutError) as exc:
             last = type(exc).__name__
+            refused = None if reached else await authentication_failure(
+                bootstrap, exc, max(min(deadline - loop.time(), HANDSHAKE_TIMEOUT_S), 0.1))
+            if refused is not None:  # trying again cannot help
+                raise StartupError(authentication_failed(bootstrap, refused)) from None
         finally:
             with contextlib.suppress(Exception):
                 await admin.close()

@@ -1,11 +1,11 @@
 """A worker's Prometheus metrics: :class:`WorkerMetrics` holds its registry (names in README.md,
 "Operating a worker"), which the job's runners update where they count records, once per batch
-(never once per record); :func:`accepted_since` and :func:`window_spend` compute what they count.
-:class:`~streams.job.observe.Observer` serves the registry."""
+(never once per record); :func:`accepted_since` and :func:`window_spend` compute what they count,
+:class:`SlotCloseTimes` when each slot closed. :class:`~streams.job.observe.Observer` serves the
+registry."""
 
 from __future__ import annotations
 
-import time
 from collections import Counter as Tally
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final
@@ -29,7 +29,7 @@ from mechanisms.ledgers.fixed import (
 )
 from streams.records.field_formats import Reason
 
-#: seconds from the partial that completed a slot to its release
+#: seconds from the watermark passing a slot's end (in its last partition) to the slot's release
 RELEASE_BUCKETS: Final = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
                           60.0)
 ACCEPTED: Final = "accepted"
@@ -71,6 +71,48 @@ def window_spend(ledger: BudgetLedger) -> np.ndarray | None:
     return None
 
 
+class SlotCloseTimes:
+    """When the partitions' watermarks passed the end of each slot, for the release latency.
+
+    Each closure (a partial or a closure message) says that its partition closed every slot up
+    to ``closed_through`` at ``closed_at_ms`` (the partition worker's clock, epoch ms); a message
+    without it (written before it existed) counts from its receipt. A slot is closed when the
+    last partition's watermark passes its end: :meth:`closed_at` is the latest, over the
+    partitions, of the first closure covering the slot. Closures received before this worker
+    took the coordinator over are not known: a partition without a known closure covering the
+    slot is left out.
+    """
+
+    def __init__(self) -> None:
+        #: per partition, its closures in order: ``(closed_through, closed_at_ms)``
+        self.closures: dict[int, list[tuple[int, int]]] = {}
+
+    def take(self, message: Mapping[str, Any], received_ms: int) -> None:
+        """Note a partition's message (one that closes nothing, or a repeat, changes nothing)."""
+        if "closed_through" not in message:
+            return
+        p, through = int(message["partition"]), int(message["closed_through"])
+        at = message.get("closed_at_ms")
+        mine = self.closures.setdefault(p, [])
+        if mine and through <= mine[-1][0]:
+            return
+        mine.append((through, at if type(at) is int else received_ms))
+
+    def closed_at(self, slot: int) -> int | None:
+        """When the last partition's watermark passed the end of ``slot`` (epoch ms); ``None``
+        when no closure covering it is known."""
+        times = [next((at for through, at in mine if through >= slot), None)
+                 for mine in self.closures.values()]
+        return max((t for t in times if t is not None), default=None)
+
+    def forget(self, slot: int) -> None:
+        """Drop what only slots up to ``slot`` (released) needed; each partition's last closure
+        stays, to tell repeats."""
+        for mine in self.closures.values():
+            while len(mine) > 1 and mine[0][0] <= slot:
+                mine.pop(0)
+
+
 class WorkerMetrics:
     """The worker's metrics registry (names in README.md, "Operating a worker")."""
 
@@ -98,9 +140,9 @@ class WorkerMetrics:
         self.last_released_slot = Gauge("pwevent_last_released_slot", "The last slot this "
                                         "worker's coordinator released", registry=r)
         self.slot_release_seconds = Histogram(
-            "pwevent_slot_release_seconds", "Seconds from the coordinator's receipt of the "
-            "partial that completed a slot to the slot's release", buckets=RELEASE_BUCKETS,
-            registry=r)
+            "pwevent_slot_release_seconds", "Seconds from the watermark passing a slot's end "
+            "(in the last of the partitions to close it) to the slot's release",
+            buckets=RELEASE_BUCKETS, registry=r)
         self.consumer_lag = Gauge("pwevent_consumer_lag_records", "Records behind the log end "
                                   "(highwater minus position), per assigned reports partition",
                                   ["topic", "partition"], registry=r)
@@ -158,13 +200,17 @@ class WorkerMetrics:
             self.last_released_slot.set(max(slots))
 
     def release_took(self, emitted: Sequence[tuple[int, bytes | None, bytes]],
-                     received: float) -> None:
-        """The slots in ``emitted`` were released; the partial that completed them arrived at
-        ``received`` (``time.monotonic()``)."""
-        took = max(time.monotonic() - received, 0.0)
-        for _slot, release, _ in emitted:
+                     closes: SlotCloseTimes, released_ms: int, received_ms: int) -> None:
+        """The slots in ``emitted`` were released at ``released_ms`` (epoch ms): observe the
+        time since each closed (``closes``; the receipt of the batch that released it,
+        ``received_ms``, when no closure of the slot is known). Workers' clocks that disagree
+        cannot make a latency negative: it is 0 at least."""
+        for slot, release, _ in emitted:
             if release is not None:
-                self.slot_release_seconds.observe(took)
+                closed = closes.closed_at(slot)
+                start = received_ms if closed is None else closed
+                self.slot_release_seconds.observe(max(released_ms - start, 0) / 1000)
+                closes.forget(slot)
 
     # -- gauges --------------------------------------------------------------------------------
 

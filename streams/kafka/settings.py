@@ -118,6 +118,25 @@ class KafkaSettings:
             options["broker_credentials"] = SSLCredentials(self.ssl_context())
         return options
 
+    def environment(self) -> dict[str, str]:
+        """The ``PWEVENT_...`` variables that give a child ``pwevent`` process these settings
+        (every one set, ``""`` for none, so that the parent's own variables cannot leak in); the
+        password stays out of the child's argument list."""
+        def text(value: str | None) -> str:
+            return "" if value is None else value
+
+        return {
+            "PWEVENT_SECURITY_PROTOCOL": self.security_protocol,
+            "PWEVENT_SASL_MECHANISM": self.sasl_mechanism,
+            "PWEVENT_SASL_USERNAME": text(self.sasl_username),
+            "PWEVENT_SASL_PASSWORD": text(self.sasl_password),
+            "PWEVENT_SSL_CAFILE": text(self.ssl_cafile),
+            "PWEVENT_SSL_CERTFILE": text(self.ssl_certfile),
+            "PWEVENT_SSL_KEYFILE": text(self.ssl_keyfile),
+            "PWEVENT_SSL_CHECK_HOSTNAME": "true" if self.ssl_check_hostname else "false",
+            "PWEVENT_REPLICATION_FACTOR": str(self.replication_factor),
+        }
+
     def public(self) -> dict[str, Any]:
         """The settings without the password, for logs."""
         out = dataclasses.asdict(self)

@@ -29,11 +29,15 @@ instant before 1970) are stated in the descriptions. ``tests/streams/test_format
 directions on generated documents.
 
 Every schema carries its version twice: in ``$id`` (``.../schemas/v<n>/<topic>.json``) and as
-``x-schema-version``. Output records (releases, decisions) allow additional properties, so a
-consumer validating against version 1 keeps accepting records that gained a field; a change that
-removes or retypes a field needs a new version. Releases are at version 2
+``x-schema-version``. The records consumers outside the job read (releases, decisions, dead
+letters) allow additional properties, so a consumer validating against a version keeps accepting
+records that gained a field; a change that removes or retypes a field, or opens a closed format,
+needs a new version. Releases are at version 2
 (:data:`~streams.records.output_formats.RELEASE_VERSION`, also each release's ``schema_version``):
-version 1 had no ``schema_version``, ``cells``, ``noise`` or ``approximates``.
+version 1 had no ``schema_version``, ``cells``, ``noise`` or ``approximates``. Dead letters are
+at version 2 (:data:`~streams.records.input_formats.DEAD_LETTER_VERSION`): version 1 allowed no
+other members. The internal ``slot-partials`` stay closed: the job writes and reads them with the
+same version, and a member they gain is optional (a record written before it lacks it).
 """
 
 from __future__ import annotations

@@ -34,6 +34,7 @@ __all__ = [
     "DEAD_LETTER_FIELDS",
     "DEAD_LETTER_PAYLOAD_BYTES",
     "DEAD_LETTER_REQUIRED",
+    "DEAD_LETTER_VERSION",
     "DYNAMIC_FIELDS",
     "FIXED_FIELDS",
     "REPORT",
@@ -125,6 +126,10 @@ REQUIREMENTS: Final = Format("requirements", "requirement", REQUIREMENT)
 #: Leading bytes of a rejected key or value a dead letter keeps: a record near the broker's size
 #: limit must not make a dead letter larger than the producer may send.
 DEAD_LETTER_PAYLOAD_BYTES: Final = 8192
+#: The dead-letter format's version: version 1 allowed no other members (at the top or in
+#: ``truncated``); from version 2 on, operators' consumers read the fields they know and ignore
+#: the others, and additive changes keep the version.
+DEAD_LETTER_VERSION: Final = 2
 
 DEAD_LETTER: Final = Record(
     (
@@ -146,16 +151,19 @@ DEAD_LETTER: Final = Record(
                                     description="SHA-256 of the original value (key when the "
                                     "value is null).")),
             ),
-            additional=False,
+            additional=True,
             description=f"Present when the original key or value was longer than "
             f"{DEAD_LETTER_PAYLOAD_BYTES} bytes: only that many leading bytes are kept; the "
             "original sizes (null when absent) and a hash identify the record.",
         ), required=False),
     ),
-    additional=False,
-    description="A rejected input record with its original bytes (capped) and the reason.",
+    additional=True,
+    description="A rejected input record with its original bytes (capped) and the reason. "
+    "Read by operators: a later version may add fields; read the ones you know, ignore the "
+    "others.",
 )
-DEAD_LETTERS: Final = Format("dead-letters", "dead letter", DEAD_LETTER)
+DEAD_LETTERS: Final = Format("dead-letters", "dead letter", DEAD_LETTER,
+                             version=DEAD_LETTER_VERSION)
 
 #: The fields of a dead letter, in order.
 DEAD_LETTER_FIELDS: Final = DEAD_LETTER.names

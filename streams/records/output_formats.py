@@ -147,6 +147,15 @@ RELEASES: Final = Format(
 
 # -- slot partials ------------------------------------------------------------------------------
 
+CLOSED_AT: Final = Field(
+    "closed_at_ms",
+    Int(minimum=0, description="The partition worker's clock (epoch ms) when its watermark "
+        "passed the end of slot closed_through; the release latency counts from the latest of "
+        "the partitions'. Absent in messages of older versions: the coordinator counts from "
+        "their receipt."),
+    required=False,
+)
+
 SLOT_PARTIALS: Final = Format(
     "slot-partials",
     "slot partial",
@@ -157,6 +166,7 @@ SLOT_PARTIALS: Final = Format(
                     Field("partition", COUNT),
                     Field("closed_through", Int(description="Every slot up to this one is "
                                                             "closed in this partition.")),
+                    CLOSED_AT,
                     Field(
                         "slots",
                         Map(
@@ -177,20 +187,22 @@ SLOT_PARTIALS: Final = Format(
                 additional=False,
                 description="One partition closing slots (key = \"<stream>/<partition>\"): the "
                 "counts of every slot it closed that had reports, its registered users per "
-                "requirement level (public), and how many records it rejected since its "
-                "previous partial.",
+                "requirement level (public), how many records it rejected since its previous "
+                "partial, and when it closed them.",
             ),
             Record(
                 (
                     Field("partition", COUNT),
                     Field("closed_through", Int()),
+                    CLOSED_AT,
                     Field("first", Int(nullable=True)),
                     Field("rejected", COUNT),
                 ),
                 additional=False,
                 description="Dynamic mechanisms (dpbd, dpba): the partition closed every slot up "
-                "to closed_through; first is its earliest slot with a report (null: none yet); "
-                "rejected counts its rejected records since its previous message.",
+                "to closed_through (at closed_at_ms); first is its earliest slot with a report "
+                "(null: none yet); rejected counts its rejected records since its previous "
+                "message.",
             ),
             Record(
                 (

@@ -125,6 +125,7 @@ async def aiter_releases(bootstrap: str, topic: str, *, stream: str | None = Non
     :mod:`streams.kafka.settings`)."""
     from aiokafka import AIOKafkaConsumer, TopicPartition
 
+    from streams.kafka.errors import authentication_failed, authentication_failure
     from streams.kafka.settings import client_options
 
     check_confidence(confidence)
@@ -142,6 +143,9 @@ async def aiter_releases(bootstrap: str, topic: str, *, stream: str | None = Non
         except ReleaseReadError:
             raise
         except Exception as exc:  # aiokafka's connection errors, the timeout
+            refused = await authentication_failure(bootstrap, exc, timeout)
+            if refused is not None:
+                raise ReleaseReadError(authentication_failed(bootstrap, refused)) from None
             raise ReleaseReadError(f"cannot read {topic} from {bootstrap}: "
                                    f"{exc or type(exc).__name__}") from None
         tps = [TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic)

@@ -13,10 +13,16 @@ from pathlib import Path
 import pytest
 
 from streams.cli import main as cli
+from streams.cli.evaluate_report import SUMMARY_FILE
 
 ROOT = Path(__file__).resolve().parents[2]
 MARKUP = ("``", ":func:", ":class:", ":mod:")
-INTERNAL_PATH = re.compile(r"\b(docs|streams|tests|mechanisms)/")
+#: a path into the repository or a relative path up: help is read where the source tree is not
+INTERNAL_PATH = re.compile(r"\b(docs|streams|tests|mechanisms)/|\.\./")
+#: a Markdown file's name: the repository's documents are not at hand either...
+MARKDOWN_NAME = re.compile(r"[\w.-]+\.md\b")
+#: ...but the files a command writes into the user's directory are named in its help
+WRITTEN_MARKDOWN = frozenset({SUMMARY_FILE})
 SHOWN_DEFAULT = re.compile(r"\(default: ([^)]*)\)")
 NUMBER = re.compile(r"-?\d+(?:\.\d+)?(?:e-?\d+)?")
 
@@ -64,6 +70,21 @@ def names_value(text: str, value: object) -> bool:
     return False
 
 
+def internal_path(text: str) -> bool:
+    """Whether ``text`` names a path of the repository, a path up, or a document of it."""
+    return bool(INTERNAL_PATH.search(text)) or any(
+        name not in WRITTEN_MARKDOWN for name in MARKDOWN_NAME.findall(text))
+
+
+def test_the_internal_path_check_rejects_what_it_should() -> None:
+    for bad in ("see docs/design.md", "as README.md says", "the ../notes directory",
+                "in deploy/README.md", "../x"):
+        assert internal_path(bad), bad
+    for good in ("writes results.csv and summary.md into --out", "a 0.5 md bound",
+                 "epsilon 1.5, mode x.mdx", "default: 9464"):
+        assert not internal_path(good), good
+
+
 def user_texts(name: str, parser: argparse.ArgumentParser) -> list[tuple[str, str]]:
     """(where, text) of everything ``pwevent NAME --help`` shows besides usage."""
     texts = [(f"{name} description", parser.description or ""),
@@ -89,7 +110,7 @@ def test_every_flag_has_help(name: str) -> None:
 def test_help_has_no_markup_or_internal_paths(name: str) -> None:
     parser = command(name)
     bad = [(where, text) for where, text in user_texts(name, parser)
-           if any(m in text for m in MARKUP) or INTERNAL_PATH.search(text)]
+           if any(m in text for m in MARKUP) or internal_path(text)]
     assert not bad, f"pwevent {name}: markup or internal paths in help: {bad}"
 
 
@@ -99,7 +120,7 @@ def test_command_summaries_have_no_markup() -> None:
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction):
             texts += [choice.help or "" for choice in action._choices_actions]
-    assert not [t for t in texts if any(m in t for m in MARKUP) or INTERNAL_PATH.search(t)]
+    assert not [t for t in texts if any(m in t for m in MARKUP) or internal_path(t)]
 
 
 @pytest.mark.parametrize("name", COMMANDS)
@@ -157,6 +178,63 @@ def test_version_from_the_console() -> None:
     done = subprocess.run([sys.executable, "-m", "streams.cli", "--version"], cwd=ROOT,
                           capture_output=True, text=True, timeout=60, check=True)
     assert re.fullmatch(r"pwevent \d+\.\d+\.\d+\S*\n", done.stdout)
+
+
+def test_the_console_script_runs_the_command_line() -> None:
+    """The ``pwevent`` script that installing the package writes: the entry point declared in
+    pyproject.toml resolves to the command line's entry function, and ``pwevent --version`` runs
+    through it as the script runs it (import the object, exit with what it returns)."""
+    declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
+    entry = metadata.EntryPoint("pwevent", declared["pwevent"], "console_scripts")
+    assert entry.load() is cli.main
+    module, _, attr = entry.value.partition(":")
+    script = (f"import sys\nfrom {module} import {attr}\n"
+              f"sys.argv[0] = 'pwevent'\nsys.exit({attr}())")
+    done = subprocess.run([sys.executable, "-c", script, "--version"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=60)
+    assert (done.returncode, done.stderr) == (0, ""), done.stderr
+    assert done.stdout == f"pwevent {cli.version()}\n"
+
+
+def _imported_distributions() -> dict[str, set[str]]:
+    """The distributions the package's modules import, each with the modules importing it."""
+    import ast
+
+    owners = metadata.packages_distributions()
+    found: dict[str, set[str]] = {}
+    for path in sorted([*(ROOT / "streams").rglob("*.py"), *(ROOT / "mechanisms").rglob("*.py")]):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [node.module]
+            else:
+                continue
+            for name in names:
+                top = name.split(".")[0]
+                if top in sys.stdlib_module_names or top in ("streams", "mechanisms"):
+                    continue
+                for dist in owners.get(top, [top]):
+                    found.setdefault(canonical(dist), set()).add(str(path.relative_to(ROOT)))
+    return found
+
+
+def canonical(name: str) -> str:
+    """A distribution's normalised name (PEP 503)."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def test_every_package_imported_is_declared() -> None:
+    """A package the code imports is a dependency (or an extra's) of its own, never one that
+    only comes along with another."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    declared = [*project["dependencies"],
+                *(d for extra in project["optional-dependencies"].values() for d in extra)]
+    names = {canonical(re.split(r"[\s\[<>=!~;]", d, maxsplit=1)[0]) for d in declared}
+    imported = _imported_distributions()
+    assert {"aiohttp", "aiokafka", "faust-streaming", "mode-streaming"} <= set(imported)
+    missing = {dist: sorted(where) for dist, where in imported.items() if dist not in names}
+    assert not missing, f"imported but not declared in pyproject.toml: {missing}"
 
 
 def test_evaluate_without_the_eval_extra(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,

@@ -1,15 +1,17 @@
 """The consumer contract of the releases topic: the fields and their schema, the noise scale
 against what the mechanism draws, error bars that hold at their stated rate, deduplication by
 key, the typed client, and on the embedded broker the Kafka timestamps and ``pwevent
-releases``."""
+releases`` (reading the topic, and following it while slots arrive)."""
 
 from __future__ import annotations
 
 import asyncio
 import math
 import re
+import signal
 import subprocess
 import sys
+import time
 import warnings
 from pathlib import Path
 
@@ -433,3 +435,55 @@ def test_end_to_end_timestamps_and_the_releases_command(tmp_path: Path) -> None:
         missing = subprocess.run([*cmd[:6], "--prefix", "nope", "--timeout", "10"],
                                  capture_output=True, text=True, timeout=60, cwd=ROOT)
         assert missing.returncode == 2 and "no topic nope.releases" in missing.stderr
+
+
+def _lines_when(path: Path, proc: subprocess.Popen, count: int, timeout: float) -> list[dict]:
+    """The JSON lines ``proc`` wrote to ``path`` once there are ``count`` (or at the timeout)."""
+    deadline = time.monotonic() + timeout
+    lines: list[dict] = []
+    while time.monotonic() < deadline and proc.poll() is None:
+        lines = [orjson.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        if len(lines) >= count:
+            break
+        time.sleep(0.2)
+    return lines
+
+
+def test_the_releases_command_follows_slots_as_they_arrive(tmp_path: Path) -> None:
+    """``pwevent releases --follow`` prints what is on the topic, then each release published
+    after it started, until interrupted (exit status 0)."""
+    config_ = cfg()
+    job = run(config_, [slot_reports(USERS, t, config_.d) for t in range(6)])
+    records = [(f"s/{orjson.loads(v)['slot']}".encode(), v) for v in job.releases]
+    assert len(records) == 6
+    with EmbeddedBroker() as broker:
+        topics = setup_topics(broker.bootstrap, config("follow"))
+        produce(broker.bootstrap, topics.releases, 1, records[:3])
+        out, err = tmp_path / "follow.out", tmp_path / "follow.err"
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "streams.cli", "releases", "--broker", broker.bootstrap,
+             "--prefix", "follow", "--stream", "s", "--json", "--follow", "--timeout", "30"],
+            stdout=out.open("w"), stderr=err.open("w"), cwd=ROOT)
+        try:
+            first = _lines_when(out, proc, 3, 60)
+            assert [x["slot"] for x in first] == [0, 1, 2], err.read_text()
+            time.sleep(1.5)  # nothing new: it waits, and prints nothing more
+            assert proc.poll() is None and len(_lines_when(out, proc, 3, 1)) == 3
+            for record in records[3:]:  # slots arriving one by one, as the job releases them
+                produce(broker.bootstrap, topics.releases, 1, [record])
+                time.sleep(0.3)
+            produce(broker.bootstrap, topics.releases, 1, [records[4]])  # emitted again
+            lines = _lines_when(out, proc, 6, 60)
+            assert [x["slot"] for x in lines] == list(range(6)), err.read_text()
+            assert [x["histogram"] for x in lines] == [orjson.loads(v)["histogram"]
+                                                       for _k, v in records]
+            time.sleep(1.0)
+            assert proc.poll() is None, err.read_text()  # still following
+            assert len(_lines_when(out, proc, 7, 1)) == 6  # the repeat printed once
+            proc.send_signal(signal.SIGINT)
+            assert proc.wait(30) == 0, err.read_text()
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    assert err.read_text() == ""

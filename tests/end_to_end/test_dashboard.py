@@ -217,14 +217,19 @@ def _interrupt(proc: subprocess.Popen, timeout: float = 30) -> int:
 
 
 SLOTS = 12
+USERS = 1500
+#: reports per second of the demo's replay: its slots are released over about four seconds,
+#: so the page shows them arriving (the page asks for new releases every second)
+RATE = USERS * SLOTS / 4
 
 
 def test_demo_dashboard_renders_the_releases_and_the_workers_metrics(browser: Browser,
                                                                     tmp_path: Path) -> None:
     out, err = tmp_path / "demo.out", tmp_path / "demo.err"
     demo = subprocess.Popen(
-        [sys.executable, "-m", "streams.cli", "demo", "--users", "1500", "--slots", str(SLOTS),
-         "--mechanism", "pbd", "--epsilon", "4", "--window", "6", "--dashboard",
+        [sys.executable, "-m", "streams.cli", "demo", "--users", str(USERS), "--slots",
+         str(SLOTS), "--rate", str(RATE), "--mechanism", "pbd", "--epsilon", "4", "--window", "6",
+         "--dashboard",
          "--dashboard-port", "0", "--dashboard-seconds", "120", "--json-summary"],
         stdout=out.open("w"), stderr=err.open("w"), cwd=ROOT)
     try:
@@ -233,9 +238,17 @@ def test_demo_dashboard_renders_the_releases_and_the_workers_metrics(browser: Br
         assert [a for a in started.values() if str(broker_binary()) in a], started
         assert [a for a in started.values() if "streams.cli worker" in a], started
         browser.open(url)
-        state = browser.wait(PAGE_STATE, lambda s: s["count"] >= SLOTS and s["opLast"] ==
-                             str(SLOTS - 1), 60)
+        counts: list[int] = []  # the slots the page shows, each time it is looked at
+
+        def complete(s: dict) -> bool:
+            counts.append(s["count"])
+            return s["count"] >= SLOTS and s["opLast"] == str(SLOTS - 1)
+
+        state = browser.wait(PAGE_STATE, complete, 60)
         assert state["count"] == SLOTS and state["last"] == str(SLOTS - 1), state
+        # a live page: it showed fewer slots first, then saw them arrive, never fewer again
+        assert counts == sorted(counts), counts
+        assert counts[0] < SLOTS and any(0 < c < SLOTS for c in counts), counts
         assert len(state["marks"]) == SLOTS and "published" in state["marks"]
         assert set(state["marks"]) <= {"published", "approximated", "nullified"}
         assert state["bands"] > 0 and state["operator"] == "yes" and state["up"] == "1"

@@ -458,8 +458,29 @@ def test_compose_workers_serve_metrics_and_are_health_checked() -> None:
         assert len(hosts) == 1, f"{worker.where}: publish the metrics port once"
         assert hosts[0] not in published, f"{worker.where}: host port {hosts[0]} taken twice"
         published.add(hosts[0])
+        # compose has one health state, which gates the services depending on a worker:
+        # readiness (a partition held, the broker answering)
         check = " ".join(str(t) for t in service["healthcheck"]["test"])
-        assert f"127.0.0.1:{port}/healthz" in check, worker.where
+        assert f"127.0.0.1:{port}/readyz" in check, worker.where
+        # Prometheus' Docker service discovery reads the labels the pods carry as annotations
+        labels = service.get("labels") or {}
+        if isinstance(labels, list):
+            labels = dict(item.split("=", 1) for item in labels)
+        assert labels.get("prometheus.io/scrape") == "true", worker.where
+        assert labels.get("prometheus.io/port") == str(port), worker.where
+        assert labels.get("prometheus.io/path") == "/metrics", worker.where
+
+
+def test_compose_services_that_need_the_workers_wait_until_they_are_ready() -> None:
+    services = load_compose()["services"]
+    names = {w.where.split(":", 1)[1] for w in workers(compose_invocations())}
+    assert names
+    dependents = {name: service["depends_on"] for name, service in services.items()
+                  if names & set(service.get("depends_on") or {})}
+    assert dependents, "no service waits for the workers"
+    for name, depends in dependents.items():
+        for worker in names & set(depends):
+            assert depends[worker]["condition"] == "service_healthy", (name, worker)
 
 
 def http_probe(container: dict[str, Any], kind: str) -> tuple[str, int | None]:

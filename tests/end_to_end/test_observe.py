@@ -43,7 +43,12 @@ from mechanisms.ledgers.fixed import (
 )
 from streams.job.json_logs import JsonFormatter, json_logging_config
 from streams.job.pipeline import InProcessJob
-from streams.job.worker_metrics import accepted_since, window_spend
+from streams.job.worker_metrics import (
+    SlotCloseTimes,
+    WorkerMetrics,
+    accepted_since,
+    window_spend,
+)
 from streams.kafka.broker import EmbeddedBroker, free_port
 
 USERS = [f"u{i}" for i in range(20)]
@@ -121,6 +126,8 @@ def test_metrics_follow_reports_dead_letters_and_releases(tmp_path: Path) -> Non
             bad_requirement = (b"u-bad", orjson.dumps({"user": "u-bad", "w": 0, "E": 1.0}))
             register(broker.bootstrap, topics, cfg,
                      requirement_records(USERS, W, E) + [bad_requirement], worker)
+            # no slot closes before this: every release latency lies between it and the scrape
+            before_closes = time.time()
             for t in range(3):
                 produce(broker.bootstrap, topics.reports, cfg.partitions,
                         slot_reports(USERS, t, cfg.d))
@@ -132,6 +139,7 @@ def test_metrics_follow_reports_dead_letters_and_releases(tmp_path: Path) -> Non
             mid = wait_until(lambda: (s := scrape(port)) and value(
                 s, "pwevent_slots_released_total") == 3 and s, 10)
             assert mid, "slots_released_total did not reach 3"
+            since_closes = time.time() - before_closes
 
             assert value(mid, "pwevent_requirements_total") == len(USERS)
             assert value(mid, "pwevent_dead_letters_total", reason="invalid_requirement") == 1
@@ -142,6 +150,10 @@ def test_metrics_follow_reports_dead_letters_and_releases(tmp_path: Path) -> Non
             assert value(mid, "pwevent_dead_letters_failed_total") == 0
             assert value(mid, "pwevent_last_released_slot") == 2
             assert value(mid, "pwevent_slot_release_seconds_count") == 3
+            # from each slot's close (the watermark passing its end) to its release
+            took = value(mid, "pwevent_slot_release_seconds_sum")
+            assert took is not None and 0 <= took <= 3 * since_closes, (took, since_closes)
+            assert value(mid, "pwevent_slot_release_seconds_bucket", le="+Inf") == 3
             assert value(mid, "pwevent_ledger_levels") == len(LEVELS)
             for level, (w, budget) in LEVELS.items():
                 spent = value(mid, "pwevent_budget_spent", level=level)
@@ -281,6 +293,70 @@ def test_accepted_reports_are_counted_per_batch_across_slot_closes(mechanism: st
             job._deliver(messages)
     assert counted == sent
     assert sorted({d.reason for d in job.dead}) == ["duplicate_in_slot", "malformed_json"]
+
+
+@pytest.mark.parametrize("mechanism", ["pbd", "dpbd"])
+@pytest.mark.parametrize("old_messages", [False, True])
+def test_release_latency_counts_from_the_last_partition_closing_the_slot(
+        mechanism: str, old_messages: bool) -> None:
+    """pwevent_slot_release_seconds: from the latest time a partition's watermark passed the
+    slot's end (each partition's clock, in its closure) to the release, through the job's own
+    classes with injected clocks; a closure without the time (an older version's) counts from
+    its receipt by the coordinator's worker."""
+    cfg = config("latency", mechanism=mechanism)
+    users = [f"u{i}" for i in range(30)]
+    job = InProcessJob(cfg)
+    job.register(dynamic_requirements(users) if cfg.dynamic
+                 else requirement_records(users, [3] * 30, [1.0] * 30))
+    now = [0]
+    for acc in job.accumulators:
+        acc.clock_ms = lambda: now[0]
+    job.feed(slot_reports(users, 0, cfg.d))  # slot 0 stays open
+    closed = []
+    for p, acc in enumerate(job.accumulators):
+        now[0] = 1_000_000 + 3_000 * p  # partition p's watermark passes the end of slot 0
+        closed += acc.advance_messages(cfg.slot_ms)
+    assert [m["closed_at_ms"] for m in closed if "closed_through" in m] == [1_000_000, 1_003_000]
+    if old_messages:
+        for m in closed:
+            m.pop("closed_at_ms", None)
+
+    # the coordinator's worker, as its runner does: note each message, release, observe
+    closes, metrics = SlotCloseTimes(), WorkerMetrics("r")
+    received, released = 1_009_000, 1_009_500
+    receive = job.coordinator.receive
+
+    def runner_receive(message: dict) -> list:
+        closes.take(message, received)
+        out = receive(message)
+        metrics.release_took(out, closes, released, received)
+        return out
+
+    job.coordinator.receive = runner_receive  # type: ignore[method-assign]
+    job._deliver(closed)
+    assert [orjson.loads(r)["slot"] for r in job.releases] == [0]
+    sample = metrics.registry.get_sample_value
+    assert sample("pwevent_slot_release_seconds_count") == 1
+    expected = (released - received) if old_messages else (released - 1_003_000)
+    assert sample("pwevent_slot_release_seconds_sum") == pytest.approx(expected / 1000)
+
+
+def test_slot_close_times_take_the_first_closure_covering_each_slot() -> None:
+    closes = SlotCloseTimes()
+    closes.take({"partition": 0, "closed_through": 2, "closed_at_ms": 100}, 900)
+    closes.take({"partition": 0, "closed_through": 2, "closed_at_ms": 500}, 900)  # a repeat
+    closes.take({"partition": 0, "closed_through": 5, "closed_at_ms": 300}, 900)
+    closes.take({"partition": 1, "closed_through": 3}, 700)  # no time: its receipt
+    closes.take({"partition": 1, "plan": 1, "counts": {}}, 800)  # closes nothing
+    assert [closes.closed_at(s) for s in (0, 2, 3, 4, 6)] == [700, 700, 700, 300, None]
+    closes.forget(3)
+    assert closes.closures == {0: [(5, 300)], 1: [(3, 700)]}
+    assert closes.closed_at(4) == 300
+    metrics = WorkerMetrics("r")
+    # a clock behind the partition's: no negative latency
+    metrics.release_took([(4, b"{}", b"{}"), (7, None, b"{}")], closes, 250, 900)
+    assert metrics.registry.get_sample_value("pwevent_slot_release_seconds_count") == 1
+    assert metrics.registry.get_sample_value("pwevent_slot_release_seconds_sum") == 0
 
 
 def _window_charges(charges: list[np.ndarray], w: np.ndarray) -> np.ndarray:

@@ -1,9 +1,14 @@
-"""Topic definitions and their idempotent creation on the embedded broker."""
+"""Topic definitions and their idempotent creation on the embedded broker, with the replication
+factor asked for."""
 
 from __future__ import annotations
 
 import asyncio
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -16,6 +21,8 @@ from streams.kafka.topics import (
     create_topics,
     describe_topics,
 )
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
@@ -72,3 +79,28 @@ def test_conflicting_partition_count_is_refused(broker: EmbeddedBroker) -> None:
     asyncio.run(create_topics(broker.bootstrap, [TopicSpec("reports", "t2.reports", 2)]))
     with pytest.raises(TopicError, match="2 partitions"):
         asyncio.run(create_topics(broker.bootstrap, [TopicSpec("reports", "t2.reports", 4)]))
+
+
+def test_topics_create_asks_for_the_replication_factor_given(broker: EmbeddedBroker) -> None:
+    """``--replication-factor`` reaches the creation request: the embedded broker (one node)
+    refuses three replicas, quoting the factor asked for, and creates the topics with one."""
+    def create(*flags: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "streams.cli", "topics", "create", "--broker",
+             broker.bootstrap, "--prefix", "rf", "--partitions", "2", *flags],
+            capture_output=True, text=True, timeout=120, cwd=ROOT)
+
+    refused = create("--replication-factor", "3")
+    assert refused.returncode == 2, refused.stderr
+    lines = refused.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("pwevent topics: error: creating 'rf."), lines
+    assert "replication factor of 3" in lines[0], lines
+    # the same from the environment, as a deployment sets it
+    env = subprocess.run(
+        [sys.executable, "-m", "streams.cli", "topics", "create", "--broker", broker.bootstrap,
+         "--prefix", "rf", "--partitions", "2"], capture_output=True, text=True, timeout=120,
+        cwd=ROOT, env={**os.environ, "PWEVENT_REPLICATION_FACTOR": "3"})
+    assert env.returncode == 2 and "replication factor of 3" in env.stderr, env.stderr
+    created = create("--replication-factor", "1")
+    assert created.returncode == 0, created.stderr
+    assert created.stdout.splitlines()[0] == "rf.reports: 2 partitions (created)"

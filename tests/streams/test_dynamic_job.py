@@ -244,6 +244,7 @@ def test_messages_and_records_match_the_schemas() -> None:
     decisions = jsonschema.Draft202012Validator(load_schema("decisions"))
     releases = jsonschema.Draft202012Validator(load_schema("releases"))
     assert {"closed_through" in m for m in said} == {True, False}  # closures and plans
+    assert all(type(m["closed_at_ms"]) is int for m in said if "closed_through" in m)
     for m in said:
         partials.validate(orjson.loads(orjson.dumps(m)))
     for acc in job.accumulators:

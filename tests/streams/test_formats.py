@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from jsonschema import Draft202012Validator
 
 from streams.kafka.topics import TOPIC_KEYS
-from streams.records import field_formats, format_nodes, formats, output_formats
+from streams.records import field_formats, format_nodes, formats, input_formats, output_formats
 from streams.records import field_parsing as records
 from streams.records.dead_letters import dead_letter, decode_dead_letter
 from streams.records.domains import BinDomain, CategoryDomain, CellDomain, GridDomain
@@ -126,12 +126,50 @@ def test_input_and_internal_records_stay_as_strict_as_before() -> None:
     validator("requirements").validate({"user": "a", "w": 1, "E": 1, "note": "x"})
     assert not validator("reports").is_valid({"user": "a", "time": 1})
     assert not validator("requirements").is_valid({"user": "a", "w": 1, "E": 1, "wB": 1})
-    # internal records and dead letters stay closed
-    assert json_schema("dead-letters")["additionalProperties"] is False
+    # the internal slot partials stay closed
     for variant in json_schema("slot-partials")["oneOf"]:
         assert variant["additionalProperties"] is False
+    closure = {"partition": 0, "closed_through": 3, "first": 0, "rejected": 0}
+    assert not validator("slot-partials").is_valid({**closure, "extra": 1})
+
+
+def test_closures_say_when_they_closed_and_older_ones_stay_valid() -> None:
+    closure = {"partition": 0, "closed_through": 3, "first": 0, "rejected": 0}
+    partial = {"partition": 1, "closed_through": 3, "slots": {}, "users": {}, "rejected": 0}
+    for message in (closure, partial):
+        validator("slot-partials").validate(message)  # written before closed_at_ms existed
+        validator("slot-partials").validate({**message, "closed_at_ms": 1_700_000_000_000})
+        assert not validator("slot-partials").is_valid({**message, "closed_at_ms": -1})
+        assert not validator("slot-partials").is_valid({**message, "closed_at_ms": "now"})
+    schema = json_schema("slot-partials")
+    assert schema["x-schema-version"] == 1  # an optional member of an internal topic
+    partial_schema, closure_schema, plan_schema = schema["oneOf"]
+    for variant in (partial_schema, closure_schema):
+        assert "closed_at_ms" in variant["properties"]
+        assert "closed_at_ms" not in variant["required"]
+    assert "closed_at_ms" not in plan_schema["properties"]
+
+
+def test_dead_letters_are_version_2_and_open_to_new_fields() -> None:
+    """Operators consume dead letters: version 2 lets the format gain fields, at the top and
+    in ``truncated``, without breaking a consumer that validates; version 1 allowed none."""
+    schema = json_schema("dead-letters")
+    assert schema["x-schema-version"] == input_formats.DEAD_LETTER_VERSION == 2
+    assert schema["$id"].endswith("/v2/dead-letters.json")
+    assert schema["additionalProperties"] is True
+    assert schema["properties"]["truncated"]["additionalProperties"] is True
     good = orjson.loads(dead_letter("t", 0, 0, None, None, Reason.LATE, ""))
-    assert not validator("dead-letters").is_valid({**good, "extra": 1})
+    validator("dead-letters").validate({**good, "future_field": {"x": 1}})
+    capped = orjson.loads(dead_letter("t", 0, 0, None, b"x" * 9000, Reason.LATE, ""))
+    assert "truncated" in capped
+    validator("dead-letters").validate({**capped, "truncated": {**capped["truncated"],
+                                                                "encoding": "utf-8"}})
+    # still typed: a known field with a wrong type, or a missing one, is rejected
+    assert not validator("dead-letters").is_valid({**good, "offset": -1})
+    assert not validator("dead-letters").is_valid({**good, "reason": "no such reason"})
+    assert not validator("dead-letters").is_valid({k: v for k, v in good.items()
+                                                   if k != "detail"})
+    assert not validator("dead-letters").is_valid({**capped, "truncated": {"sha256": "x"}})
 
 
 def test_releases_are_version_2_and_say_so() -> None:

@@ -324,6 +324,8 @@ def test_what_the_job_writes_matches_the_schemas() -> None:
         validator("releases").validate(orjson.loads(release))
     for message in partials:
         validator("slot-partials").validate(orjson.loads(orjson.dumps(message)))
+    # every partial says when its partition closed the slots, on the worker's clock
+    assert all(type(m["closed_at_ms"]) is int and m["closed_at_ms"] > 0 for m in partials)
     for decision in job.coordinator.decisions.values():
         validator("decisions").validate(orjson.loads(decision))
     assert not validator("releases").is_valid({"stream": "taxi", "slot": 1, "published": "maybe"})
