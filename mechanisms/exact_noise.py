@@ -6,7 +6,8 @@ Randomness comes from a *bits* object whose ``words(n)`` returns ``n`` uniform `
   with AES-NI about 6.6 GB/s, against 5.7 for ChaCha20 and 0.6 for SHAKE-256 in ``hashlib``) under
   the key BLAKE2b-256(key, person="pwevent-bits"), the 128-bit big-endian counter block starting
   at zero, read as little-endian 64-bit words. It is a pure stream: the words returned depend only
-  on the key and on how many were drawn before. Keystream is made in 64 KiB blocks.
+  on the key and on how many were drawn before. Keystream is made in 64 KiB blocks, encrypted
+  into a fresh buffer (no copy of the output).
 * :class:`GeneratorBits`: a seeded ``np.random.Generator`` (tests, offline evaluation; not secure).
 
 Sampling follows Canonne, Kamath and Steinke (2020), "The Discrete Gaussian for Differential
@@ -39,7 +40,7 @@ class RandomBits(Protocol):
 
 
 class SecureBits:
-    """AES-256-CTR keystream keyed by BLAKE2b-256(key), as (read-only) ``np.uint64`` words."""
+    """AES-256-CTR keystream keyed by BLAKE2b-256(key), as ``np.uint64`` words."""
 
     def __init__(self, key: bytes) -> None:
         from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
@@ -52,15 +53,22 @@ class SecureBits:
 
     def words(self, n: int) -> np.ndarray:
         """The next ``n`` words of the stream."""
-        if n <= self._buf.size - self._pos:
+        have = self._buf.size - self._pos
+        if n <= have:
             self._pos += n
             return self._buf[self._pos - n : self._pos]
-        head = self._buf[self._pos :]
-        size = max(_BLOCK, (8 * (n - head.size) + 15) & ~15)
-        self._buf = np.frombuffer(self._stream.update(bytes(size)), "<u8")
-        self._pos = n - head.size
-        tail = self._buf[: self._pos]
-        return np.concatenate([head, tail]) if head.size else tail
+        size = (max(_BLOCK, 8 * (n - have)) + 15) & ~15  # whole AES blocks
+        out = bytearray(8 * have + size + 15)  # update_into may ask for a block's room more
+        out[: 8 * have] = self._buf[self._pos :].tobytes()  # the words not yet read come first
+        self._stream.update_into(_zeros(size), memoryview(out)[8 * have :])
+        self._buf, self._pos = np.frombuffer(out, "<u8", count=have + size // 8), n
+        return self._buf[:n]
+
+
+@functools.cache
+def _zeros(size: int) -> bytes:
+    """``size`` zero bytes, the plaintext whose encryption is the keystream."""
+    return bytes(size)
 
 
 class GeneratorBits:
