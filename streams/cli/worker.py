@@ -25,8 +25,8 @@ WORKER_OPTIONS = (
            "status 2 and a one-line error", type=float, default=30.0, metavar="S"),
     option("--reset-local-state", "delete the worker's table stores in --data-dir before it "
            "starts (they are rebuilt from the changelog topics): the way out when the worker "
-           "refuses to start because the broker lost writes its state holds",
-           action="store_true"),
+           "refuses to start because the broker lost writes its state holds, or because "
+           "--data-dir holds table state without a binding", action="store_true"),
     option("--loglevel", "log level, e.g. debug, info or warning (default: %(default)s)",
            default="info"),
     option("--log-format", "text, or json: every log line, Faust's included, as one JSON object "
@@ -79,7 +79,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         # the topics first: a data directory is bound only once the deployment is known right
         check_topics(broker, topics, args.startup_timeout)
-        bind_data_dir(args.data_dir, config.prefix, config.stream)
+        bind_data_dir(args.data_dir, config.prefix, config.stream, reset=args.reset_local_state)
         if args.reset_local_state and reset_local_state(args.data_dir):
             print(f"pwevent worker: deleted the table stores in {args.data_dir}; they are "
                   f"rebuilt from the changelog topics", file=sys.stderr)

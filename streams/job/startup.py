@@ -41,6 +41,10 @@ __all__ = [
 
 #: The file in a data directory that names the (prefix, stream) whose state it holds.
 BINDING_FILE: Final = "pwevent-binding.json"
+#: Where Faust keeps a table's RocksDB store per partition, under the data directory.
+TABLES_DIR: Final = Path("v1") / "tables"
+#: The key under which Faust's RocksDB store records the changelog offset it has applied.
+_OFFSET_KEY: Final = b"__faust\0offset__"
 
 #: How the state of a data directory is given up; true because every table of the job
 #: (``users``, ``checkpoints``, ``coordinator``) is RocksDB with a changelog topic.
@@ -179,8 +183,9 @@ def _quiet_kafka_logs() -> Iterator[None]:
 # -- the data directory ---------------------------------------------------------------------------
 
 
-def bind_data_dir(data_dir: Path, prefix: str, stream: str) -> None:
-    """Make sure ``data_dir`` holds (or will hold) the state of this (prefix, stream) only.
+def bind_data_dir(data_dir: Path, prefix: str, stream: str, reset: bool = False) -> bool:
+    """Make sure ``data_dir`` holds (or will hold) the state of this (prefix, stream) only;
+    returns whether it was bound to them before.
 
     The job's tables (``users``, ``checkpoints``, ``coordinator``) live as RocksDB files in the
     data directory under names that do not say which deployment they belong to, so a directory
@@ -188,9 +193,10 @@ def bind_data_dir(data_dir: Path, prefix: str, stream: str) -> None:
     writes ``data_dir/pwevent-binding.json`` (``{"prefix", "stream"}``), creating the directory
     if need be; on later starts it compares and raises :class:`StartupError` on a mismatch.
 
-    A directory that exists without a binding file is bound on first use, whatever it holds:
-    files already there (the state of a version that wrote no binding) are taken to be this
-    stream's state, as before.
+    A directory that holds table state but no binding file (written by a version that wrote
+    none, or copied from elsewhere) may be another stream's: it is refused, unless ``reset``
+    (``--reset-local-state``), which deletes that state before the worker starts; files other
+    than table state do not count.
     """
     path = data_dir / BINDING_FILE
     wanted = {"prefix": prefix, "stream": stream}
@@ -207,7 +213,13 @@ def bind_data_dir(data_dir: Path, prefix: str, stream: str) -> None:
             raise StartupError(
                 f"data directory {data_dir} holds the state of {_binding(bound)}, not of "
                 f"{_binding(wanted)}: use another --data-dir, or, {RESET}")
-        return
+        return True
+    tables = data_dir / TABLES_DIR
+    if not reset and tables.is_dir() and any(tables.iterdir()):
+        raise StartupError(
+            f"data directory {data_dir} holds table state but no {BINDING_FILE}, so it may be "
+            f"another stream's: start the worker with --reset-local-state to rebuild its tables "
+            f"from the changelog topics of {_binding(wanted)}, or use another --data-dir")
     try:
         data_dir.mkdir(parents=True, exist_ok=True)
         partial = data_dir / f".{BINDING_FILE}.tmp"
@@ -215,6 +227,7 @@ def bind_data_dir(data_dir: Path, prefix: str, stream: str) -> None:
         os.replace(partial, path)
     except OSError as exc:
         raise StartupError(f"cannot write {path}: {exc.strerror or exc}") from None
+    return False
 
 
 def _binding(binding: Mapping[str, str]) -> str:
@@ -223,11 +236,6 @@ def _binding(binding: Mapping[str, str]) -> str:
 
 
 # -- local state against the broker ---------------------------------------------------------------
-
-#: Where Faust keeps a table's RocksDB store per partition, under the data directory.
-TABLES_DIR: Final = Path("v1") / "tables"
-#: The key under which Faust's RocksDB store records the changelog offset it has applied.
-_OFFSET_KEY: Final = b"__faust\0offset__"
 
 
 def local_offsets(data_dir: Path) -> dict[tuple[str, int], int]:
