@@ -325,7 +325,8 @@ def spy_deliveries(job: InProcessJob) -> list[dict]:
 
 class RestartableBroker:
     """The embedded broker's executable on a fixed port and data directory, so that a test can
-    stop it (SIGTERM, then SIGKILL, by pid) and start it again with the data it kept."""
+    stop it (SIGTERM, then SIGKILL, by pid) or kill it (SIGKILL) and start it again with the
+    data it kept."""
 
     def __init__(self, root: Path) -> None:
         self.data = root / "data"
@@ -350,6 +351,14 @@ class RestartableBroker:
                 self.stop()
                 raise RuntimeError(f"broker did not start: {self.log.read_text()[-2000:]}")
             time.sleep(0.1)
+
+    def kill(self) -> None:
+        """SIGKILL the broker: what it had not snapshotted yet (its last second or so of
+        acknowledged writes) is lost."""
+        proc, self.proc = self.proc, None
+        if proc is not None and proc.poll() is None:
+            proc.send_signal(signal.SIGKILL)
+            proc.wait(10)
 
     def stop(self) -> None:
         proc, self.proc = self.proc, None

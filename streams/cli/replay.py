@@ -55,6 +55,11 @@ REPLAY_OPTIONS = (
     option("--broker-timeout", "give up (exit status 2) when the broker has acknowledged "
            "nothing for this many seconds while records wait (default: %(default)s)",
            type=float, default=60.0),
+    option("--request-timeout", "seconds the replay's Kafka client waits for the broker to "
+           "answer one request (or for a partition's leader) before it retries the request (or "
+           "gives the batch up, and the replay sends it again); an outage longer than this is "
+           "ridden out all the same, up to --broker-timeout (default: %(default)s)",
+           type=float, default=40.0, metavar="S"),
     option("--from-slot", "resume an interrupted replay at slot K (as its error line says): "
            "skip the slots before K (a recorded file: its records up to the first one of a "
            "slot >= K) and the requirements declared before K", type=int, default=None,

@@ -64,15 +64,21 @@ async def produce(args: argparse.Namespace, source: Source, broker: str,
     topics = Topics(prefix=args.prefix, partitions=args.partitions)
     dynamic = getattr(args, "mechanism", "") in DYNAMIC_MECHANISMS
     timeout = float(getattr(args, "broker_timeout", 60.0))
+    request_timeout = float(getattr(args, "request_timeout", 40.0))
     from_slot = getattr(args, "from_slot", None)
     if timeout <= 0:
         raise ValueError("--broker-timeout must be > 0")
+    if not request_timeout > 0:
+        raise ValueError("--request-timeout must be > 0")
 
     def notify(line: str) -> None:
         tqdm.write(line, file=sys.stderr)
 
-    reports = ResilientSender(broker, topics.reports, args.partitions, timeout, notify)
-    requirements = ResilientSender(broker, topics.requirements, args.partitions, timeout, notify)
+    request_ms = max(1, int(request_timeout * 1000))
+    reports = ResilientSender(broker, topics.reports, args.partitions, timeout, notify,
+                              request_timeout_ms=request_ms)
+    requirements = ResilientSender(broker, topics.requirements, args.partitions, timeout, notify,
+                                   request_timeout_ms=request_ms)
     slots = source.slot_numbers(args.origin_ms, args.slot_ms)
     first = slots[0] if slots else 0
     schedule = [] if args.no_requirements else source.requirement_schedule(dynamic)

@@ -58,7 +58,8 @@ broker refuses the records for a reason other than availability, or refuses the 
 SASL settings) stops the replay at once, in one line with the same progress.
 
 What the replay cannot see: a broker that acknowledged a write and then lost it (a crash before
-the write was durable) leaves a hole no producer is told about. Its sign is that the broker no
+the write was durable; the embedded broker also does so for writes that reach it while it shuts
+down on SIGTERM) leaves a hole no producer is told about. Its sign is that the broker no
 longer knows the producer when it comes back (``OutOfOrderSequenceNumber``); the notice line
 then says that records acknowledged before the outage may be lost, since the replay cannot
 tell which.
@@ -126,14 +127,17 @@ def _lost_producer_state(exc: BaseException) -> bool:
 class ResilientSender:
     """Sends records to one topic and waits for the broker, across outages (module docstring).
 
-    ``timeout`` is ``--broker-timeout``; ``notify`` prints a line on stderr. Counters:
+    ``timeout`` is ``--broker-timeout``, ``request_timeout_ms`` its producers' request timeout
+    (``--request-timeout``); ``notify`` prints a line on stderr. Counters:
     ``reconnects`` (outages recovered from), ``resent`` (records sent again after their batch
     failed, whose first sending's fate is unknown), ``outage_seconds`` (time spent in outages).
     """
 
     def __init__(self, bootstrap: str, topic: str, partitions: int, timeout: float,
-                 notify: Callable[[str], None], probe_every: float = 1.0) -> None:
+                 notify: Callable[[str], None], probe_every: float = 1.0,
+                 request_timeout_ms: int = 40_000) -> None:
         self.bootstrap, self.topic, self.partitions = bootstrap, topic, partitions
+        self.request_timeout_ms = request_timeout_ms
         self.timeout, self.notify, self.probe_every = timeout, notify, probe_every
         self.producer = None  # a started RawProducer, or None
         self.label = ""  # what is being sent, for the notice ("slot 12")
@@ -263,7 +267,8 @@ class ResilientSender:
         backoff = BACKOFF[0]
         while remaining:
             if self.producer is None:
-                producer = RawProducer(self.bootstrap, self.topic, self.partitions)
+                producer = RawProducer(self.bootstrap, self.topic, self.partitions,
+                                       request_timeout_ms=self.request_timeout_ms)
                 try:
                     await self._watch(producer.start(), waiting_since)
                 except BrokerUnavailable:

@@ -24,9 +24,10 @@ WORKER_OPTIONS = (
            "and that --data-dir belongs to this --prefix and --stream, and otherwise exits with "
            "status 2 and a one-line error", type=float, default=30.0, metavar="S"),
     option("--reset-local-state", "delete the worker's table stores in --data-dir before it "
-           "starts (they are rebuilt from the changelog topics): the way out when the worker "
-           "refuses to start because the broker lost writes its state holds",
-           action="store_true"),
+           "starts (they are rebuilt from the changelog topics), having put back on the topics "
+           "the releases its coordinator store holds and the broker lost: the way out when the "
+           "worker refuses to start because the broker lost writes its state holds, or because "
+           "--data-dir holds table state without a binding", action="store_true"),
     option("--loglevel", "log level, e.g. debug, info or warning (default: %(default)s)",
            default="info"),
     option("--log-format", "text, or json: every log line, Faust's included, as one JSON object "
@@ -61,6 +62,7 @@ def run(args: argparse.Namespace) -> int:
         check_secret,
         check_topics,
         reset_local_state,
+        restore_lost_releases,
     )
     from streams.kafka.topics import Topics
 
@@ -79,10 +81,20 @@ def run(args: argparse.Namespace) -> int:
     try:
         # the topics first: a data directory is bound only once the deployment is known right
         check_topics(broker, topics, args.startup_timeout)
-        bind_data_dir(args.data_dir, config.prefix, config.stream)
-        if args.reset_local_state and reset_local_state(args.data_dir):
-            print(f"pwevent worker: deleted the table stores in {args.data_dir}; they are "
-                  f"rebuilt from the changelog topics", file=sys.stderr)
+        bound = bind_data_dir(args.data_dir, config.prefix, config.stream,
+                              reset=args.reset_local_state)
+        if args.reset_local_state:
+            # the coordinator store's releases that the broker lost go back on the topics
+            # before the store goes (only from a directory bound to this stream before)
+            restored = (restore_lost_releases(args.data_dir, config, topics, broker,
+                                              args.startup_timeout) if bound else 0)
+            if restored:
+                print(f"pwevent worker: put back {restored} records of stream {config.stream} "
+                      f"that the broker lost on {topics.decisions} and {topics.releases}, from "
+                      f"the coordinator store in {args.data_dir}", file=sys.stderr)
+            if reset_local_state(args.data_dir):
+                print(f"pwevent worker: deleted the table stores in {args.data_dir}; they are "
+                      f"rebuilt from the changelog topics", file=sys.stderr)
         check_local_state(args.data_dir, config.app_id(), broker, args.startup_timeout)
         check_secret(broker, topics.decisions, config.stream, config.secret_bytes(),
                      args.startup_timeout)

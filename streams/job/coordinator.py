@@ -203,6 +203,28 @@ class Coordinator:
         return out + [(s, self.released[s], self.decisions[s]) for s in sorted(self.released)
                       if s > after]
 
+    def lost(self, start: dict | None, decisions: dict[int, bytes],
+             releases: dict[int, bytes]) -> list[Emitted]:
+        """What this state recorded that the topics lack, after a broker lost its last writes
+        (the tail of each topic, never a record before one it kept): the start record, when the
+        topics hold neither it (``start``, the one on ``decisions``) nor any release; every
+        recorded slot past the last one on ``releases``, or whose decision is missing past the
+        last one on ``decisions`` (both by slot; decisions expire, releases are kept). In order,
+        to be emitted again byte for byte, so that no slot analysts may have seen is computed
+        again. Nothing when the topics' start record has another nonce (the stream was started
+        again without this state)."""
+        if self.start is None or (start is not None and start.get("nonce") != self.nonce):
+            return []
+        out: list[Emitted] = []
+        if start is None and not releases:
+            out.append((self.start - 1, None, self.start_record()))
+        last_release, last_decision = max(releases, default=None), max(decisions, default=None)
+        for s in sorted(self.released):
+            if (last_release is None or s > last_release) or (
+                    s not in decisions and (last_decision is None or s > last_decision)):
+                out.append((s, self.released[s], self.decisions[s]))
+        return out
+
     def mark_emitted(self, slot: int) -> None:
         """Record that the start record and every release up to ``slot`` were emitted."""
         if self.start is None:

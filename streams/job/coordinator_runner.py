@@ -5,7 +5,9 @@
 the :class:`~streams.job.coordinator.Coordinator`, records the coordinator's state in the
 ``coordinator`` table before it emits what the coordinator released to ``releases`` and
 ``decisions``, and rebuilds the coordinator from that table and those topics when this worker
-takes the coordinator over. It holds no logic of its own about slots or budgets.
+takes the coordinator over, emitting again what its state recorded and the topics lost
+(:func:`emitted_records` says what it emits, :func:`stream_records` what it reads back). It
+holds no logic of its own about slots or budgets.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import orjson
 
 from streams.job.batch_handling import ContinuityGuard, RawRecord, Rewind
 from streams.job.config import JobConfig
-from streams.job.coordinator import Coordinator
+from streams.job.coordinator import Coordinator, Emitted
 from streams.job.partition import wall_clock_ms
 from streams.job.roles import make_coordinator
 from streams.job.slot_protocol import decode
@@ -70,46 +72,42 @@ class CoordinatorRunner:
         return self.coordinator
 
     async def _reconcile(self, coord: Coordinator) -> None:
-        """Take from the decisions and releases topics what the coordinator's state lacks.
+        """Take from the decisions and releases topics what the coordinator's state lacks, and
+        put back on them what they lack.
 
         A coordinator without state whose stream already started (its state lost with the
         broker's last writes, or wiped) learns the nonce and every released slot; one whose
         state is older than the topics (the ``coordinator`` changelog lost writes that the
-        releases topic kept, or local state was reset) takes the slots released after it.
-        Either way no slot is ever released again, least of all with another value."""
-        from streams.kafka.offsets import read_topic
-
-        prefix = f"{self.config.stream}/".encode()
-        decisions = await read_topic(self.broker, self.topics.decisions, idle=0.5, limit=120)
-        start = next((orjson.loads(v) for k, v in decisions if k == prefix + b"start"), None)
-        if start is None:
+        releases topic kept, or local state was reset) takes the slots released after it. A
+        state that recorded more than the topics hold (the broker lost its last writes, the
+        state kept them) emits the missing records again, byte for byte. Either way no slot is
+        ever released again, least of all with another value."""
+        start, decisions, releases = await stream_records(
+            self.broker, self.topics, self.config.stream, unstarted=coord.start is not None)
+        if start is None and coord.start is None:
             return
-        releases = await read_topic(self.broker, self.topics.releases, idle=0.5, limit=120)
-
-        def by_slot(records: list[tuple[bytes | None, bytes]]) -> dict[int, bytes]:
-            out: dict[int, bytes] = {}
-            for key, value in records:
-                rest = key[len(prefix):] if key and key.startswith(prefix) else b""
-                if rest.isdigit():
-                    out.setdefault(int(rest), value)  # the first, as analysts saw it
-            return out
-
+        lost = coord.lost(start, decisions, releases)
         fresh = coord.start is None
         if fresh:
-            count = coord.recover(start, by_slot(decisions), by_slot(releases))
+            count = coord.recover(start, decisions, releases)
         else:
-            count = coord.adopt(by_slot(decisions), by_slot(releases))
-        if not count and not fresh:
-            return
-        self.state[COORDINATOR_KEY.encode()] = coord.snapshot()
+            count = coord.adopt(decisions, releases)
+        if count or fresh:
+            self.state[COORDINATOR_KEY.encode()] = coord.snapshot()
         if fresh:
             log.warning("coordinator state was missing for stream %s, which started at slot "
                         "%s: recovered its nonce and %d released slots from the decisions and "
                         "releases topics", self.config.stream, start["start"], count)
-        else:
+        elif count:
             log.warning("coordinator state of stream %s was behind the releases topic: took "
                         "%d released slots from it, next slot %s", self.config.stream, count,
                         coord.next_slot)
+        if lost:
+            log.warning("the topics of stream %s lack %d records that the coordinator state "
+                        "recorded (the broker lost its last writes): emitting them again",
+                        self.config.stream, len(lost))
+            await self._emit(coord, lost)
+            self.state[COORDINATOR_KEY.encode()] = coord.snapshot()
 
     async def on_partials(self, records: list[RawRecord]) -> Rewind | None:
         """Release each slot once all partitions closed it; record before emitting. Takes the
@@ -144,27 +142,60 @@ class CoordinatorRunner:
                 self.state[COORDINATOR_KEY.encode()] = coord.snapshot()
         return None
 
-    async def _emit(self, coord: Coordinator,
-                    releases: list[tuple[int, bytes | None, bytes]]) -> None:
+    async def _emit(self, coord: Coordinator, releases: list[Emitted]) -> None:
         if not releases:
             return
         futures = []
-        for slot, release, decision in releases:
-            if release is None:  # a dynamic mechanism's start: on the decisions topic only
-                key = f"{self.config.stream}/start".encode()
-                futures.append(await self.app.producer.send(self.topics.decisions, key,
-                                                            decision, 0, None, None))
-                continue
-            key = f"{self.config.stream}/{slot}".encode()
-            # the record's timestamp is the slot's end in event time; Faust takes seconds and
-            # truncates seconds * 1000 to ms, so half a millisecond more gives exactly ``end``
-            end = self.config.clock.end(slot)
-            timestamp = (end + 0.5) / 1000 if end >= 0 else None
-            futures.append(await self.app.producer.send(self.topics.releases, key, release, 0,
-                                                        timestamp, None))
-            futures.append(await self.app.producer.send(self.topics.decisions, key, decision, 0,
-                                                        None, None))
+        for topic, key, value, timestamp in emitted_records(self.config, self.topics, releases):
+            # Faust takes seconds and truncates seconds * 1000 to ms: half a millisecond more
+            # gives exactly ``timestamp``
+            seconds = None if timestamp is None else (timestamp + 0.5) / 1000
+            futures.append(await self.app.producer.send(topic, key, value, 0, seconds, None))
         await asyncio.gather(*futures)
         coord.mark_emitted(releases[-1][0])
         self.counters["releases"] += sum(r[1] is not None for r in releases)
         self.metrics.released(releases)
+
+
+def emitted_records(config: JobConfig, topics: Topics,
+                    emitted: list[Emitted]) -> list[tuple[str, bytes, bytes, int | None]]:
+    """``(topic, key, value, timestamp in ms)`` of the records the coordinator emits for
+    ``emitted``, in order: a start record (``None`` release) to ``decisions``; a slot's release,
+    stamped with the slot's end in event time (``None``: before the epoch, the broker's time),
+    to ``releases``, then its decision to ``decisions``; keys ``<stream>/start``,
+    ``<stream>/<slot>``."""
+    out: list[tuple[str, bytes, bytes, int | None]] = []
+    for slot, release, decision in emitted:
+        if release is None:  # the start record: on the decisions topic only
+            out.append((topics.decisions, f"{config.stream}/start".encode(), decision, None))
+            continue
+        key = f"{config.stream}/{slot}".encode()
+        end = config.clock.end(slot)
+        out.append((topics.releases, key, release, end if end >= 0 else None))
+        out.append((topics.decisions, key, decision, None))
+    return out
+
+
+async def stream_records(broker: str, topics: Topics, stream: str, unstarted: bool = True,
+                         ) -> tuple[dict | None, dict[int, bytes], dict[int, bytes]]:
+    """The start record of ``stream`` on ``decisions`` (``None``: none there), and its
+    decisions and releases by slot (the first record of each slot, as analysts saw it); without
+    ``unstarted``, a stream without a start record returns at once (nothing else read)."""
+    from streams.kafka.offsets import read_topic
+
+    prefix = f"{stream}/".encode()
+    decisions = await read_topic(broker, topics.decisions, idle=0.5, limit=120)
+    start = next((orjson.loads(v) for k, v in decisions if k == prefix + b"start"), None)
+    if start is None and not unstarted:
+        return None, {}, {}
+    releases = await read_topic(broker, topics.releases, idle=0.5, limit=120)
+
+    def by_slot(records: list[tuple[bytes | None, bytes]]) -> dict[int, bytes]:
+        out: dict[int, bytes] = {}
+        for key, value in records:
+            rest = key[len(prefix):] if key and key.startswith(prefix) else b""
+            if rest.isdigit():
+                out.setdefault(int(rest), value)
+        return out
+
+    return start, by_slot(decisions), by_slot(releases)

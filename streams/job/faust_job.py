@@ -17,7 +17,8 @@ covers are acknowledged; after a crash the partition resumes from its checkpoint
 re-reads the rest, which reproduces the same partials. The coordinator's state (ledger, pending
 counts, recorded releases) is written to the ``coordinator`` table for every partial before any
 release it caused is emitted; a restarted coordinator re-emits recorded releases that it had not
-confirmed and never recomputes a released slot. Dead letters are delivered at least once.
+confirmed and never recomputes a released slot. Dead letters are delivered at least once,
+but for those the broker refuses (logged and counted; their batch is acknowledged all the same).
 
 Under the partitions' ledgers (dynamic mechanisms, DPBD, DPBA) each partition keeps its users'
 ledger in its checkpoint and converses with the coordinator slot by slot

@@ -11,6 +11,10 @@ whose message is one line naming what is wrong and how to fix it.
 :func:`check_topics` never creates a topic: it reads the cluster's metadata for all topics at
 once (a metadata request without topic names, which never auto-creates one) and compares it with
 :meth:`~streams.kafka.topics.Topics.specs`.
+
+:func:`check_local_state` refuses a data directory whose tables are ahead of a broker that lost
+writes; ``--reset-local-state`` is the way out: :func:`restore_lost_releases` puts back what the
+coordinator store recorded and the broker lost, then :func:`reset_local_state` deletes the stores.
 """
 
 from __future__ import annotations
@@ -21,9 +25,10 @@ import json
 import logging
 import os
 import shlex
+import zlib
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import KafkaError
@@ -32,16 +37,25 @@ from streams.kafka.errors import HANDSHAKE_TIMEOUT_S, authentication_failed, aut
 from streams.kafka.settings import client_options
 from streams.kafka.topics import Topics
 
+if TYPE_CHECKING:
+    from streams.job.config import JobConfig
+
 __all__ = [
     "BINDING_FILE",
     "StartupError",
     "bind_data_dir",
     "check_topics",
     "layout_problem",
+    "reset_local_state",
+    "restore_lost_releases",
 ]
 
 #: The file in a data directory that names the (prefix, stream) whose state it holds.
 BINDING_FILE: Final = "pwevent-binding.json"
+#: Where Faust keeps a table's RocksDB store per partition, under the data directory.
+TABLES_DIR: Final = Path("v1") / "tables"
+#: The key under which Faust's RocksDB store records the changelog offset it has applied.
+_OFFSET_KEY: Final = b"__faust\0offset__"
 
 #: How the state of a data directory is given up; true because every table of the job
 #: (``users``, ``checkpoints``, ``coordinator``) is RocksDB with a changelog topic.
@@ -184,8 +198,9 @@ def _quiet_kafka_logs() -> Iterator[None]:
 # -- the data directory ---------------------------------------------------------------------------
 
 
-def bind_data_dir(data_dir: Path, prefix: str, stream: str) -> None:
-    """Make sure ``data_dir`` holds (or will hold) the state of this (prefix, stream) only.
+def bind_data_dir(data_dir: Path, prefix: str, stream: str, reset: bool = False) -> bool:
+    """Make sure ``data_dir`` holds (or will hold) the state of this (prefix, stream) only;
+    returns whether it was bound to them before.
 
     The job's tables (``users``, ``checkpoints``, ``coordinator``) live as RocksDB files in the
     data directory under names that do not say which deployment they belong to, so a directory
@@ -193,9 +208,10 @@ def bind_data_dir(data_dir: Path, prefix: str, stream: str) -> None:
     writes ``data_dir/pwevent-binding.json`` (``{"prefix", "stream"}``), creating the directory
     if need be; on later starts it compares and raises :class:`StartupError` on a mismatch.
 
-    A directory that exists without a binding file is bound on first use, whatever it holds:
-    files already there (the state of a version that wrote no binding) are taken to be this
-    stream's state, as before.
+    A directory that holds table state but no binding file (written by a version that wrote
+    none, or copied from elsewhere) may be another stream's: it is refused, unless ``reset``
+    (``--reset-local-state``), which deletes that state before the worker starts; files other
+    than table state do not count.
     """
     path = data_dir / BINDING_FILE
     wanted = {"prefix": prefix, "stream": stream}
@@ -212,7 +228,13 @@ def bind_data_dir(data_dir: Path, prefix: str, stream: str) -> None:
             raise StartupError(
                 f"data directory {data_dir} holds the state of {_binding(bound)}, not of "
                 f"{_binding(wanted)}: use another --data-dir, or, {RESET}")
-        return
+        return True
+    tables = data_dir / TABLES_DIR
+    if not reset and tables.is_dir() and any(tables.iterdir()):
+        raise StartupError(
+            f"data directory {data_dir} holds table state but no {BINDING_FILE}, so it may be "
+            f"another stream's: start the worker with --reset-local-state to rebuild its tables "
+            f"from the changelog topics of {_binding(wanted)}, or use another --data-dir")
     try:
         data_dir.mkdir(parents=True, exist_ok=True)
         partial = data_dir / f".{BINDING_FILE}.tmp"
@@ -220,6 +242,7 @@ def bind_data_dir(data_dir: Path, prefix: str, stream: str) -> None:
         os.replace(partial, path)
     except OSError as exc:
         raise StartupError(f"cannot write {path}: {exc.strerror or exc}") from None
+    return False
 
 
 def _binding(binding: Mapping[str, str]) -> str:
@@ -229,17 +252,26 @@ def _binding(binding: Mapping[str, str]) -> str:
 
 # -- local state against the broker ---------------------------------------------------------------
 
-#: Where Faust keeps a table's RocksDB store per partition, under the data directory.
-TABLES_DIR: Final = Path("v1") / "tables"
-#: The key under which Faust's RocksDB store records the changelog offset it has applied.
-_OFFSET_KEY: Final = b"__faust\0offset__"
+
+def _store_values(path: Path, keys: list[bytes], data_dir: Path) -> list[bytes | None]:
+    """The values of ``keys`` in the RocksDB store at ``path`` (opened read only)."""
+    from rocksdict import AccessType, Options, Rdict
+
+    try:
+        db = Rdict(str(path), options=Options(raw_mode=True),
+                   access_type=AccessType.read_only())
+    except Exception as exc:  # noqa: BLE001 - a store that cannot be read is reported
+        raise StartupError(f"cannot read the table store {path}: {exc}; stop any worker "
+                           f"using --data-dir {data_dir}") from None
+    try:
+        return [db.get(key) for key in keys]
+    finally:
+        db.close()
 
 
 def local_offsets(data_dir: Path) -> dict[tuple[str, int], int]:
     """``{(table, partition): changelog offset}`` that the worker's RocksDB stores in
     ``data_dir`` have applied (read only; stores without an offset are left out)."""
-    from rocksdict import AccessType, Options, Rdict
-
     out: dict[tuple[str, int], int] = {}
     root = data_dir / TABLES_DIR
     if not root.is_dir():
@@ -248,16 +280,7 @@ def local_offsets(data_dir: Path) -> dict[tuple[str, int], int]:
         table, _, part = path.name[:-len(".db")].rpartition("-")
         if not part.isdigit():
             continue
-        try:
-            db = Rdict(str(path), options=Options(raw_mode=True),
-                       access_type=AccessType.read_only())
-        except Exception as exc:  # noqa: BLE001 - a store that cannot be read is reported
-            raise StartupError(f"cannot read the table store {path}: {exc}; stop any worker "
-                               f"using --data-dir {data_dir}") from None
-        try:
-            value = db.get(_OFFSET_KEY)
-        finally:
-            db.close()
+        (value,) = _store_values(path, [_OFFSET_KEY], data_dir)
         if value is not None:
             out[(table, int(part))] = int(value)
     return out
@@ -270,8 +293,10 @@ def check_local_state(data_dir: Path, app_id: str, bootstrap: str, timeout: floa
     leaves each table's changelog shorter than what the worker's RocksDB store had applied;
     Faust would then refuse to recover the table and the worker would crash at every start.
     This names the first such changelog partition with both offsets, and the way out:
-    ``--reset-local-state``, after which the tables are rebuilt from the changelogs and the
-    coordinator takes the slots already released from the ``releases`` topic.
+    ``--reset-local-state``, which first puts back on the topics the releases that the worker's
+    coordinator store holds and the broker lost (:func:`restore_lost_releases`); the tables are
+    then rebuilt from the changelogs and the coordinator takes the slots already released from
+    the ``releases`` topic.
     """
     held = local_offsets(data_dir)
     if not held:
@@ -285,8 +310,8 @@ def check_local_state(data_dir: Path, app_id: str, bootstrap: str, timeout: floa
             raise StartupError(
                 f"the broker has lost writes that this worker's state holds: {topic}[{part}] "
                 f"ends before offset {end}, the state in {data_dir} has applied offset {offset}; "
-                f"restart the worker with --reset-local-state (its tables are rebuilt from the "
-                f"changelogs, released slots are taken from the releases topic)")
+                f"restart the worker with --reset-local-state (releases its state holds and the "
+                f"broker lost are put back, its tables are rebuilt from the changelogs)")
 
 
 async def _changelog_ends(bootstrap: str, app_id: str, tables: list[str],
@@ -316,6 +341,59 @@ async def _changelog_ends(bootstrap: str, app_id: str, tables: list[str],
     finally:
         with contextlib.suppress(Exception):
             await consumer.stop()
+
+
+def restore_lost_releases(data_dir: Path, config: JobConfig, topics: Topics, bootstrap: str,
+                          timeout: float) -> int:
+    """Put back on ``decisions`` and ``releases`` what the coordinator store in ``data_dir``
+    recorded and the broker lost (:meth:`~streams.job.coordinator.Coordinator.lost`: the
+    stream's start record, its last releases and decisions), byte for byte, before
+    :func:`reset_local_state` deletes the store; returns how many records were sent.
+
+    Without this, a broker that lost the stream's start record would have the coordinator draw
+    a fresh nonce, and releases it lost would be computed again: analysts who read them before
+    the loss would see a slot released twice with different values. Nothing is sent when the
+    store holds no coordinator state, or when the topics hold a start record with another nonce
+    (the stream was started again without this state)."""
+    import orjson
+
+    from streams.job.coordinator import Coordinator
+    from streams.job.coordinator_runner import COORDINATOR_KEY, emitted_records, stream_records
+
+    path = data_dir / TABLES_DIR / "coordinator-0.db"
+    if not path.is_dir():
+        return 0
+    (saved,) = _store_values(path, [COORDINATOR_KEY.encode()], data_dir)
+    if not saved:
+        return 0
+    coord = Coordinator(config)
+    coord.load_log(orjson.loads(zlib.decompress(saved)))
+
+    async def put_back() -> int:
+        from aiokafka import AIOKafkaProducer
+
+        start, decisions, releases = await stream_records(bootstrap, topics, config.stream)
+        records = emitted_records(config, topics, coord.lost(start, decisions, releases))
+        if not records:
+            return 0
+        producer = AIOKafkaProducer(bootstrap_servers=bootstrap, **client_options(),
+                                    acks="all", enable_idempotence=True,
+                                    request_timeout_ms=int(timeout * 1000))
+        await asyncio.wait_for(producer.start(), timeout + _GRACE)
+        try:
+            for topic, key, value, timestamp in records:
+                await producer.send_and_wait(topic, value, key=key, partition=0,
+                                             timestamp_ms=timestamp)
+        finally:
+            await producer.stop()
+        return len(records)
+
+    try:
+        with _quiet_kafka_logs():
+            return asyncio.run(put_back())
+    except (KafkaError, OSError, TimeoutError) as exc:
+        raise StartupError(f"cannot put back the releases of {data_dir} on the broker at "
+                           f"{bootstrap} ({type(exc).__name__}); nothing was deleted") from None
 
 
 def reset_local_state(data_dir: Path) -> bool:

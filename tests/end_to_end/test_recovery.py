@@ -108,6 +108,109 @@ def test_a_coordinator_state_behind_the_topics_takes_the_released_slots(name: st
     go_on_with(job, restored, data[8:], whole)
 
 
+@pytest.mark.parametrize("name", ["pbd", "dpba"])
+def test_a_state_ahead_of_the_topics_puts_back_what_they_lost(name: str) -> None:
+    """The broker lost the tail of the topics, the coordinator's state kept it: :meth:`lost`
+    gives exactly the missing records, byte for byte (the start record only when the topics
+    hold neither it nor a release); emitted again, the topics are whole and a coordinator
+    recovered from them goes on as if nothing was lost."""
+    config, data, whole, job = whole_and_restarted(name)
+    for batch in data[:8]:
+        job.feed(batch)
+    start, decisions, releases = topics_of(job)
+    coord = job.coordinator
+    assert len(releases) >= 6
+    cut = sorted(releases)[-3]  # the broker kept the slots before ``cut``
+    kept_d = {s: d for s, d in decisions.items() if s < cut}
+    kept_r = {s: r for s, r in releases.items() if s < cut}
+    lost = coord.lost(start, kept_d, kept_r)
+    assert [(s, r, d) for s, r, d in lost] == [(s, releases[s], decisions[s])
+                                               for s in sorted(releases) if s >= cut]
+    assert coord.lost(start, decisions, releases) == []  # nothing lost, nothing again
+    # the cut fell between a slot's release and its decision: the pair goes again
+    assert coord.lost(start, {s: d for s, d in decisions.items() if s != max(decisions)},
+                      releases) == [(max(decisions), releases[max(decisions)],
+                                     decisions[max(decisions)])]
+    # decisions that expired (retention) while their releases were kept are not lost
+    assert coord.lost(start, {s: d for s, d in decisions.items() if s > min(decisions)},
+                      releases) == []
+    # the start record went too: it comes first; a release on the topic means it expired
+    everything = coord.lost(None, {}, {})
+    assert everything[0] == (coord.start - 1, None, coord.start_record())
+    assert len(everything) == 1 + len(releases)
+    assert coord.lost(None, decisions, releases) == []
+    # another start record: the stream was started again without this state, nothing goes back
+    assert coord.lost({**start, "nonce": "00" * 16}, kept_d, kept_r) == []
+    # emitted again, the topics are whole: a coordinator without state recovers from them
+    put_back = {s: r for s, r, _d in lost}
+    recovered = make_coordinator(config)
+    assert recovered.recover(start, {**kept_d, **{s: d for s, _r, d in lost}},
+                             {**kept_r, **put_back}) == len(releases)
+    go_on_with(job, recovered, data[8:], whole)
+
+
+@pytest.mark.parametrize("kept", [2, 0], ids=["the-last-slots", "all-with-the-start"])
+def test_a_restored_coordinator_emits_again_what_the_topics_lost(monkeypatch, kept: int) -> None:
+    """The worker's coordinator, restored from its table, finds the topics without their last
+    records (with none left, without the start record too): it emits exactly those again, in
+    order and byte for byte, as the coordinator emits them, and records that they are
+    emitted."""
+    import asyncio
+    from collections import Counter
+
+    from streams.job import coordinator_runner
+    from streams.job.coordinator_runner import (
+        COORDINATOR_KEY,
+        CoordinatorRunner,
+        emitted_records,
+    )
+    from streams.job.worker_metrics import WorkerMetrics
+    from streams.kafka.topics import Topics
+
+    config, data, _whole, job = whole_and_restarted("pbd")
+    for batch in data[:6]:
+        job.feed(batch)
+    start, decisions, releases = topics_of(job)
+    assert len(releases) > kept + 2
+    cut = sorted(releases)[kept] if kept else min(releases) - 1
+    on_topics = (start if kept else None, {s: d for s, d in decisions.items() if s < cut},
+                 {s: r for s, r in releases.items() if s < cut})
+
+    async def topics_now(broker: str, topics: Topics, stream: str,
+                         unstarted: bool = True) -> tuple:
+        return on_topics  # what the broker kept
+
+    class Producer:
+        def __init__(self) -> None:
+            self.sent: list[tuple[str, bytes, bytes, float | None]] = []
+
+        async def send(self, topic: str, key: bytes, value: bytes, partition: int,
+                       timestamp: float | None, headers: object) -> asyncio.Future[None]:
+            self.sent.append((topic, key, value, timestamp))
+            done = asyncio.get_running_loop().create_future()
+            done.set_result(None)
+            return done
+
+    class App:
+        producer = Producer()
+
+    monkeypatch.setattr(coordinator_runner, "stream_records", topics_now)
+    topics = Topics(prefix="p", partitions=2)
+    state = {COORDINATOR_KEY.encode(): job.coordinator.snapshot()}
+    runner = CoordinatorRunner(App(), config, "nowhere:9", topics, state, Counter(),
+                               WorkerMetrics(topics.reports))
+    coord = asyncio.run(runner._coordinator())
+    lost = [] if kept else [(coord.start - 1, None, coord.start_record())]
+    lost += [(s, releases[s], decisions[s]) for s in sorted(releases) if s >= cut]
+    expected = [(t, k, v, None if ms is None else (ms + 0.5) / 1000)
+                for t, k, v, ms in emitted_records(config, topics, lost)]
+    assert App.producer.sent == expected
+    assert [t for t, *_ in expected].count(topics.releases) == len(releases) - kept
+    again = make_coordinator(config)
+    again.restore(state[COORDINATOR_KEY.encode()])
+    assert again.unemitted() == []  # recorded as emitted: a restart does not send them again
+
+
 def test_the_job_recovers_a_lost_coordinator_state_from_the_topics(tmp_path) -> None:
     """On the embedded broker: the worker's data directory and the coordinator's changelog are
     wiped after slots were released; the restarted worker recovers the nonce and the released

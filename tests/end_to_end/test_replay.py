@@ -4,7 +4,9 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -13,7 +15,15 @@ from pathlib import Path
 
 import orjson
 from aiokafka import AIOKafkaConsumer, TopicPartition
-from jobkit import SECRET, RestartableBroker, config
+from jobkit import (
+    SECRET,
+    RestartableBroker,
+    config,
+    job_nonce,
+    start_worker,
+    stop_worker,
+    wait_for_slots,
+)
 
 from streams.data.sources import make_source
 from streams.job.partition import watermark_of
@@ -28,19 +38,19 @@ ERROR = re.compile(r"pwevent replay: error: the broker at 127\.0\.0\.1:(\d+) has
                    r"for (\d+) s; (\d+) of (\d+) slots sent \(resume with --from-slot (\d+)\)")
 
 
-async def _read(bootstrap: str, topic: str,
-                upto: dict[int, int] | None = None) -> dict[int, list[tuple]]:
+async def _read(bootstrap: str, topic: str, upto: dict[int, int] | None = None,
+                partitions: int = PARTITIONS) -> dict[int, list[tuple]]:
     """Per partition, ``(offset, key, value)`` of every record below ``upto`` (default: the
     log end now), in offset order."""
     consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
     await consumer.start()
     try:
-        tps = [TopicPartition(topic, p) for p in range(PARTITIONS)]
+        tps = [TopicPartition(topic, p) for p in range(partitions)]
         consumer.assign(tps)
         if upto is None:
             upto = {tp.partition: end for tp, end in (await consumer.end_offsets(tps)).items()}
         await consumer.seek_to_beginning(*tps)
-        out: dict[int, list[tuple]] = {p: [] for p in range(PARTITIONS)}
+        out: dict[int, list[tuple]] = {p: [] for p in range(partitions)}
         deadline = time.monotonic() + 30
         while any(len(out[p]) < upto[p] for p in out) and time.monotonic() < deadline:
             for tp, recs in (await consumer.getmany(timeout_ms=200)).items():
@@ -78,6 +88,40 @@ def wait_for_records(bootstrap: str, topic: str, count: int, proc: subprocess.Po
         assert proc.poll() is None, proc.communicate()[1].decode()
         assert time.monotonic() < deadline, "the replay did not get going"
         time.sleep(0.1)
+
+
+def stop_between_slots(broker: RestartableBroker, proc: subprocess.Popen, topic: str) -> None:
+    """Stop the broker (SIGTERM) while the replay waits between two slots, paused (SIGSTOP)
+    for the moment it takes: the topic ends on a slot boundary and has not moved for 0.1 s.
+
+    The embedded broker acknowledges writes that reach it while it shuts down without keeping
+    them, a loss no client can mend (the replay's notice can only warn about it); stopped with
+    no write in flight it keeps every acknowledged record, so the test checks the replay's part.
+    """
+    async def wait_for_a_gap() -> None:
+        consumer = AIOKafkaConsumer(bootstrap_servers=broker.bootstrap)
+        await consumer.start()
+        try:
+            tps = [TopicPartition(topic, p) for p in range(PARTITIONS)]
+            deadline = time.monotonic() + 20
+            last, since = -1, time.monotonic()
+            while time.monotonic() < deadline:
+                count = sum((await consumer.end_offsets(tps)).values())
+                if count != last:
+                    last, since = count, time.monotonic()
+                elif count % USERS == 0 and time.monotonic() - since >= 0.1:
+                    return
+                await asyncio.sleep(0.01)
+            raise AssertionError("the replay never paused between two slots")
+        finally:
+            await consumer.stop()
+
+    asyncio.run(wait_for_a_gap())
+    os.kill(proc.pid, signal.SIGSTOP)
+    try:
+        broker.stop()
+    finally:
+        os.kill(proc.pid, signal.SIGCONT)
 
 
 def finish(proc: subprocess.Popen, timeout: float) -> tuple[int, str, str]:
@@ -124,7 +168,7 @@ def test_replay_rides_out_a_broker_restart(tmp_path: Path) -> None:
         wait_for_records(broker.bootstrap, topics.reports, 10 * USERS, proc)
         # what the broker holds (so at least what the replay was told it had) before the stop
         before = asyncio.run(_read(broker.bootstrap, topics.reports))
-        broker.stop()
+        stop_between_slots(broker, proc, topics.reports)
         time.sleep(5)
         broker.start()
         code, out, err = finish(proc, 60)
@@ -150,6 +194,12 @@ def test_replay_rides_out_a_broker_restart(tmp_path: Path) -> None:
             f"partition {p}: the restart lost {len(lost) or len(before[p]) - len(after[p])} "
             f"record(s) written before the stop, the first at offset "
             f"{(lost or before[p][len(after[p]):])[0][0]}")
+    check_replayed(after, err, summary)
+
+
+def check_replayed(after: dict[int, list[tuple]], err: str, summary: dict) -> None:
+    """The topic holds every record of the source, a report twice only as the replay's notice
+    allows, the releases are the source's, and the last slot is closed."""
     records = [(k, v) for p in range(PARTITIONS) for _o, k, v in after[p]]
     reports = [(k, v) for k, v in records if k is not None]
     expected = source_records()
@@ -175,6 +225,49 @@ def test_replay_rides_out_a_broker_restart(tmp_path: Path) -> None:
     assert sorted(marks) == [SLOTS * 1000] * PARTITIONS
 
 
+REQUEST_TIMEOUT, FREEZE = 2, 7  # seconds: the broker answers nothing for 3.5 request timeouts
+
+
+def test_replay_rides_out_a_frozen_broker_past_its_request_timeout(tmp_path: Path) -> None:
+    """The broker stops answering (SIGSTOP: connections stay open, requests hang) for longer
+    than the replay client's request and metadata timeouts, lowered with ``--request-timeout``
+    so that the test need not outlast aiokafka's 40 s; then it answers again (SIGCONT). The
+    replay's requests time out and are retried, and it goes on: no record lost, the releases
+    are the source's."""
+    broker = RestartableBroker(tmp_path / "broker")
+    broker.start()
+    proc = None
+    try:
+        topics = Topics(prefix="frozen", partitions=PARTITIONS)
+        asyncio.run(create_topics(broker.bootstrap, topics.specs()))
+        proc = replay(broker.bootstrap, "frozen", *SOURCE_FLAGS, "--rate", str(RATE),
+                      "--broker-timeout", "30", "--request-timeout", str(REQUEST_TIMEOUT))
+        wait_for_records(broker.bootstrap, topics.reports, 10 * USERS, proc)
+        assert broker.proc is not None
+        os.kill(broker.proc.pid, signal.SIGSTOP)
+        frozen = time.monotonic()
+        try:
+            time.sleep(FREEZE)
+        finally:
+            os.kill(broker.proc.pid, signal.SIGCONT)
+        code, out, err = finish(proc, 60)
+        took = time.monotonic() - frozen
+        after = asyncio.run(_read(broker.bootstrap, topics.reports))
+    finally:
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+        broker.stop()
+    assert code == 0, err
+    assert took >= FREEZE
+    summary = orjson.loads(out)
+    assert summary["reports"] == USERS * SLOTS and summary["slots"] == SLOTS
+    # the replay saw no failure it had to mend (its client retried the timed-out requests), or
+    # one outage, noticed once
+    assert summary["reconnects"] == len(err.splitlines()) <= 1, err
+    check_replayed(after, err, summary)
+
+
 def test_replay_gives_up_with_one_line_and_resumes_from_the_slot_it_names(tmp_path) -> None:
     broker = RestartableBroker(tmp_path / "broker")
     broker.start()
@@ -185,7 +278,7 @@ def test_replay_gives_up_with_one_line_and_resumes_from_the_slot_it_names(tmp_pa
         proc = replay(broker.bootstrap, "down", *SOURCE_FLAGS, "--rate", str(RATE),
                       "--broker-timeout", "4")
         wait_for_records(broker.bootstrap, topics.reports, 5 * USERS, proc)
-        broker.stop()
+        stop_between_slots(broker, proc, topics.reports)
         stopped = time.monotonic()
         code, out, err = finish(proc, 40)
         took = time.monotonic() - stopped
@@ -296,18 +389,31 @@ def test_bad_requirements_file_is_one_line_and_status_2(tmp_path: Path) -> None:
         f"pwevent replay: error: {requirements}:2: field w=0 must be >= 1"]
 
 
-def test_recorded_replay_into_the_broker_registers_then_closes_the_last_slot(tmp_path) -> None:
+def test_recorded_replay_into_the_job_registers_then_closes_the_last_slot(tmp_path) -> None:
+    """A recorded file with its requirements, replayed into a running worker: the requirements
+    are registered before the reports, the closing watermark records follow them, and the
+    worker releases every slot, the last one included, exactly as ``--in-process`` does with
+    the job's nonce."""
     recording, requirements = write_recording(tmp_path)
+    cfg = config("rec")  # the replay's stream: 2 partitions, 1 s slots, 3 cells, history
     with EmbeddedBroker() as broker:
         topics = Topics(prefix="rec", partitions=PARTITIONS)
         asyncio.run(create_topics(broker.bootstrap, topics.specs()))
-        code, out, err = finish(replay(broker.bootstrap, "rec", "--dataset", "recorded",
-                                       "--data", str(recording), "--requirements",
-                                       str(requirements)), 60)
-        assert code == 0 and err == "", err
-        assert orjson.loads(out)["slots"] == REC_SLOTS
-        registered = asyncio.run(_read(broker.bootstrap, topics.requirements))
-        reports = asyncio.run(_read(broker.bootstrap, topics.reports))
+        worker = start_worker(broker.bootstrap, cfg, tmp_path / "data", tmp_path / "worker.log")
+        try:
+            code, out, err = finish(replay(broker.bootstrap, "rec", "--dataset", "recorded",
+                                           "--data", str(recording), "--requirements",
+                                           str(requirements), "--register-timeout", "60"), 90)
+            assert code == 0, err
+            assert "warning" not in err, err  # the job registered the users in time
+            assert orjson.loads(out)["slots"] == REC_SLOTS
+            docs = wait_for_slots(broker.bootstrap, topics, set(range(REC_SLOTS)), 60, worker)
+            released = asyncio.run(_read(broker.bootstrap, topics.releases, partitions=1))
+            nonce = job_nonce(broker.bootstrap, topics)
+            registered = asyncio.run(_read(broker.bootstrap, topics.requirements))
+            reports = asyncio.run(_read(broker.bootstrap, topics.reports))
+        finally:
+            stop_worker(worker, kill=True)  # its shutdown is not what this test is about
     users = sorted(orjson.loads(v)["user"] for recs in registered.values() for _o, _k, v in recs)
     assert users == sorted(REC_USERS)
     lines = recording.read_bytes().splitlines()
@@ -316,6 +422,12 @@ def test_recorded_replay_into_the_broker_registers_then_closes_the_last_slot(tmp
         offset, key, value = recs[-1]  # after every report of its partition
         assert key is None
         assert watermark_of((key, value, p, offset), SECRET.encode(), "s") == REC_SLOTS * 1000
+    assert sorted(d["slot"] for d in docs) == list(range(REC_SLOTS))  # the last one included
+    assert all(d["users"] == len(REC_USERS) for d in docs)
+    done = in_process(recording, "--requirements", str(requirements), "--stream", "s",
+                      "--nonce", nonce)
+    assert done.returncode == 0, done.stderr.decode()
+    assert [v for _o, _k, v in released[0]] == done.stdout.splitlines()
 
 
 def test_requirements_and_no_requirements_exclude_each_other(tmp_path: Path) -> None:

@@ -108,8 +108,8 @@ def test_the_right_layout_passes_and_creates_nothing(broker, tmp_path: Path):
     check_topics(broker.bootstrap, topics, 10)
     assert topic_names(broker.bootstrap) == before
     data = tmp_path / "data"
-    bind_data_dir(data, "right", "s")
-    bind_data_dir(data, "right", "s")  # a restart
+    assert bind_data_dir(data, "right", "s") is False  # bound now
+    assert bind_data_dir(data, "right", "s") is True  # a restart: bound before
     assert json.loads((data / BINDING_FILE).read_text()) == {"prefix": "right", "stream": "s"}
 
 
@@ -141,14 +141,33 @@ def test_another_prefix_in_the_binding_is_refused(tmp_path: Path):
         bind_data_dir(tmp_path, "b", "s")
 
 
-def test_state_without_a_binding_is_bound_on_first_use(tmp_path: Path):
-    (tmp_path / "v1" / "tables").mkdir(parents=True)
-    (tmp_path / "v1" / "tables" / "users-0.db").write_bytes(b"state")
-    bind_data_dir(tmp_path, "pwevent", "default")
-    assert json.loads((tmp_path / BINDING_FILE).read_text()) == {
-        "prefix": "pwevent", "stream": "default"}
+def test_state_without_a_binding_is_refused_unless_reset(broker, tmp_path: Path):
+    """Table state without a binding file may be another stream's (or an older version's): the
+    worker refuses it with one line naming the reset; ``--reset-local-state`` (which deletes
+    that state) binds the directory. Other files than table state do not count."""
+    data = tmp_path / "data"
+    (data / "v1" / "tables").mkdir(parents=True)
+    (data / "v1" / "tables" / "users-0.db").write_bytes(b"state")
+    asyncio.run(create_topics(broker.bootstrap, Topics("unbound", partitions=2).specs()))
+    code, lines, _ = run_worker(broker.bootstrap, "unbound", data)
+    assert code == 2, lines
+    assert lines == [
+        f"pwevent worker: error: data directory {data} holds table state but no {BINDING_FILE}, "
+        f"so it may be another stream's: start the worker with --reset-local-state to rebuild "
+        f"its tables from the changelog topics of --prefix unbound --stream s, or use another "
+        f"--data-dir"]
+    assert not (data / BINDING_FILE).exists()
+    assert (data / "v1" / "tables" / "users-0.db").read_bytes() == b"state"  # untouched
+    assert bind_data_dir(data, "unbound", "s", reset=True) is False
+    assert json.loads((data / BINDING_FILE).read_text()) == {"prefix": "unbound", "stream": "s"}
+    assert bind_data_dir(data, "unbound", "s") is True
     with pytest.raises(StartupError):
-        bind_data_dir(tmp_path, "pwevent", "another")
+        bind_data_dir(data, "unbound", "another")
+    # a volume's own files (no table state) are no reason to refuse
+    fresh = tmp_path / "volume"
+    (fresh / "lost+found").mkdir(parents=True)
+    (fresh / "v1" / "tables").mkdir(parents=True)  # and no store in it
+    assert bind_data_dir(fresh, "unbound", "s") is False
 
 
 def test_an_unreadable_binding_is_one_line(tmp_path: Path):
