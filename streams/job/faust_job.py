@@ -53,14 +53,20 @@ log = logging.getLogger("pwevent.job")
 
 
 class Worker(faust.Worker):
-    """``faust.Worker`` for a :class:`Job`: once the app has stopped (its consumer closed, its
-    offsets committed, its tables and producer flushed), the worker leaves the consumer group,
-    so that a worker stopped by SIGTERM or Ctrl-C hands its partitions over at once. It runs
-    the job's :meth:`Job.services` beside the app (started before it, stopped after it)."""
+    """``faust.Worker`` for a :class:`Job`: it logs its identity in the consumer group at start
+    (what ``pwevent group remove`` takes), and once the app has stopped (its consumer closed,
+    its offsets committed, its tables and producer flushed) it leaves the group, so that a
+    worker stopped by SIGTERM or Ctrl-C hands its partitions over at once. It runs the job's
+    :meth:`Job.services` beside the app (started before it, stopped after it)."""
 
     def __init__(self, job: Job, **kwargs: Any) -> None:
         super().__init__(job.app, *job.services(), **kwargs)
         self.job = job
+
+    async def on_first_start(self) -> None:
+        await super().on_first_start()  # sets up logging
+        job = self.job
+        log.info("joining group %s as instance %s", job.group_id, job.instance_id)
 
     async def on_shutdown(self) -> None:
         await super().on_shutdown()
