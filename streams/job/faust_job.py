@@ -138,11 +138,13 @@ class Job:
         # reports: a record the consumer skipped is noticed and read again (ContinuityGuard)
         BatchIngest(self.app, self.topics.slot_partials, self.coordination.on_partials)
         self.app.timer(interval=0.25)(self.partitions.on_tick)
+        self.app.timer(interval=1.0)(self.partitions.check_reads)
         self.app.timer(interval=10.0)(self.on_status)
         self.recovery = RecoveryWatch(self.app)
         self.app.timer(interval=1.0)(self.recovery.check)
         if placement_type(config).converses:  # partitions keep ledgers: they hear decisions
             self.app.task(self.partitions.read_decisions)
+            self.app.on_rebalance_complete.connect(self.on_rebalance_complete)
         self.app.on_partitions_revoked.connect(self.on_revoked)
         # the endpoints on ``metrics_port`` (0: no server)
         self.observer = Observer(self, metrics_host, metrics_port) if metrics_port else None
@@ -166,6 +168,12 @@ class Job:
                 self.partitions.forget(tp.partition)
             elif tp.topic == self.topics.slot_partials:
                 self.coordination.forget()
+
+    async def on_rebalance_complete(self, sender: Any, **_: Any) -> None:
+        """Under the partitions' ledgers, once the tables are recovered after a rebalance,
+        resume the partitions this worker holds that have not resumed (one kept across the
+        rebalance with nothing left to read would otherwise never plan another slot)."""
+        await self.partitions.resume_assigned()
 
     async def on_status(self) -> None:
         """Log counters now and then."""
