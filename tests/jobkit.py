@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -16,6 +17,7 @@ import orjson
 from aiokafka.admin import AIOKafkaAdminClient
 
 from streams.job.config import JobConfig
+from streams.job.membership import describe_group
 from streams.job.partition import watermark_record
 from streams.job.pipeline import InProcessJob
 from streams.kafka.broker import broker_binary, free_port
@@ -114,17 +116,86 @@ def stop_worker(proc: subprocess.Popen, kill: bool = False) -> None:
 
 
 def stop_workers(procs: list[subprocess.Popen]) -> None:
-    """Stop several workers we started side by side: SIGTERM to all, then wait for each (with
-    the SIGKILL fallback of :func:`stop_worker`)."""
-    for proc in procs:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-    for proc in procs:
+    """SIGTERM every worker still running at once, then wait for each (SIGKILL after 30 s)."""
+    running = [p for p in procs if p.poll() is None]
+    for proc in running:
+        proc.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + 30
+    for proc in running:
         try:
-            proc.wait(30)
+            proc.wait(max(0.1, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+def instance_held(bootstrap: str, cfg: JobConfig, topic: str) -> dict[str, set[int]] | None:
+    """The partitions of ``topic`` each member of the job's group holds, by group instance id;
+    ``None`` while the group is not stable."""
+    group = asyncio.run(describe_group(bootstrap, cfg.app_id()))
+    if group.state != "Stable":
+        return None
+    return {m.instance_id or m.member_id: set(m.partitions.get(topic, ())) for m in group.members}
+
+
+class Workers:
+    """Worker processes of one job by name, each with a data directory, hence a group identity,
+    of its own and a log. :meth:`supervise` starts again a worker that exited by itself, as its
+    supervisor would, and records the exit with the reason its log gives."""
+
+    def __init__(self, bootstrap: str, cfg: JobConfig, root: Path) -> None:
+        self.bootstrap, self.cfg, self.root = bootstrap, cfg, root
+        root.mkdir(parents=True, exist_ok=True)
+        self.procs: dict[str, subprocess.Popen] = {}
+        self.exits: list[tuple[str, int, str]] = []  # (name, exit status, reason)
+        self._log_start: dict[str, int] = {}
+
+    def log_path(self, name: str) -> Path:
+        return self.root / f"worker-{name}.log"
+
+    def start(self, name: str) -> None:
+        log = self.log_path(name)
+        self._log_start[name] = log.stat().st_size if log.exists() else 0
+        self.procs[name] = start_worker(self.bootstrap, self.cfg, self.root / f"data-{name}", log)
+
+    def kill(self, name: str) -> None:
+        """SIGKILL the worker: it leaves its member in the group."""
+        stop_worker(self.procs[name], kill=True)
+
+    def supervise(self) -> None:
+        """Start again every worker that exited though nobody stopped it."""
+        for name, proc in list(self.procs.items()):
+            if proc.poll() is not None:
+                self.exits.append((name, proc.returncode, self.reason(name)))
+                self.start(name)
+
+    def reason(self, name: str) -> str:
+        """The last error line the worker's current run logged."""
+        with self.log_path(name).open("rb") as fh:
+            fh.seek(self._log_start.get(name, 0))
+            text = fh.read().decode(errors="replace")
+        errors = [line for line in text.splitlines() if "[ERROR]" in line]
+        return errors[-1][-300:] if errors else "(no error logged)"
+
+    def instance(self, name: str, timeout: float = 30) -> str:
+        """The worker's group instance id, as it logs it at start."""
+        deadline = time.monotonic() + timeout
+        while True:
+            found = re.findall(r"as instance (\S+)", self.log(name))
+            if found or time.monotonic() > deadline:
+                assert found, f"worker {name} never logged its instance id"
+                return found[-1]
+            time.sleep(0.2)
+
+    def log(self, name: str) -> str:
+        path = self.log_path(name)
+        return path.read_text(errors="replace") if path.exists() else ""
+
+    def logs(self, tail: int = 3000) -> str:
+        return "\n".join(f"--- {n}\n{self.log(n)[-tail:]}" for n in self.procs)
+
+    def stop_all(self) -> None:
+        stop_workers(list(self.procs.values()))
 
 
 Records = list[tuple[bytes, bytes]]

@@ -11,6 +11,7 @@ from streams.cli import (
     dashboard,
     demo,
     evaluate,
+    group,
     plan,
     releases,
     replay,
@@ -38,7 +39,8 @@ def version() -> str:
 
 #: The sub-commands that talk to Kafka: they take the connection flags of
 #: :mod:`streams.kafka.settings`.
-KAFKA_COMMANDS = ("demo", "replay", "topics", "worker", "audit", "releases", "dashboard")
+KAFKA_COMMANDS = ("demo", "replay", "topics", "worker", "group", "audit", "releases",
+                  "dashboard")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -60,6 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
     replay.add_parser(sub)
     topics.add_parser(sub)
     worker.add_parser(sub)
+    group.add_parser(sub)
     audit.add_parser(sub)
     releases.add_parser(sub)
     dashboard.add_parser(sub)

@@ -16,9 +16,10 @@ WORKER_OPTIONS = (
     option("--data-dir", "where RocksDB tables live (default: ./pwevent-data)", type=Path,
            default=Path("pwevent-data")),
     option("--instance-id", "this worker's stable identity in the consumer group (default: host "
-           "name and data directory): a worker restarted after a crash takes its partitions back "
-           "at once; a worker stopped by SIGTERM or Ctrl-C leaves the group and hands them over "
-           "to the others", default=None),
+           "name and data directory; logged at start): a worker restarted after a crash takes "
+           "its partitions back at once; a worker stopped by SIGTERM or Ctrl-C leaves the group "
+           "and hands them over to the others; pwevent group remove removes the member of one "
+           "that died", default=None),
     option("--startup-timeout", "seconds to wait for the broker at start (default: 30); before "
            "the job starts, the worker checks that every topic exists with its partition count "
            "and that --data-dir belongs to this --prefix and --stream, and otherwise exits with "

@@ -73,14 +73,20 @@ class UsersTable(faust.Table):
 
 
 class Worker(faust.Worker):
-    """``faust.Worker`` for a :class:`Job`: once the app has stopped (its consumer closed, its
-    offsets committed, its tables and producer flushed), the worker leaves the consumer group,
-    so that a worker stopped by SIGTERM or Ctrl-C hands its partitions over at once. It runs
-    the job's :meth:`Job.services` beside the app (started before it, stopped after it)."""
+    """``faust.Worker`` for a :class:`Job`: it logs its identity in the consumer group at start
+    (what ``pwevent group remove`` takes), and once the app has stopped (its consumer closed,
+    its offsets committed, its tables and producer flushed) it leaves the group, so that a
+    worker stopped by SIGTERM or Ctrl-C hands its partitions over at once. It runs the job's
+    :meth:`Job.services` beside the app (started before it, stopped after it)."""
 
     def __init__(self, job: Job, **kwargs: Any) -> None:
         super().__init__(job.app, *job.services(), **kwargs)
         self.job = job
+
+    async def on_first_start(self) -> None:
+        await super().on_first_start()  # sets up logging
+        job = self.job
+        log.info("joining group %s as instance %s", job.group_id, job.instance_id)
 
     async def on_shutdown(self) -> None:
         await super().on_shutdown()
@@ -154,11 +160,13 @@ class Job:
         # reports: a record the consumer skipped is noticed and read again (ContinuityGuard)
         BatchIngest(self.app, self.topics.slot_partials, self.coordination.on_partials)
         self.app.timer(interval=0.25)(self.partitions.on_tick)
+        self.app.timer(interval=1.0)(self.partitions.check_reads)
         self.app.timer(interval=10.0)(self.on_status)
         self.recovery = RecoveryWatch(self.app)
         self.app.timer(interval=1.0)(self.recovery.check)
         if placement_type(config).converses:  # partitions keep ledgers: they hear decisions
             self.app.task(self.partitions.read_decisions)
+            self.app.on_rebalance_complete.connect(self.on_rebalance_complete)
         self.app.on_partitions_revoked.connect(self.on_revoked)
         # the endpoints on ``metrics_port`` (0: no server)
         self.observer = Observer(self, metrics_host, metrics_port) if metrics_port else None
@@ -182,6 +190,12 @@ class Job:
                 self.partitions.forget(tp.partition)
             elif tp.topic == self.topics.slot_partials:
                 self.coordination.forget()
+
+    async def on_rebalance_complete(self, sender: Any, **_: Any) -> None:
+        """Under the partitions' ledgers, once the tables are recovered after a rebalance,
+        resume the partitions this worker holds that have not resumed (one kept across the
+        rebalance with nothing left to read would otherwise never plan another slot)."""
+        await self.partitions.resume_assigned()
 
     async def on_status(self) -> None:
         """Log counters now and then."""

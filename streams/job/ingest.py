@@ -66,6 +66,8 @@ else uses Faust's public API, or the public functions here (:func:`partition_con
   ``_read_offset``, ``_committed_offset``, ``_acked``, ``_acked_index``, ``_n_acked``,
   ``_commit_every``, ``_unacked_messages``, ``_waiting_for_ack``, ``_buffered_partitions``, and
   mode's ``Service._stopped`` on the consumer and the fetcher;
+* the consumer's ``_thread`` and its aiokafka consumer ``_consumer``, whose ``_coordinator`` runs
+  the group membership as ``_coordination_task`` (:meth:`BatchConsumer.check_coordination`);
 * the less private parts that the replacement fetch loop shares with Faust's: ``diag``,
   ``flow_active``, ``perform_seek``, ``highwater``, ``wait_first``, ``suspend_flow``,
   ``callback``, ``commit``, the app's ``flow_control``, producer buffer and monitor counters,
@@ -94,12 +96,13 @@ from faust.transport.consumer import CONSUMER_FETCHING
 from faust.transport.drivers import aiokafka as faust_aiokafka
 from faust.types import TP, AppT, TopicT
 from faust.types.tuples import Message, ack_lock
+from mode import Service
 from mode.utils.futures import notify
 
 from streams.job.batch_handling import BatchHandler, RawRecord, Rewind
 
-__all__ = ["BatchConsumer", "BatchIngest", "BatchTransport", "FetchStalled", "committed_offsets",
-           "ingest_settings", "install_batch_consumer"]
+__all__ = ["BatchConsumer", "BatchIngest", "BatchTransport", "CoordinationFailed", "FetchStalled",
+           "committed_offsets", "ingest_settings", "install_batch_consumer"]
 
 logger = logging.getLogger(__name__)
 
@@ -195,6 +198,15 @@ class FetchStalled(RuntimeError):
 FETCH_STALL_S: Final = 30.0
 
 
+class CoordinationFailed(RuntimeError):
+    """The Kafka consumer's group membership ended with an error: the worker must restart."""
+
+
+#: How often the consumer's group membership is looked at
+#: (:meth:`BatchConsumer.check_coordination`).
+COORDINATION_CHECK_S: Final = 1.0
+
+
 class BatchConsumer(faust_aiokafka.Consumer):
     """Faust's aiokafka consumer with a fetch loop that hands whole batches to batch topics."""
 
@@ -221,6 +233,40 @@ class BatchConsumer(faust_aiokafka.Consumer):
                        f"stopping so that the worker is restarted")
             logger.error(message)
             raise FetchStalled(message) from None
+
+    def coordination_failure(self) -> BaseException | None:
+        """The error that ended the Kafka consumer's group membership, if it ended with one:
+        aiokafka runs the membership (join, sync, heartbeats) as a task in Faust's consumer
+        thread, and nothing tells Faust when that task dies."""
+        consumer = self._thread._consumer
+        if consumer is None:  # the consumer thread has not started
+            return None
+        task = consumer._coordinator._coordination_task
+        if not task.done() or task.cancelled():
+            return None
+        return task.exception()
+
+    def check_coordination(self) -> None:
+        """Raise :class:`CoordinationFailed` when the consumer's group membership died.
+
+        Seen on the embedded broker when two workers start within a fraction of a second of each
+        other: the broker holds both joins until the rebalance timeout, then gives the group
+        leader an empty assignment, and aiokafka's membership task dies on it. That worker
+        would hold no partition, read nothing and never join again, while the other rejoins
+        for ever waiting for it. Raised in the consumer's timer, the error stops the worker with
+        that reason (exit status 1), so that its supervisor starts it again."""
+        failure = self.coordination_failure()
+        if failure is None or self.should_stop:
+            return
+        message = (f"the Kafka consumer's group membership failed ({failure}); stopping so that "
+                   f"the worker is restarted")
+        logger.error(message)
+        raise CoordinationFailed(message) from failure
+
+    @Service.timer(COORDINATION_CHECK_S)
+    async def _coordination(self) -> None:
+        """:meth:`check_coordination` every :data:`COORDINATION_CHECK_S` seconds."""
+        self.check_coordination()
 
     async def on_partitions_revoked(self, revoked: Any) -> None:
         """Forget held-back offsets of revoked partitions; their delivery restarts from commits."""

@@ -39,6 +39,10 @@ from streams.kafka.topics import Topics
 
 log = logging.getLogger("pwevent.job")
 
+#: Seconds a partition of ``reports`` may stand still while the consumer stands past the records
+#: its state has taken, before it is read again from there (:meth:`PartitionRunner.check_reads`).
+READ_STALL_S = 10.0
+
 
 class PartitionRunner:
     """The partitions of ``reports`` (and of ``requirements``, assigned alike) this worker holds:
@@ -65,6 +69,7 @@ class PartitionRunner:
         self.last_report = time.monotonic()
         self.last_tick: dict[int, int] = {}
         self.last_activity: dict[int, float] = {}
+        self.stalled_reads: dict[int, tuple[int, float]] = {}
 
     def forget(self, p: int) -> None:
         """Forget partition ``p``, which another worker takes over: if it comes back, it resumes
@@ -198,6 +203,60 @@ class PartitionRunner:
                 acc, messages = self._resumed(p)
                 messages += acc.on_control(doc)
                 await self._say(p, acc, messages, [], checkpoint=False)
+
+    async def resume_assigned(self) -> None:
+        """Resume every assigned partition of ``reports`` that has not resumed since it was
+        assigned: read its checkpoint, send its last messages again and what the decisions read
+        so far imply. Called once the tables are recovered after a rebalance. A partition
+        otherwise resumes at its first batch or decision; one that comes back with nothing left
+        to read, while the coordinator waits for its next plan, gets neither, and every slot
+        would wait for it for ever."""
+        for tp in sorted(self.app.consumer.assignment()):
+            if tp.topic != self.topics.reports:
+                continue
+            p = tp.partition
+            async with self._lock(p):
+                if p in self.resumed:
+                    continue
+                acc, messages = self._resumed(p)
+                await self._say(p, acc, messages, [], checkpoint=False)
+
+    async def check_reads(self) -> None:
+        """Read a partition of ``reports`` again from where its state stopped when the consumer
+        stands past that offset and nothing arrived for :data:`READ_STALL_S` seconds.
+
+        Records fetched but never handed over (a batch dropped while the partitions were paused
+        or a rebalance stopped the flow, seen after a worker was killed and restarted) leave the
+        consumer past them: the partition would read nothing more, and the slots it has not
+        closed would never be released. Records read twice are not counted twice: the
+        partition's state skips what it has taken."""
+        consumer = self.app.consumer
+        if not consumer.flow_active or self.app.tables.recovery.in_recovery:
+            self.stalled_reads.clear()
+            return
+        now = time.monotonic()
+        for tp in sorted(consumer.assignment()):
+            acc = self.accumulators.get(tp.partition) if tp.topic == self.topics.reports else None
+            if acc is None:
+                continue
+            p, expected = tp.partition, acc.next_offset
+            try:
+                position = await asyncio.wait_for(consumer.position(tp), 2.0)
+            except Exception as exc:  # noqa: BLE001 - a rebalance may take the partition away
+                log.info("position of %s[%d] unknown: %r", tp.topic, p, exc)
+                continue
+            seen = self.stalled_reads.get(p)
+            if position is None or position <= expected or seen is None or seen[0] != expected:
+                self.stalled_reads[p] = (expected, now)
+                continue
+            if now - seen[1] < READ_STALL_S:
+                continue
+            log.warning("partition %d took nothing for %g s with the consumer at offset %d, past "
+                        "its state's %d: records were fetched but never handed over; reading "
+                        "them again", p, READ_STALL_S, position, expected)
+            self.counters["reads_resumed"] += 1
+            await consumer.seek(tp, expected)
+            self.stalled_reads[p] = (expected, now)
 
     async def read_decisions(self) -> None:
         """Read the whole decisions topic (a consumer of this worker's own, not in the group)."""

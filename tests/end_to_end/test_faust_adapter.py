@@ -246,6 +246,30 @@ def test_consumer_attribute(name: str) -> None:
         broken(f"Consumer.{name}", f"changed shape: {getattr(consumer, name)!r}")
 
 
+#: aiokafka internals behind ``BatchConsumer.coordination_failure``
+MEMBERSHIP_INTERNALS = ("_thread", "_consumer", "_coordinator", "_coordination_task")
+
+
+def test_membership_task_internals() -> None:
+    """``Consumer._thread`` is Faust's consumer thread, whose ``_consumer`` (``None`` until the
+    thread starts) is the aiokafka consumer; aiokafka's consumer keeps its group coordinator in
+    ``_coordinator`` and the coordinator runs the membership as the task
+    ``_coordination_task``."""
+    from aiokafka import AIOKafkaConsumer
+    from aiokafka.consumer.group_coordinator import GroupCoordinator
+
+    thread = getattr(new_app("membership").consumer, "_thread", None)
+    if not isinstance(thread, faust_aiokafka.AIOKafkaConsumerThread):
+        broken("Consumer._thread", f"is no longer an AIOKafkaConsumerThread: {thread!r}")
+    if getattr(thread, "_consumer", "missing") is not None:
+        broken("AIOKafkaConsumerThread._consumer", "is not None before the thread starts")
+    if "self._coordinator = GroupCoordinator(" not in inspect.getsource(AIOKafkaConsumer.start):
+        broken("aiokafka AIOKafkaConsumer._coordinator", "no longer holds the GroupCoordinator")
+    init = inspect.getsource(GroupCoordinator.__init__)
+    if "self._coordination_task = create_task(self._coordination_routine())" not in init:
+        broken("aiokafka GroupCoordinator._coordination_task", "no longer runs the membership")
+
+
 def test_fetcher_stopped_event() -> None:
     fetcher = faust_consumer.Fetcher(new_app("fetcher"))
     if not callable(getattr(getattr(fetcher, "_stopped", None), "is_set", None)):
@@ -315,7 +339,7 @@ def test_committed_offsets_reads_faust_books() -> None:
 
 def _checked_names() -> set[str]:
     names = {name for _owner, name, _a, _p in METHODS} | set(CONSUMER_ATTRIBUTES)
-    return names | {"_current_event", "_transport", "_consumer"}
+    return names | {"_current_event", "_transport", "_consumer", *MEMBERSHIP_INTERNALS}
 
 
 def _own_names(tree: ast.AST) -> set[str]:

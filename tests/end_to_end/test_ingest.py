@@ -232,3 +232,53 @@ def test_a_fetch_that_never_returns_stops_the_worker(monkeypatch: pytest.MonkeyP
     monkeypatch.setattr(faust_aiokafka.Consumer, "_getmany", never)
     with pytest.raises(ingest.FetchStalled, match="did not answer a fetch"):
         asyncio.run(consumer._getmany(set(), 0.01))
+
+
+def test_a_group_membership_that_died_stops_the_worker(monkeypatch: pytest.MonkeyPatch) -> None:
+    """When aiokafka's group membership task in Faust's consumer thread ends with an error, the
+    consumer's check raises CoordinationFailed (the worker then exits and is restarted) instead
+    of the worker holding no partition for ever; a membership still running, or stopped by
+    cancellation, is fine."""
+    from types import SimpleNamespace
+
+    from streams.job import ingest
+
+    app = faust.App("ingest-membership", broker="kafka://127.0.0.1:9", web_enabled=False,
+                    **ingest_settings())
+    ingest.install_batch_consumer(app)
+    consumer = app.consumer
+    assert consumer.coordination_failure() is None  # the consumer thread has not started
+    consumer.check_coordination()
+
+    async def membership(outcome: str) -> asyncio.Task:
+        async def routine() -> None:
+            if outcome == "fails":
+                raise ValueError("empty assignment")
+            await asyncio.sleep(3600)
+
+        task = asyncio.ensure_future(routine())
+        await asyncio.sleep(0.01)
+        if outcome == "cancelled":
+            task.cancel()
+            await asyncio.sleep(0.01)
+        return task
+
+    def with_task(task: asyncio.Task) -> None:
+        coordinator = SimpleNamespace(_coordination_task=task)
+        monkeypatch.setattr(consumer._thread, "_consumer",
+                            SimpleNamespace(_coordinator=coordinator))
+
+    async def main() -> None:
+        running = await membership("runs")
+        with_task(running)
+        consumer.check_coordination()
+        running.cancel()
+        with_task(await membership("cancelled"))
+        consumer.check_coordination()
+        with_task(await membership("fails"))
+        assert isinstance(consumer.coordination_failure(), ValueError)
+        with pytest.raises(ingest.CoordinationFailed,
+                           match=r"group membership failed \(empty assignment\)"):
+            consumer.check_coordination()
+
+    asyncio.run(main())

@@ -2,22 +2,25 @@
 
 Four partitions and two or three workers: a worker stopped by SIGTERM leaves the group and the
 others take its partitions (the coordinator's included), a replacement with another identity
-(another data directory) takes partitions, and so does a worker added to two. In every case
-each slot is released exactly once, byte for byte what the same input gives without Kafka.
+(another data directory) takes partitions, and so does a worker added to two. A worker killed
+by SIGKILL leaves its member behind; ``pwevent group remove`` removes it, and the survivor and a
+replacement with another identity take its partitions. In every case each slot is released
+exactly once, byte for byte what the same input gives without Kafka.
 
-Not shown here: crash failover. A worker gone without leaving the group (SIGKILL, a lost
-machine) keeps its partitions until the broker's session timeout expires its membership, and
-the embedded broker never expires a dead group member, so on it such a worker's partitions
-wait until it comes back (tests/end_to_end/test_job.py restarts a SIGKILLed worker on the same data
-directory). On Apache Kafka the session timeout (10 s) moves them to the other workers; no
-test here pretends otherwise.
+Not shown here: crash failover by the session timeout. The embedded broker never expires a
+dead group member, so without ``pwevent group remove`` a killed worker's partitions wait until
+it comes back on the same identity (tests/end_to_end/test_kills.py), and a rebalance (a
+replacement joining) waits for it too. On Apache Kafka the session timeout (10 s) expires the
+member and moves its partitions; no test here pretends otherwise.
 """
 
 from __future__ import annotations
 
+import os
 import re
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -92,6 +95,12 @@ class Run:
         assert got is not None and len(got) == members and all(got.values()), \
             (got, self.logs())
         return got
+
+    def instance(self, name: str) -> str:
+        """Worker ``name``'s group instance id, as it logs it at start."""
+        found = re.findall(r"as instance (\S+)", self.log(name))
+        assert found, self.log(name)[-4000:]
+        return found[-1]
 
     def member(self, name: str, member_ids: set[str], wait: float = 10) -> str | None:
         """Which of ``member_ids`` is worker ``name`` now (its log names its latest join; the
@@ -225,3 +234,78 @@ def test_a_worker_added_to_two_gets_partitions(run):
     r.wait(SLOTS)
     r.stop_all()
     r.check_released_once_as_in_process()
+
+
+def pwevent_group(r: Run, *args: str) -> subprocess.CompletedProcess:
+    """``pwevent group ARGS`` as an operator runs it, the broker, prefix and stream given by the
+    environment."""
+    env = dict(os.environ, PWEVENT_BROKER=r.bootstrap, PWEVENT_PREFIX=r.cfg.prefix,
+               PWEVENT_STREAM=r.cfg.stream)
+    return subprocess.run([sys.executable, "-m", "streams.cli", "group", *args], env=env,
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_a_crashed_worker_removed_from_the_group_is_replaced(run):
+    r = run("crash", "dpbd")  # partitions and coordinator converse slot by slot
+    r.start("a")
+    r.assignment(1)
+    r.start("b")  # after a: two first joins at once can stall the embedded broker
+    r.assignment(2)
+    register(r.bootstrap, r.topics, r.cfg, r.reqs, r.workers["a"])
+    r.send(10)
+    r.wait(10)
+    # kill the coordinator's worker while slots flow: its member stays in the group
+    dead = r.coordinator_worker()
+    alive = "b" if dead == "a" else "a"
+    stop_worker(r.workers[dead], kill=True)
+    r.send(15)
+    group = r.cfg.app_id()
+    described = pwevent_group(r, "describe")
+    assert described.returncode == 0, described.stderr
+    lines = described.stdout.splitlines()
+    assert lines[0].startswith(f"group {group}: ") and lines[0].endswith(", 2 members"), lines
+    assert {line.split()[0] for line in lines[1:]} == {r.instance(dead), r.instance(alive)}
+    removed = pwevent_group(r, "remove", r.instance(dead))
+    assert (removed.returncode, removed.stderr) == (0, ""), removed
+    assert removed.stdout == (f"removed member {r.instance(dead)} from group {group}: the other "
+                              f"workers take its partitions at the next rebalance\n")
+    got = r.assignment(1)  # the survivor takes every partition, the coordinator's included
+    assert r.member(alive, set(got)) is not None, (got, r.logs())
+    assert r.coordinator_worker() == alive
+    r.wait(15)  # alone, it releases the slots sent since the kill
+    r.start("c")  # another data directory: another group instance id
+    got = r.assignment(2)
+    assert r.member("c", {m for m, ps in got.items() if ps}) is not None, (got, r.logs())
+    r.send(SLOTS)
+    r.wait(SLOTS)
+    again = pwevent_group(r, "remove", r.instance(dead))
+    assert again.returncode == 2 and again.stdout == "", again
+    assert again.stderr == (f"pwevent group: error: group {group} has no member "
+                            f"{r.instance(dead)} (members: "
+                            f"{', '.join(sorted({r.instance(alive), r.instance('c')}))})\n")
+    r.stop_all()
+    r.check_released_once_as_in_process()
+
+
+def test_group_command_errors_are_one_line(broker, tmp_path: Path, capsys, monkeypatch) -> None:
+    """``pwevent group`` takes its options from the environment and the configuration file too;
+    an unknown member, a missing INSTANCE_ID and an unreachable broker are one line and status
+    2."""
+    from streams.cli.main import main
+    from streams.kafka.broker import free_port
+
+    config_file = tmp_path / "pwevent.toml"
+    config_file.write_text('timeout = 5\n[group]\nprefix = "fromfile"\n')
+    monkeypatch.setenv("PWEVENT_STREAM", "fromenv")
+    assert main(["--config", str(config_file), "group", "remove", "w-1", "--broker",
+                 broker.bootstrap]) == 2
+    assert capsys.readouterr().err == ("pwevent group: error: group pwevent-fromfile-fromenv has "
+                                       "no member w-1 (members: none)\n")
+    assert main(["group", "remove", "--broker", broker.bootstrap]) == 2
+    assert capsys.readouterr().err == ("pwevent group: error: remove needs the INSTANCE_ID of "
+                                       "the member to remove\n")
+    address = f"127.0.0.1:{free_port()}"
+    assert main(["group", "describe", "--broker", address, "--timeout", "5"]) == 2
+    assert capsys.readouterr().err == (
+        f"pwevent group: error: cannot reach the broker at {address}: KafkaConnectionError: "
+        f"check --broker and that the broker is running\n")
