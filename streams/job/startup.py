@@ -370,22 +370,10 @@ def restore_lost_releases(data_dir: Path, config: JobConfig, topics: Topics, boo
     coord.load_log(orjson.loads(zlib.decompress(saved)))
 
     async def put_back() -> int:
-        from aiokafka import AIOKafkaProducer
-
         start, decisions, releases = await stream_records(bootstrap, topics, config.stream)
         records = emitted_records(config, topics, coord.lost(start, decisions, releases))
-        if not records:
-            return 0
-        producer = AIOKafkaProducer(bootstrap_servers=bootstrap, **client_options(),
-                                    acks="all", enable_idempotence=True,
-                                    request_timeout_ms=int(timeout * 1000))
-        await asyncio.wait_for(producer.start(), timeout + _GRACE)
-        try:
-            for topic, key, value, timestamp in records:
-                await producer.send_and_wait(topic, value, key=key, partition=0,
-                                             timestamp_ms=timestamp)
-        finally:
-            await producer.stop()
+        if records:
+            await _send_records(bootstrap, records, timeout)
         return len(records)
 
     try:
@@ -394,6 +382,23 @@ def restore_lost_releases(data_dir: Path, config: JobConfig, topics: Topics, boo
     except (KafkaError, OSError, TimeoutError) as exc:
         raise StartupError(f"cannot put back the releases of {data_dir} on the broker at "
                            f"{bootstrap} ({type(exc).__name__}); nothing was deleted") from None
+
+
+async def _send_records(bootstrap: str, records: list[tuple[str, bytes, bytes, int]],
+                        timeout: float) -> None:
+    """Send (topic, key, value, timestamp) records to partition 0 of their topics, in order,
+    each acknowledged by every replica before the next."""
+    from aiokafka import AIOKafkaProducer
+
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, **client_options(), acks="all",
+                                enable_idempotence=True, request_timeout_ms=int(timeout * 1000))
+    await asyncio.wait_for(producer.start(), timeout + _GRACE)
+    try:
+        for topic, key, value, timestamp in records:
+            await producer.send_and_wait(topic, value, key=key, partition=0,
+                                         timestamp_ms=timestamp)
+    finally:
+        await producer.stop()
 
 
 def reset_local_state(data_dir: Path) -> bool:

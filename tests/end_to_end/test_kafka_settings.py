@@ -342,7 +342,7 @@ async def build_every_client(bootstrap: str, tmp_path: Path) -> None:
     from streams.job.membership import leave_group
     from streams.job.observe import Observer
     from streams.job.partition_runner import PartitionRunner
-    from streams.job.startup import _changelog_ends, _partition_counts
+    from streams.job.startup import _changelog_ends, _partition_counts, _send_records
     from streams.kafka.offsets import committed_offsets, end_offsets, read_topic
     from streams.kafka.producer import RawProducer
     from streams.kafka.topics import Topics, create_topics, describe_topics
@@ -359,6 +359,7 @@ async def build_every_client(bootstrap: str, tmp_path: Path) -> None:
         PartitionRunner.read_decisions(SimpleNamespace(broker=bootstrap, topics=topics)),
         _partition_counts(bootstrap, 0.5),
         _changelog_ends(bootstrap, "app", ["users"], 1),
+        _send_records(bootstrap, [(topics.releases, b"s/0", b"{}", 0)], 1),
         end_offsets(bootstrap, topics.reports, 1),
         committed_offsets(bootstrap, "group", topics.reports),
         read_topic(bootstrap, topics.reports, limit=2),
