@@ -206,6 +206,12 @@ def _wait_for_line(path: Path, prefix: str, proc: subprocess.Popen, timeout: flo
     raise AssertionError(f"no line {prefix!r} (exit {proc.poll()}): {path.read_text()}")
 
 
+def _sigint_as_in_a_terminal() -> None:
+    """In the child: SIGINT back to its default, whatever the test run inherited (a run started
+    in the background ignores it, and Python then never raises KeyboardInterrupt)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _interrupt(proc: subprocess.Popen, timeout: float = 30) -> int:
     proc.send_signal(signal.SIGINT)
     try:
@@ -231,7 +237,8 @@ def test_demo_dashboard_renders_the_releases_and_the_workers_metrics(browser: Br
          str(SLOTS), "--rate", str(RATE), "--mechanism", "pbd", "--epsilon", "4", "--window", "6",
          "--dashboard",
          "--dashboard-port", "0", "--dashboard-seconds", "120", "--json-summary"],
-        stdout=out.open("w"), stderr=err.open("w"), cwd=ROOT)
+        stdout=out.open("w"), stderr=err.open("w"), cwd=ROOT,
+        preexec_fn=_sigint_as_in_a_terminal)
     try:
         url = _wait_for_line(out, "dashboard: ", demo, 60).split(": ", 1)[1]
         started = _children(demo.pid)
@@ -294,7 +301,8 @@ def test_dashboard_command_without_metrics(browser: Browser, tmp_path: Path) -> 
         proc = subprocess.Popen(
             [sys.executable, "-m", "streams.cli", "dashboard", "--broker", broker.bootstrap,
              "--prefix", cfg.prefix, "--stream", "s", "--port", "0"],
-            stdout=log.open("w"), stderr=subprocess.STDOUT, cwd=ROOT)
+            stdout=log.open("w"), stderr=subprocess.STDOUT, cwd=ROOT,
+            preexec_fn=_sigint_as_in_a_terminal)
         try:
             line = _wait_for_line(log, "pwevent dashboard: serving", proc, 30)
             url = line.split(" at ", 1)[1].split()[0]
