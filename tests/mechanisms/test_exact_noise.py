@@ -198,6 +198,26 @@ def test_bernoulli_exp_frequencies():
         bernoulli_exp(1, 0, bits(0))
 
 
+def test_bernoulli_exp_small_frequencies():
+    # u/t: 0, tiny, just below 1/64 (the split's range), a non-power-of-two t, small t (digits
+    # by division), and near 1, where the loop past A_1 decides most draws
+    cases = [(0, 2**38), (1, 2**38), (2**32 - 1, 2**38), (2**31, 3 * 2**32), (5, 7), (1, 1000),
+             (9, 10), (255, 256)]
+    n = 200_000
+    for u, t in cases:
+        d = xn._bexp_small(np.full(n, u, np.uint64), t, bits(21))
+        p = math.exp(-u / t)
+        assert abs(d.mean() - p) <= 5 * math.sqrt(p * (1 - p) / n), (u, t)
+
+
+def test_bexp_small_ties_continue_with_the_rest_of_the_expansion():
+    n = 40_000  # u/t = 1/3 with t = 3 * 2**20: every 16-bit chunk 0x5555 ties A_1's digits
+    script = np.full(n // 4, 0x5555_5555_5555_5555, np.uint64)
+    d = xn._bexp_small(np.full(n, 2**20, np.uint64), 3 * 2**20, ScriptedBits(script, 22))
+    p = math.exp(-1 / 3)
+    assert abs(d.mean() - p) < 5 * math.sqrt(p * (1 - p) / n)
+
+
 class ScriptedBits:
     """Given words first, then a seeded generator's: steers the rare paths."""
 
@@ -283,9 +303,13 @@ def test_geometric_runs_across_batches(monkeypatch):
         (1e-9, None, None),  # t = 2**61: a scale of 1e9
     ],
 )
-def test_discrete_laplace_matches_exact_pmf(eps, t, s):
+@pytest.mark.parametrize("split", [True, False], ids=["split", "cks"])
+def test_discrete_laplace_matches_exact_pmf(eps, t, s, split, monkeypatch):
     if eps is not None:
         t, s = rational_scale(eps)
+    assert xn._split_scale(t, s) is not None  # these scales take the split by default
+    if not split:  # X = U + t V, as for scales the split cannot take
+        monkeypatch.setattr(xn, "_split_scale", lambda t, s: None)
     n = 200_000
     x = discrete_laplace(t, s, n, bits(7))
     assert x.dtype == np.int64
@@ -322,6 +346,7 @@ def test_small_batches_keep_the_distribution(monkeypatch):
 
 def test_large_t_does_not_overflow():
     t, s = 2**60 + 12345, 2**30 + 7  # scale 2**30: U + t*V overflows 64 bits for V >= 16
+    assert xn._split_scale(t, s) is None  # 64 t >= 2**63: X = U + t V
     x = discrete_laplace(t, s, 50_000, bits(11))
     stat, limit = pmf_check(x, t, s)
     assert stat < limit

@@ -24,7 +24,8 @@ def declaration(user: str, wB: int, EB: float, wF: int, EF: float) -> tuple[byte
 
 
 def run(name: str) -> tuple[JobConfig, list, InProcessJob]:
-    """A dynamic job with requirement changes and a removal mid-run."""
+    """A dynamic job with requirement changes and a removal mid-run: u1 lowers its backward
+    budget below what its window has spent by slot 3, whatever the noise (a projection)."""
     config = JobConfig(stream="s", mechanism=name, domain={"kind": "cells", "size": 3},
                        slot_ms=SLOT_MS, partitions=2, secret="k", nonce="5eed",
                        event_time="history")
@@ -33,7 +34,7 @@ def run(name: str) -> tuple[JobConfig, list, InProcessJob]:
             for i, u in enumerate(USERS)]
     job = InProcessJob(config)
     job.register(reqs)
-    later = {4: [declaration("u1", 3, 0.2, 2, 0.4), declaration("u2", 6, 3.0, 6, 3.0)],
+    later = {4: [declaration("u1", 3, 0.1, 2, 0.4), declaration("u2", 6, 3.0, 6, 3.0)],
              7: [(b"u3", None)]}
     for t in range(14):
         job.register(later.get(t, []))
