@@ -23,7 +23,8 @@ trials) and V ~ Geometric(exp(-1)). Where 64 divides t (t and s scaled by the sa
 keeps t/s), X = R + (t/64) G splits the same way with R < t/64, kept with probability
 exp(-R/t) >= exp(-1/64) (0.99 of the trials, the first comparison nearly always deciding), and
 P(G >= g) = exp(-g/64), drawn from one 64-bit word by inversion against exact thresholds
-(:mod:`mechanisms.exact_geometric`). About 1.8 random words per sample instead of 5.
+(:mod:`mechanisms.exact_geometric`). About 1.8 random words per sample instead of 5. Where
+s/t >= 1/2 (small scales), Y itself is drawn by such an inversion, one word per trial.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ import math
 
 import numpy as np
 
-from mechanisms.exact_geometric import RandomBits, geometric_64th
+from mechanisms.exact_geometric import RandomBits, geometric, geometric_64th, inversion
 
 _U64 = np.uint64
 _BLOCK = 1 << 16  # keystream bytes made per AES call
@@ -396,17 +397,43 @@ def _laplace_split(t: int, s: int, size: int, bits: RandomBits) -> np.ndarray:
     return out
 
 
+def _laplace_inversion(t: int, s: int, size: int, bits: RandomBits) -> np.ndarray:
+    """Y ~ Geometric(exp(-s/t)) drawn directly, one word each by inversion against exact
+    thresholds of exp(-y s/t) (tables cached per s/t, which must be >= 1/64); with a sign,
+    (-, 0) rejected."""
+    g = math.gcd(t, s)
+    tab = inversion(s // g, t // g)
+    accept = (1 + math.exp(-s / t)) / 2
+    out, filled = np.empty(size, np.int64), 0
+    while filled < size:
+        need, trials = size - filled, _batch(size - filled, accept)
+        y = _signed(geometric(tab, trials, bits).astype(np.int64), bits)[:need]
+        out[filled : filled + y.size] = y
+        filled += y.size
+    return out
+
+
+def _path(t: int, s: int) -> str:
+    """How Y is drawn: ``inversion`` of Y itself for s/t >= 1/2 (at most 57 thresholds),
+    ``split`` X = R + (t/64) G where t and s scale to fit, else ``cks``, X = U + t V."""
+    if 2 * s >= t:
+        return "inversion"
+    return "split" if _split_scale(t, s) is not None else "cks"
+
+
 def discrete_laplace(t: int, s: int, size: int, bits: RandomBits) -> np.ndarray:
     """``size`` exact samples (int64) with P(x) proportional to exp(-|x| s/t), for
     ``1 <= t, s < 2**63`` and ``t/s <= 2**40``: CKS Algorithm 2 on batches of trials,
-    Y = floor(X/s) for X ~ Geometric(exp(-1/t)) with a sign, (-, 0) rejected. X = R + (t/64) G
-    (:func:`_laplace_split`) where t and s scaled to 64 | t fit; else X = U + t V as in CKS."""
+    Y = floor(X/s) for X ~ Geometric(exp(-1/t)) with a sign, (-, 0) rejected; Y is drawn as
+    :func:`_path` says."""
     t, s = int(t), int(s)
     if not (1 <= t < 2**63 and 1 <= s < 2**63 and t <= s * _MAX_SCALE):
         raise ValueError(f"need 1 <= t, s < 2**63 and t/s <= 2**40, got t={t}, s={s}")
-    split = _split_scale(t, s)
-    if split is not None:
-        return _laplace_split(*split, size, bits)
+    path = _path(t, s)
+    if path == "inversion":
+        return _laplace_inversion(t, s, size, bits)
+    if path == "split":
+        return _laplace_split(*_split_scale(t, s), size, bits)
     mask = (1 << (t - 1).bit_length()) - 1  # U: masked random bits; trials with U >= t fail
     accept = -math.expm1(-1) / (mask + 1) / -math.expm1(-1 / t) * (1 + math.exp(-s / t)) / 2
     out, filled = np.empty(size, np.int64), 0

@@ -1,20 +1,30 @@
-"""G with P(G >= g) = exp(-g/64) by inversion: exact thresholds (checked against decimal
+"""Geometric draws by inversion: exact bounds and thresholds (checked against decimal
 arithmetic), bucket look-ups equal to a full search, exact ties, the tail, the distribution."""
 
 import math
 from decimal import Decimal, localcontext
 
 import numpy as np
+import pytest
 
 from mechanisms import exact_geometric as eg
 from mechanisms.exact_noise import GeneratorBits
 
 
-def q_power(g: int, prec: int) -> int:
-    """floor(exp(-g/64) * 2**prec) from decimal arithmetic with ample digits."""
+def exp_floor(num: int, den: int, prec: int) -> int:
+    """floor(exp(-num/den) * 2**prec) from decimal arithmetic with ample digits."""
     with localcontext() as ctx:
-        ctx.prec = prec // 3 + 60
-        return int((Decimal(-g) / 64).exp() * (Decimal(2) ** prec))
+        ctx.prec = prec // 3 + 60 + len(str(num))
+        return int((Decimal(-num) / den).exp() * (Decimal(2) ** prec))
+
+
+def q_power(g: int, prec: int) -> int:
+    """floor(exp(-g/64) * 2**prec)."""
+    return exp_floor(g, 64, prec)
+
+
+TAB = eg.inversion(1, 64)
+K = len(TAB.thresholds) - 2
 
 
 class Script:
@@ -30,38 +40,49 @@ class Script:
         return np.concatenate([np.array(head, np.uint64), self.rest.words(n - len(head))])
 
 
-def test_power_bounds_bracket_the_exact_value():
-    for g in (0, 1, 2, 63, 64, 65, 1000, 1774, 5000, 123_456):
+def test_exp_bounds_bracket_the_exact_value():
+    cases = [(0, 1), (1, 64), (5, 64), (1000, 64), (123_456, 64), (1, 1), (1, 2), (7, 5),
+             (993211187, 268435456), (2748779069, 2**38), (300, 1), (2**20, 1)]
+    for num, den in cases:
         for prec in (64, 128, 200, 400):
-            lo, hi = eg.power_bounds(g, prec)
-            exact = q_power(g, prec)
-            assert lo <= exact <= hi and hi - lo <= 4, (g, prec)
+            lo, hi = eg.exp_bounds(num, den, prec)
+            exact = exp_floor(num, den, prec)
+            assert lo <= exact <= hi and hi - lo <= 4, (num, den, prec)
 
 
-def test_thresholds_are_the_exact_floors():
-    tab = eg._table()
+@pytest.mark.parametrize("num, den", [(1, 64), (1, 2), (1, 1), (993211187, 268435456), (50, 1),
+                                      (2**20, 1)])
+def test_thresholds_are_the_exact_floors(num, den):
+    tab = eg.inversion(num, den)
+    top = len(tab.thresholds) - 2
     assert tab.thresholds[0] == 2**64 and tab.thresholds[-1] == 0
-    assert len(tab.thresholds) == eg._N + 2
-    for g in range(1, eg._N + 1):
-        assert tab.thresholds[g] == q_power(g, 64), g
-    assert [int(x) for x in tab.ascending] == tab.thresholds[eg._N : 0 : -1]
+    for g in range(1, top + 1):
+        assert tab.thresholds[g] == exp_floor(g * num, den, 64), g
+    # the last kept threshold is the last at or above 2**24 (p**K >= 2**-40), or T_1
+    assert top == max(1, sum(exp_floor(g * num, den, 64) >= 2**24 for g in range(1, top + 2)))
+    assert [int(x) for x in tab.ascending] == tab.thresholds[top:0:-1]
+
+
+def test_tables_need_distinct_thresholds():
+    assert len(TAB.thresholds) - 2 == 1774  # exp(-1774/64) > 2**-40 > exp(-1775/64)
+    with pytest.raises(ValueError):
+        eg.inversion(1, 65)
 
 
 def full_count(w: np.ndarray) -> np.ndarray:
-    """#{g in 1..N : w < T_g}, by a search of every threshold."""
-    tab = eg._table()
-    return tab.ascending.size - np.searchsorted(tab.ascending, w, side="right")
+    """#{g in 1..K : w < T_g}, by a search of every threshold."""
+    return TAB.ascending.size - np.searchsorted(TAB.ascending, w, side="right")
 
 
 def test_bucket_lookups_count_like_a_full_search():
-    tab = eg._table()
+    tab = TAB
     edges = np.arange(1 << eg._BITS, dtype=np.uint64) << np.uint64(eg._BUCKET)
     near = np.concatenate([tab.ascending + np.uint64(1), tab.ascending - np.uint64(1)])
     w = np.concatenate([
         np.random.default_rng(1).integers(0, 2**64, 200_000, dtype=np.uint64),
         edges, edges - np.uint64(1), edges + np.uint64(1), near,
     ])
-    w = w[(full_count(w) < eg._N) & ~np.isin(w, tab.ascending)]  # no tail, no tie: one word
+    w = w[(full_count(w) < K) & ~np.isin(w, tab.ascending)]  # no tail, no tie: one word
     bits = Script(w.tolist())
     assert np.array_equal(eg.geometric_64th(w.size, bits), full_count(w).astype(np.uint64))
     assert bits.drawn == w.size
@@ -69,7 +90,7 @@ def test_bucket_lookups_count_like_a_full_search():
 
 def test_a_tie_is_settled_by_further_digits():
     g = 5
-    t = eg._table().thresholds[g]
+    t = TAB.thresholds[g]
     assert t == q_power(g, 64)
     digits = q_power(g, 128) & (2**64 - 1)  # the next 64 binary digits of exp(-5/64)
     after = q_power(g, 192) & (2**64 - 1)
@@ -86,7 +107,7 @@ def test_a_tie_is_settled_by_further_digits():
 
 def test_ties_follow_the_conditional_probability():
     g, n = 300, 40_000
-    t = eg._table().thresholds[g]
+    t = TAB.thresholds[g]
     p = (q_power(g, 64 + 53) - (t << 53)) / 2**53  # P(W < q**g | floor(W 2**64) = t)
     draws = eg.geometric_64th(n, Script([t] * n, seed=2))
     assert set(np.unique(draws).tolist()) <= {g - 1, g}
@@ -94,11 +115,21 @@ def test_ties_follow_the_conditional_probability():
 
 
 def test_the_tail_continues_with_a_fresh_draw():
-    tab = eg._table()
-    small = int(tab.ascending[0]) - 1  # w < T_N: G >= N
-    assert eg.geometric_64th(1, Script([small, 2**64 - 1]))[0] == eg._N
-    assert eg.geometric_64th(1, Script([small, small, 2**64 - 1]))[0] == 2 * eg._N
-    assert eg.geometric_64th(1, Script([0, tab.thresholds[3] + 1]))[0] == eg._N + 2
+    small = int(TAB.ascending[0]) - 1  # w < T_K: G >= K
+    assert eg.geometric_64th(1, Script([small, 2**64 - 1]))[0] == K
+    assert eg.geometric_64th(1, Script([small, small, 2**64 - 1]))[0] == 2 * K
+    assert eg.geometric_64th(1, Script([0, TAB.thresholds[3] + 1]))[0] == K + 2
+    # one threshold only (p = exp(-30) < 2**-40): every G >= 1 goes on through the tail
+    one = eg.inversion(30, 1)
+    t1 = one.thresholds[1]
+    assert len(one.thresholds) == 3 and 0 < t1 < 2**24
+    assert eg.geometric(one, 1, Script([t1 - 1, t1 - 1, t1 + 1]))[0] == 2
+    assert eg.geometric(one, 1, Script([t1 + 1]))[0] == 0
+    # p = exp(-50): T_1 = 0, so only w = 0 is open; the next word (5 < exp(-50) * 2**64 * 2**64)
+    # puts W below p, and the fresh draw of the tail is 0 (w = 2**64 - 1)
+    zero = eg.inversion(50, 1)
+    assert zero.thresholds == [2**64, 0, 0]
+    assert eg.geometric(zero, 2, Script([0, 1, 5, 2**64 - 1]))[0:2].tolist() == [1, 0]
 
 
 def test_distribution_is_geometric():

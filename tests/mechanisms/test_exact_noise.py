@@ -291,25 +291,38 @@ def test_geometric_runs_across_batches(monkeypatch):
 # -- the discrete Laplace ---------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(
-    "eps, t, s",
-    [
-        (1.0, 1, 1),
-        (10.0, 1, 10),
-        (0.1, None, None),  # t = 2**33: U masked without rejection
-        (None, 3, 1),  # U rejected above t
-        (None, 7, 5),
-        (None, 2**33 + 1, 3),  # large t, not a power of two
-        (1e-9, None, None),  # t = 2**61: a scale of 1e9
-    ],
-)
-@pytest.mark.parametrize("split", [True, False], ids=["split", "cks"])
-def test_discrete_laplace_matches_exact_pmf(eps, t, s, split, monkeypatch):
-    if eps is not None:
-        t, s = rational_scale(eps)
-    assert xn._split_scale(t, s) is not None  # these scales take the split by default
-    if not split:  # X = U + t V, as for scales the split cannot take
-        monkeypatch.setattr(xn, "_split_scale", lambda t, s: None)
+SCALES = [  # (eps or None, t, s, the path taken by default)
+    (1.0, 1, 1, "inversion"),
+    (10.0, 1, 10, "inversion"),
+    (3.7, None, None, "inversion"),  # t = 2**28, a table of 7 thresholds
+    (None, 7, 5, "inversion"),
+    (0.1, None, None, "split"),  # t = 2**33: R masked without rejection
+    (None, 3, 1, "split"),  # t' = 192: R rejected above t'/64 = 3
+    (None, 2**33 + 1, 3, "split"),  # large t, not a power of two
+    (1e-9, None, None, "split"),  # t = 2**61: a scale of 1e9
+]
+
+
+def scale_paths() -> list:
+    """Every scale on its default path, on CKS's, and on the split or an inversion table
+    where it can take them (a table needs s/t >= 1/64)."""
+    cases = []
+    for eps, t, s, default in SCALES:
+        if eps is not None:
+            t, s = rational_scale(eps)
+        paths = ["default", "cks", "split" if default == "inversion" else "inversion"]
+        cases += [(eps, t, s, default, path) for path in paths
+                  if path != "inversion" or 64 * s >= t]
+    return cases
+
+
+@pytest.mark.parametrize("eps, t, s, default, path", scale_paths())
+def test_discrete_laplace_matches_exact_pmf(eps, t, s, default, path, monkeypatch):
+    assert xn._path(t, s) == default
+    if path == "split":
+        assert xn._split_scale(t, s) is not None
+    if path != "default":
+        monkeypatch.setattr(xn, "_path", lambda t, s: path)
     n = 200_000
     x = discrete_laplace(t, s, n, bits(7))
     assert x.dtype == np.int64
@@ -346,7 +359,7 @@ def test_small_batches_keep_the_distribution(monkeypatch):
 
 def test_large_t_does_not_overflow():
     t, s = 2**60 + 12345, 2**30 + 7  # scale 2**30: U + t*V overflows 64 bits for V >= 16
-    assert xn._split_scale(t, s) is None  # 64 t >= 2**63: X = U + t V
+    assert xn._path(t, s) == "cks"  # 64 t >= 2**63: X = U + t V
     x = discrete_laplace(t, s, 50_000, bits(11))
     stat, limit = pmf_check(x, t, s)
     assert stat < limit
