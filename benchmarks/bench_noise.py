@@ -89,7 +89,7 @@ def main() -> None:
     parser.add_argument("--users", type=int, default=1_000_000, help="users in the PBD step")
     parser.add_argument("--step-d", type=int, help="cells in the PBD step (default: --d)")
     parser.add_argument("--eps", type=float, nargs="+",
-                        default=[0.0025, 0.01, 0.1, 1.0, 10.0])
+                        default=[0.0025, 0.01, 0.1, 0.5, 1.0, 3.7, 10.0])
     parser.add_argument("--rounds", type=int, default=40, help="steps timed per eps")
     parser.add_argument("--calls", type=int, default=5, help="sampler calls per step timed")
     parser.add_argument("--slots", type=int, default=10, help="slots of data the step cycles")
