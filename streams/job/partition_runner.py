@@ -66,6 +66,7 @@ class PartitionRunner:
         self.decision_log: dict[int, bool] = {}
         self.locks: dict[int, asyncio.Lock] = {}
         self.resumed: set[int] = set()
+        self.revocations = 0  # partitions forgotten so far (a resume in progress stops at one)
         self.last_report = time.monotonic()
         self.last_tick: dict[int, int] = {}
         self.last_activity: dict[int, float] = {}
@@ -77,6 +78,7 @@ class PartitionRunner:
         self.accumulators.pop(p, None)
         self.registries.pop(p, None)
         self.resumed.discard(p)
+        self.revocations += 1
 
     def registry(self, p: int) -> UserRegistry:
         """Partition ``p``'s registered users, rebuilt from the ``users`` table when first used."""
@@ -155,12 +157,13 @@ class PartitionRunner:
         return lock
 
     def _resumed(self, p: int) -> tuple[PartitionAccumulator, list[dict]]:
-        """Partition ``p``'s accumulator and, when it was just resumed, what it must send: its
-        last messages again and what the decisions read so far imply."""
+        """Partition ``p``'s accumulator and, until it has resumed, what it must send: its last
+        messages again and what the decisions read so far imply. It has resumed once
+        :meth:`_say` has sent them; a resume interrupted before (cancelled by a rebalance) is
+        done again, and sends them again (the coordinator drops repeats)."""
         acc = self.accumulator(p)
         if p in self.resumed:
             return acc, []
-        self.resumed.add(p)
         return acc, acc.resume(self.start_record, self.decision_log)
 
     async def _say(self, p: int, acc: PartitionAccumulator, messages: list[dict],
@@ -169,7 +172,9 @@ class PartitionRunner:
         something, or ``checkpoint``), once ``pending`` sends are done. A placement that keeps
         its messages in the checkpoint has it written first (docs/design.md, record before
         emitting: a plan that was sent is never replaced by a different one); otherwise the
-        messages go first, as re-reading the records the checkpoint lacks reproduces them."""
+        messages go first, as re-reading the records the checkpoint lacks reproduces them.
+        Once all is sent, ``p`` has resumed (:meth:`_resumed`), unless it was forgotten
+        meanwhile."""
         first = acc.placement.checkpoint_first
         futures = list(pending)
         if not first:
@@ -185,6 +190,8 @@ class PartitionRunner:
             futures = await self._send_partials(p, messages)
             if futures:
                 await asyncio.gather(*futures)
+        if self.accumulators.get(p) is acc:
+            self.resumed.add(p)
 
     async def on_control(self, record: object) -> None:
         """One record of the decisions topic: remember it, hand it to this worker's partitions."""
@@ -210,12 +217,20 @@ class PartitionRunner:
         so far imply. Called once the tables are recovered after a rebalance. A partition
         otherwise resumes at its first batch or decision; one that comes back with nothing left
         to read, while the coordinator waits for its next plan, gets neither, and every slot
-        would wait for it for ever."""
+        would wait for it for ever.
+
+        The next rebalance may overtake it: it revokes the partitions (:meth:`forget`), then
+        cancels this call once they are assigned again. It stops at the revocation, as the
+        partitions it would go on to resume may no longer be this worker's; the call that
+        follows the next recovery resumes them, and those it had not finished again."""
+        revocations = self.revocations
         for tp in sorted(self.app.consumer.assignment()):
             if tp.topic != self.topics.reports:
                 continue
             p = tp.partition
             async with self._lock(p):
+                if self.revocations != revocations:
+                    return
                 if p in self.resumed:
                     continue
                 acc, messages = self._resumed(p)

@@ -1,0 +1,146 @@
+"""A worker's partitions of ``reports`` (:class:`PartitionRunner`) without Kafka: resuming them
+once the tables are recovered after a rebalance, when another rebalance interrupts that.
+
+Faust calls the app's ``on_rebalance_complete`` receivers from the table recovery and cancels
+them when the next rebalance reaches the worker (mode's ``Service.wait_first``), which is when
+its partitions have just been revoked (:meth:`PartitionRunner.forget`)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from collections.abc import Callable
+from types import SimpleNamespace
+from typing import Any
+
+import orjson
+from faust.types import TP
+from jobkit import dynamic_requirements, slot_reports
+
+from streams.job.checkpoint_store import write_chunked
+from streams.job.config import JobConfig
+from streams.job.partition_runner import PartitionRunner
+from streams.job.roles import make_accumulator, make_registry
+from streams.job.worker_metrics import WorkerMetrics
+from streams.kafka.producer import key_partition
+from streams.kafka.topics import Topics
+
+CFG = JobConfig(mechanism="dpbd", domain={"kind": "cells", "size": 3}, slot_ms=1000,
+                partitions=2, secret="k", stream="s", event_time="history")
+TOPICS = Topics(prefix="runner", partitions=CFG.partitions)
+USERS = [f"u{i}" for i in range(12)]
+START = {"stream": "s", "start": 0}
+
+
+class Producer:
+    """Keeps what is sent to ``slot-partials``; while ``held``, each :meth:`flush` waits for a
+    permit."""
+
+    def __init__(self) -> None:
+        self.sent: list[dict] = []
+        self.held = False
+        self.permits: asyncio.Queue[None] = asyncio.Queue()
+        self.flushing = asyncio.Event()
+
+    async def send(self, topic: str, key: Any, value: bytes, *_: Any) -> asyncio.Future:
+        if topic == TOPICS.slot_partials:
+            self.sent.append(orjson.loads(value))
+        done = asyncio.get_running_loop().create_future()
+        done.set_result(None)
+        return done
+
+    async def flush(self) -> None:
+        self.flushing.set()
+        if self.held:
+            await self.permits.get()
+
+
+def restarted_worker() -> tuple[PartitionRunner, Producer]:
+    """A worker started again on both partitions. Each partition's checkpoint has slots 0 and 1
+    closed and slot 0 planned; the decisions topic, read before the tables were recovered,
+    holds the stream's start and the decision of slot 0: each must plan slot 1 as it resumes,
+    and the coordinator waits for that plan before it releases anything more."""
+    users: dict[bytes, bytes] = {}
+    checkpoints: dict[bytes, bytes] = {}
+    requirements = dict(dynamic_requirements(USERS))
+    for p in range(CFG.partitions):
+        mine = [u for u in USERS if key_partition(u.encode(), CFG.partitions) == p]
+        registry = make_registry(CFG, p)
+        for u in mine:
+            registry.apply(u.encode(), requirements[u.encode()])
+            users[u.encode()] = registry.export(u)
+        acc = make_accumulator(p, CFG, registry)
+        records = [rec for t in range(3) for rec in slot_reports(mine, t, CFG.d)]
+        acc.process([(k, v, p, offset) for offset, (k, v) in enumerate(records)])
+        acc.advance_messages(2 * CFG.slot_ms)
+        assert [m["plan"] for m in acc.on_control(START) if "plan" in m] == [0]
+        write_chunked(checkpoints, p, acc.snapshot())
+    producer = Producer()
+    assigned = {TP(TOPICS.reports, p) for p in range(CFG.partitions)}
+    app = SimpleNamespace(producer=producer, consumer=SimpleNamespace(assignment=lambda: assigned))
+    runner = PartitionRunner(app, CFG, "unused:9092", TOPICS, users, checkpoints,  # type: ignore[arg-type]
+                             Counter(), WorkerMetrics(TOPICS.reports))
+    runner.start_record = START  # type: ignore[assignment]
+    runner.decision_log = {0: True}
+    return runner, producer
+
+
+def plans(producer: Producer, p: int) -> list[int]:
+    """The slots partition ``p`` sent plans of, in order."""
+    return [m["plan"] for m in producer.sent if "plan" in m and m["partition"] == p]
+
+
+async def interrupted_resume(runner: PartitionRunner, producer: Producer,
+                             during: Callable[[], None] | None = None) -> None:
+    """Resume the assigned partitions and cancel that, as the next rebalance does, while a
+    partition writes its checkpoint: the first one, or, with ``during`` (a revocation) called
+    while the first one does, the next one to get that far (if the resume goes on)."""
+    producer.held = True
+    resume = asyncio.ensure_future(runner.resume_assigned())
+    await producer.flushing.wait()
+    if during is not None:
+        during()
+        producer.flushing.clear()
+        producer.permits.put_nowait(None)
+        flushing = asyncio.ensure_future(producer.flushing.wait())
+        await asyncio.wait([resume, flushing], return_when=asyncio.FIRST_COMPLETED)
+        flushing.cancel()
+    resume.cancel()
+    await asyncio.gather(resume, return_exceptions=True)
+    producer.held = False
+
+
+def test_a_resume_cancelled_before_its_messages_went_out_is_done_again() -> None:
+    """A resume cancelled while its partition checkpoints has not sent the plan that partition
+    owes the coordinator: the next rebalance's resume sends it (it is not taken as resumed)."""
+    async def go() -> None:
+        runner, producer = restarted_worker()
+        await interrupted_resume(runner, producer)
+        assert plans(producer, 0) == []
+        await runner.resume_assigned()  # after the next rebalance, with the same assignment
+        assert plans(producer, 0)[-1:] == [1]
+        assert plans(producer, 1) == [0, 1]
+
+    asyncio.run(go())
+
+
+def test_a_resume_overtaken_by_a_revocation_resumes_nothing_more() -> None:
+    """Partitions revoked while a resume runs are not resumed by it: a partition it would
+    resume next is left to the next rebalance (which may give it to another worker), with
+    no accumulator rebuilt for it in between; once resumed there, each partition sends the
+    plan it owes."""
+    async def go() -> None:
+        runner, producer = restarted_worker()
+
+        def revoke_all() -> None:
+            for p in range(CFG.partitions):
+                runner.forget(p)
+
+        await interrupted_resume(runner, producer, during=revoke_all)
+        assert 1 not in runner.accumulators and not runner.resumed
+        assert plans(producer, 1) == []
+        await runner.resume_assigned()  # after the next rebalance, with the same assignment
+        assert plans(producer, 0)[-1:] == [1]
+        assert plans(producer, 1) == [0, 1]
+
+    asyncio.run(go())
