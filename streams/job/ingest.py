@@ -305,6 +305,7 @@ class BatchConsumer(faust_aiokafka.Consumer):
                     if not self.flow_active or self.app.consumer_generation_id != generation:
                         break
                     if not (active is None or tp in active or tp in self._buffered_partitions):
+                        await self._refetch(tp, batch[0].offset)
                         continue
                     self.app.monitor.track_tp_end_offset(tp, self.highwater(tp))
                     route = routes.get(tp.topic)
@@ -329,6 +330,18 @@ class BatchConsumer(faust_aiokafka.Consumer):
             raise
         finally:
             diag.unset_flag(CONSUMER_FETCHING)
+
+    async def _refetch(self, tp: TP, offset: int) -> None:
+        """Fetch ``tp`` again from ``offset``: records fetched for a partition paused meanwhile
+        are not handed over, but the fetch moved the consumer past them (seen after a worker was
+        killed and restarted, when Faust's set of active partitions was empty during a fetch and
+        aiokafka returned those of paused partitions too). Without the seek they would be
+        skipped until a later record shows the gap. A partition no longer assigned is left."""
+        try:
+            await self.seek(tp, offset)
+        except Exception as exc:  # noqa: BLE001 - a rebalance may have taken the partition
+            logger.info("%s[%d] not fetched again from %d: %r", tp.topic, tp.partition, offset,
+                        exc)
 
     async def _deliver_each(self, tp: TP, batch: Sequence[Any]) -> None:
         """Faust's record-by-record path, for topics without a batch handler."""
