@@ -80,6 +80,14 @@ class Run:
         self.workers[name] = proc
         return proc
 
+    def start_two(self) -> None:
+        """Workers a and b, b once a holds partitions: two first joins at once can stall the
+        embedded broker for its rebalance timeout (tests/end_to_end/test_start_together.py)."""
+        self.start("a")
+        self.assignment(1)
+        self.start("b")
+        self.assignment(2)
+
     def log_path(self, name: str) -> Path:
         return self.tmp_path / f"worker-{name}.log"
 
@@ -176,9 +184,7 @@ def sigterm(r: Run, name: str) -> None:
 
 def test_sigterm_hands_partitions_and_coordinator_over(run):
     r = run("leave", "pba")
-    r.start("a")
-    r.start("b")
-    r.assignment(2)
+    r.start_two()
     register(r.bootstrap, r.topics, r.cfg, r.reqs, r.workers["a"])
     r.send(10)
     r.wait(10)
@@ -199,9 +205,7 @@ def test_sigterm_hands_partitions_and_coordinator_over(run):
 
 def test_a_replacement_with_another_identity_takes_partitions(run):
     r = run("replace", "dpba")  # partitions and coordinator converse slot by slot
-    r.start("a")
-    r.start("b")
-    r.assignment(2)
+    r.start_two()
     register(r.bootstrap, r.topics, r.cfg, r.reqs, r.workers["a"])
     r.send(10)
     r.wait(10)
@@ -219,9 +223,7 @@ def test_a_replacement_with_another_identity_takes_partitions(run):
 
 def test_a_worker_added_to_two_gets_partitions(run):
     r = run("add")
-    r.start("a")
-    r.start("b")
-    r.assignment(2)
+    r.start_two()
     register(r.bootstrap, r.topics, r.cfg, r.reqs, r.workers["a"])
     r.send(10)
     r.wait(10)
@@ -247,10 +249,7 @@ def pwevent_group(r: Run, *args: str) -> subprocess.CompletedProcess:
 
 def test_a_crashed_worker_removed_from_the_group_is_replaced(run):
     r = run("crash", "dpbd")  # partitions and coordinator converse slot by slot
-    r.start("a")
-    r.assignment(1)
-    r.start("b")  # after a: two first joins at once can stall the embedded broker
-    r.assignment(2)
+    r.start_two()
     register(r.bootstrap, r.topics, r.cfg, r.reqs, r.workers["a"])
     r.send(10)
     r.wait(10)
