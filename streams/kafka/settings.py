@@ -22,6 +22,11 @@ import ssl
 from collections.abc import Mapping
 from typing import Any, Final
 
+from streams.kafka import fetch_pacing
+
+# Every Kafka client of pwevent takes its options from this module, so each one is paced here.
+fetch_pacing.install()
+
 PROTOCOLS: Final = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 MECHANISMS: Final = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 

@@ -1,0 +1,68 @@
+"""Pacing of fetches that a broker answers early and empty.
+
+A Kafka broker holds a fetch that finds no new records for up to the request's ``max_wait_time``
+(long polling), so an idle consumer costs next to nothing. A broker that answers such a fetch at
+once (the embedded broker does) makes every idle consumer send fetches back to back: about 1,700
+a second and most of a core per consumer, which slows everything else on the machine.
+
+:func:`install` makes every aiokafka client of the process wait, after an error-free fetch
+answer that carried no records and came back sooner than the request's wait, for the rest of
+that wait but at most :data:`PACE_S`, before the answer is handed on. A broker that long-polls
+never triggers it (its empty answers come after the full wait); on one that does not, an idle
+consumer sends at most about 1/PACE_S fetches a second, and new records wait at most PACE_S
+longer to be fetched. ``tests/streams/test_fetch_pacing.py`` checks both on the embedded broker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any, Final
+
+from aiokafka.client import AIOKafkaClient
+
+#: Longest extra wait after an early empty fetch answer, in seconds.
+PACE_S: Final = 0.02
+#: The Kafka protocol's API key of Fetch.
+_FETCH: Final = 1
+
+
+def _max_wait_s(request: Any) -> float | None:
+    """The fetch's ``max_wait_time`` in seconds, or None for a request that is no fetch."""
+    if getattr(request, "API_KEY", None) != _FETCH:
+        return None
+    wait = getattr(request, "_max_wait_ms", None)  # the request builder of aiokafka >= 0.12
+    if wait is None:
+        wait = getattr(request, "max_wait_time", None)  # a plain FetchRequest struct
+    return None if wait is None else wait / 1000
+
+
+def empty_answer(response: Any) -> bool:
+    """Whether a fetch answer has no records and no error for any partition it names."""
+    for _topic, partitions in getattr(response, "topics", ()):
+        for _partition, error_code, _highwater, *part_data in partitions:
+            if error_code != 0 or (part_data and part_data[-1]):
+                return False
+    return True
+
+
+def install() -> None:
+    """Pace early empty fetch answers in every aiokafka client of the process (idempotent)."""
+    if getattr(AIOKafkaClient.send, "_paces_fetches", False):
+        return
+    original = AIOKafkaClient.send
+
+    async def send(self: AIOKafkaClient, node_id: Any, request: Any, **kw: Any) -> Any:
+        wait = _max_wait_s(request)
+        started = time.monotonic()
+        response = await original(self, node_id, request, **kw)
+        if wait is not None and empty_answer(response):
+            rest = min(wait - (time.monotonic() - started), PACE_S)
+            if rest > 0:
+                await asyncio.sleep(rest)
+        return response
+
+    send._paces_fetches = True  # type: ignore[attr-defined]
+    send.unpaced = original  # type: ignore[attr-defined]  # for benchmarks/bench_idle.py
+    send.__doc__ = original.__doc__
+    AIOKafkaClient.send = send  # type: ignore[method-assign]
