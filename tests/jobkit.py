@@ -263,7 +263,7 @@ def register(bootstrap: str, topics: Topics, cfg: JobConfig, records, worker,
 
 def releases(bootstrap: str, topics: Topics) -> list[tuple[bytes, bytes]]:
     """Every record of the releases topic."""
-    return asyncio.run(read_topic(bootstrap, topics.releases, idle=0.5))
+    return asyncio.run(read_topic(bootstrap, topics.releases))
 
 
 def wait_for_slots(bootstrap: str, topics: Topics, slots: set[int], timeout: float,
@@ -283,7 +283,7 @@ def wait_for_slots(bootstrap: str, topics: Topics, slots: set[int], timeout: flo
 
 def job_nonce(bootstrap: str, topics: Topics, stream: str = "s") -> str:
     """The nonce the Kafka job drew for ``stream`` (from its start record on ``decisions``)."""
-    for key, value in asyncio.run(read_topic(bootstrap, topics.decisions, idle=0.5)):
+    for key, value in asyncio.run(read_topic(bootstrap, topics.decisions)):
         if key == f"{stream}/start".encode():
             return orjson.loads(value)["nonce"]
     raise AssertionError(f"no start record of stream {stream!r} on {topics.decisions}")
@@ -359,7 +359,7 @@ def accepted_by_slot(bootstrap: str, topics: Topics) -> dict[int, int]:
     topic (releases carry no exact counts); a message sent again after a restart counts once."""
     seen: set[tuple[int, int]] = set()
     out: dict[int, int] = {}
-    for _key, value in asyncio.run(read_topic(bootstrap, topics.slot_partials, idle=0.5)):
+    for _key, value in asyncio.run(read_topic(bootstrap, topics.slot_partials)):
         msg = orjson.loads(value)
         p = int(msg["partition"])
         parts = ({str(msg["plan"]): msg} if "plan" in msg else msg.get("slots", {}))

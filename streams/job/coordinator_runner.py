@@ -184,11 +184,11 @@ async def stream_records(broker: str, topics: Topics, stream: str, unstarted: bo
     from streams.kafka.offsets import read_topic
 
     prefix = f"{stream}/".encode()
-    decisions = await read_topic(broker, topics.decisions, idle=0.5, limit=120)
+    decisions = await read_topic(broker, topics.decisions, limit=120)
     start = next((orjson.loads(v) for k, v in decisions if k == prefix + b"start"), None)
     if start is None and not unstarted:
         return None, {}, {}
-    releases = await read_topic(broker, topics.releases, idle=0.5, limit=120)
+    releases = await read_topic(broker, topics.releases, limit=120)
 
     def by_slot(records: list[tuple[bytes | None, bytes]]) -> dict[int, bytes]:
         out: dict[int, bytes] = {}

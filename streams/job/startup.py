@@ -431,8 +431,7 @@ def check_secret(bootstrap: str, decisions_topic: str, stream: str, secret: byte
 
     try:
         with _quiet_kafka_logs():
-            records = asyncio.run(read_topic(bootstrap, decisions_topic, idle=0.3,
-                                             limit=timeout))
+            records = asyncio.run(read_topic(bootstrap, decisions_topic, limit=timeout))
     except (KafkaError, OSError, TimeoutError) as exc:
         raise StartupError(f"cannot read {decisions_topic} from the broker at {bootstrap} "
                            f"({type(exc).__name__})") from None

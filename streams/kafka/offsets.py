@@ -53,27 +53,38 @@ async def wait_consumed(bootstrap: str, group: str, topic: str, partitions: int,
 
 
 async def read_topic(bootstrap: str, topic: str, partitions: int = 1,
-                     idle: float = 1.0, limit: float = 30.0) -> list[tuple[bytes | None, bytes]]:
-    """Every record of a topic from the beginning, until nothing new arrives for ``idle`` s."""
+                     limit: float = 30.0) -> list[tuple[bytes | None, bytes]]:
+    """Every record of a topic from the beginning to the log-end offsets it has when the call
+    starts, partition after partition in offset order.
+
+    The end is the broker's own, never a pause in what arrives: a slow broker cannot make the
+    read stop early. Raises :class:`TimeoutError` when the end is not reached within ``limit``
+    seconds."""
     consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, **client_options(),
                                 enable_auto_commit=False,
                                 auto_offset_reset="earliest")
     await consumer.start()
-    out: list[tuple[bytes | None, bytes]] = []
+    got: dict[int, list[tuple[bytes | None, bytes]]] = {p: [] for p in range(partitions)}
     try:
         tps = [TopicPartition(topic, p) for p in range(partitions)]
         consumer.assign(tps)
         await consumer.seek_to_beginning(*tps)
+        ends = await consumer.end_offsets(tps)
         deadline = time.monotonic() + limit
-        quiet_since = time.monotonic()
-        while time.monotonic() < deadline:
-            batch = await consumer.getmany(timeout_ms=200)
-            got = [(r.key, r.value) for recs in batch.values() for r in recs]
-            if got:
-                out.extend(got)
-                quiet_since = time.monotonic()
-            elif time.monotonic() - quiet_since >= idle:
+        todo = set(tps)
+        while True:
+            at = {tp: await consumer.position(tp) for tp in todo}
+            todo = {tp for tp in todo if at[tp] < ends[tp]}
+            if not todo:
                 break
+            if time.monotonic() >= deadline:
+                behind = ", ".join(f"partition {tp.partition} at {at[tp]} of {ends[tp]}"
+                                   for tp in sorted(todo))
+                raise TimeoutError(f"reading {topic} to its end took longer than {limit:g} s "
+                                   f"({behind})")
+            batch = await consumer.getmany(*todo, timeout_ms=200)
+            for tp, recs in batch.items():
+                got[tp.partition] += [(r.key, r.value) for r in recs if r.offset < ends[tp]]
     finally:
         await consumer.stop()
-    return out
+    return [record for p in range(partitions) for record in got[p]]

@@ -42,8 +42,7 @@ def broker():
 
 
 def dead_letters(bootstrap: str, topic: str) -> list[dict]:
-    return [decode_dead_letter(v) for _k, v in asyncio.run(read_topic(bootstrap, topic,
-                                                                      idle=0.5))]
+    return [decode_dead_letter(v) for _k, v in asyncio.run(read_topic(bootstrap, topic))]
 
 
 def test_a_live_streams_first_reports_cannot_move_its_time(broker, tmp_path):

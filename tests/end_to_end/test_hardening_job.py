@@ -97,13 +97,12 @@ def test_attacks_through_the_input_topics_fail_and_noise_is_fresh_per_run(broker
     assert all(set(d) == RELEASE_FIELDS for d in first)
     assert [d["users"] for d in first] == [len(USERS)] * SLOTS
     dead = [orjson.loads(v) for _k, v in
-            asyncio.run(read_topic(broker.bootstrap, topics.dead_letters, partitions=1,
-                                   idle=0.5))]
+            asyncio.run(read_topic(broker.bootstrap, topics.dead_letters, partitions=1))]
     reasons = sorted(d["reason"] for d in dead)
     assert reasons == sorted(["missing_key"] + ["wrong_partition"] * 2
                              + ["invalid_requirement"] * 3 + ["unauthenticated_control"])
     decisions = [orjson.loads(v) for _k, v in
-                 asyncio.run(read_topic(broker.bootstrap, topics.decisions, idle=0.5))]
+                 asyncio.run(read_topic(broker.bootstrap, topics.decisions))]
     start = [d for d in decisions if "nonce" in d]
     assert len(start) == 1 and start[0]["config"]["mechanism"] == "uniform"
     assert all(sum(d["users"].values()) == len(USERS) for d in decisions if "slot" in d)
@@ -191,17 +190,16 @@ def restarted(broker, tmp_path_factory):
         reference.feed(batch)
     reference.finish(SLOTS * cfg.slot_ms)
     dead = [orjson.loads(v) for _k, v in
-            asyncio.run(read_topic(broker.bootstrap, topics.dead_letters, idle=0.5))]
+            asyncio.run(read_topic(broker.bootstrap, topics.dead_letters))]
     for d in dead:
         d["key"] = base64.b64decode(d["key"]).decode()  # dead letters carry keys in base64
-    decided = {k: v for k, v in asyncio.run(read_topic(broker.bootstrap, topics.decisions,
-                                                       idle=0.5))}
+    decided = {k: v for k, v in asyncio.run(read_topic(broker.bootstrap, topics.decisions))}
     return {"releases": sorted((v for _k, v in releases(broker.bootstrap, topics)),
                                key=lambda v: orjson.loads(v)["slot"]),
             "decisions": [decided.get(f"s/{t}".encode()) for t in range(SLOTS)],
             "dead": dead, "reference": reference, "log": log.read_text(),
             "changelog": asyncio.run(read_topic(broker.bootstrap, changelog,
-                                                partitions=cfg.partitions, idle=0.5))}
+                                                partitions=cfg.partitions))}
 
 
 def decisions(records: list[bytes] | dict[int, bytes]) -> list[dict]:

@@ -79,7 +79,7 @@ def test_twenty_slots_released_exactly_once_and_equal_to_in_process(broker, tmp_
 def asyncio_read(broker: EmbeddedBroker, topic: str) -> list[bytes]:
     import asyncio
 
-    return [v for _k, v in asyncio.run(read_topic(broker.bootstrap, topic, idle=0.5))]
+    return [v for _k, v in asyncio.run(read_topic(broker.bootstrap, topic))]
 
 
 def test_bad_input_goes_to_dead_letters_and_the_job_keeps_running(broker, tmp_path: Path):

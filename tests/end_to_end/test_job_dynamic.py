@@ -47,7 +47,7 @@ def broker():
 
 
 def decision_records(bootstrap: str, topics: Topics) -> list[tuple[bytes, bytes]]:
-    return asyncio.run(read_topic(bootstrap, topics.decisions, idle=0.5))
+    return asyncio.run(read_topic(bootstrap, topics.decisions))
 
 
 def test_dpba_job_releases_every_slot_once_equal_to_in_process(broker, tmp_path: Path):
@@ -126,7 +126,7 @@ def test_removed_users_leave_the_dpbd_job_as_in_process(broker, tmp_path: Path):
     assert [d["users"] for d in docs] == [60] * 5 + [40] * 7, log[-3000:]
     accepted = accepted_by_slot(broker.bootstrap, topics)
     assert [accepted[s] for s in range(12)] == [60] * 5 + [40] * 7
-    dead = asyncio.run(read_topic(broker.bootstrap, topics.dead_letters, idle=0.5))
+    dead = asyncio.run(read_topic(broker.bootstrap, topics.dead_letters))
     assert len(dead) == 20 * 7 and all(b"unregistered_user" in v for _k, v in dead)
     job = InProcessJob(replace(cfg, nonce=job_nonce(broker.bootstrap, topics)))
     job.register(reqs)

@@ -81,8 +81,7 @@ def test_records_up_to_the_size_limit_never_stop_the_worker(broker, tmp_path):
     log = (tmp_path / "worker.log").read_text()
     assert sorted(d["slot"] for d in docs) == list(range(6)), log[-3000:]
     assert all(d["users"] == len(USERS) for d in docs), "a bad requirement touched a user"
-    dead = [v for _k, v in asyncio.run(read_topic(broker.bootstrap, topics.dead_letters,
-                                                  idle=0.5))]
+    dead = [v for _k, v in asyncio.run(read_topic(broker.bootstrap, topics.dead_letters))]
     assert len(dead) == 2 * len(SIZES)
     assert all(len(v) < 3 * DEAD_LETTER_PAYLOAD_BYTES for v in dead)
     for topic in (topics.reports, topics.requirements):
