@@ -163,18 +163,16 @@ class PartitionLedger(Placement):
         return pending
 
     def _suspend_removed(self, slot: int) -> list[int]:
-        """Schedule the suspension of users removed since the last plan, and suspend those whose
-        slot has come (``slot`` is the slot being planned); a user declaring again is not
-        suspended (its declaration resumes a suspended ledger)."""
+        """Suspend the users removed since the last plan from ``slot``, the slot being planned:
+        from it on their reports are withdrawn (they count nowhere), so their ledgers are charged
+        nothing either. The slot depends on the order of the removal and the plans alone, never
+        on how far the partition has read ahead. A user declaring again is not suspended (its
+        declaration resumes a suspended ledger); a suspension a checkpoint scheduled for a later
+        slot waits for it."""
         reg = self.registry
         if reg.removed:
-            wm = self.acc.slotter.watermark
-            # every accepted report lies at or before the largest event time accepted, which is
-            # the watermark plus the allowed lateness (None: no report accepted yet)
-            after = slot if wm is None else int(
-                self.config.clock.slot_of(wm + self.config.lateness_ms)) + 1
             for i in reg.removed:
-                self.suspend_at[i] = max(after, self.suspend_at.get(i, after))
+                self.suspend_at[i] = max(slot, self.suspend_at.get(i, slot))
             reg.removed = set()
         if not self.suspend_at:
             return []
