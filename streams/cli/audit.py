@@ -131,6 +131,7 @@ async def fetch_topics(bootstrap: str, names: Sequence[str],
     from aiokafka import AIOKafkaConsumer, TopicPartition
 
     from streams.kafka.errors import authentication_failed, authentication_failure
+    from streams.kafka.offsets import records_to_end
     from streams.kafka.settings import client_options
 
     consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, **client_options(),
@@ -148,18 +149,10 @@ async def fetch_topics(bootstrap: str, names: Sequence[str],
         tps = [TopicPartition(n, p) for n in names for p in parts[n]]
         consumer.assign(tps)
         await consumer.seek_to_beginning(*tps)
-        ends = await consumer.end_offsets(tps)
+        got = await records_to_end(consumer, tps, timeout)
         rows: dict[str, list[dict]] = {n: [] for n in names}
-        todo = set(tps)
-        while todo:
-            for tp in list(todo):
-                if await consumer.position(tp) >= ends[tp]:
-                    todo.discard(tp)
-            if todo:
-                batch = await consumer.getmany(*todo, timeout_ms=500)
-                for tp, recs in batch.items():
-                    rows[tp.topic] += [dump_row(tp.partition, r.offset, r.key, r.value)
-                                       for r in recs if r.offset < ends[tp]]
+        for tp in tps:
+            rows[tp.topic] += [dump_row(tp.partition, r.offset, r.key, r.value) for r in got[tp]]
         return {n: (len(parts[n]), rows[n]) for n in names}
 
     try:

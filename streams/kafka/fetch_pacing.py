@@ -2,7 +2,7 @@
 
 A Kafka broker holds a fetch that finds no new records for up to the request's ``max_wait_time``
 (long polling), so an idle consumer costs next to nothing. A broker that answers such a fetch at
-once (the embedded broker does) makes every idle consumer send fetches back to back: about 1,700
+once (the embedded broker does) makes every idle consumer send fetches back to back: thousands
 a second and most of a core per consumer, which slows everything else on the machine.
 
 :func:`install` makes every aiokafka client of the process wait, after an error-free fetch

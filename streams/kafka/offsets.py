@@ -6,7 +6,7 @@ import asyncio
 import time
 from collections.abc import Callable
 
-from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 
 from streams.kafka.settings import client_options
@@ -52,39 +52,45 @@ async def wait_consumed(bootstrap: str, group: str, topic: str, partitions: int,
     return False
 
 
+async def records_to_end(consumer: AIOKafkaConsumer, tps: list[TopicPartition],
+                         limit: float) -> dict[TopicPartition, list[ConsumerRecord]]:
+    """Every record of the partitions ``tps`` (assigned to ``consumer``) from its position to
+    the log-end offset each has when the call starts, in offset order.
+
+    The end is the broker's own, never a pause in what arrives: a slow broker cannot make the
+    read stop early. Raises :class:`TimeoutError`, naming each partition's position, when the
+    end is not reached within ``limit`` seconds."""
+    ends = await consumer.end_offsets(tps)
+    deadline = time.monotonic() + limit
+    got: dict[TopicPartition, list[ConsumerRecord]] = {tp: [] for tp in tps}
+    todo = set(tps)
+    while True:
+        at = {tp: await consumer.position(tp) for tp in todo}
+        todo = {tp for tp in todo if at[tp] < ends[tp]}
+        if not todo:
+            return got
+        if time.monotonic() >= deadline:
+            behind = ", ".join(f"{tp.topic} partition {tp.partition} at {at[tp]} of {ends[tp]}"
+                               for tp in sorted(todo))
+            raise TimeoutError(f"reading to the end took longer than {limit:g} s ({behind})")
+        batch = await consumer.getmany(*todo, timeout_ms=200)
+        for tp, recs in batch.items():
+            got[tp] += [r for r in recs if r.offset < ends[tp]]
+
+
 async def read_topic(bootstrap: str, topic: str, partitions: int = 1,
                      limit: float = 30.0) -> list[tuple[bytes | None, bytes]]:
     """Every record of a topic from the beginning to the log-end offsets it has when the call
-    starts, partition after partition in offset order.
-
-    The end is the broker's own, never a pause in what arrives: a slow broker cannot make the
-    read stop early. Raises :class:`TimeoutError` when the end is not reached within ``limit``
-    seconds."""
+    starts, partition after partition in offset order (:func:`records_to_end`)."""
     consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, **client_options(),
                                 enable_auto_commit=False,
                                 auto_offset_reset="earliest")
     await consumer.start()
-    got: dict[int, list[tuple[bytes | None, bytes]]] = {p: [] for p in range(partitions)}
     try:
         tps = [TopicPartition(topic, p) for p in range(partitions)]
         consumer.assign(tps)
         await consumer.seek_to_beginning(*tps)
-        ends = await consumer.end_offsets(tps)
-        deadline = time.monotonic() + limit
-        todo = set(tps)
-        while True:
-            at = {tp: await consumer.position(tp) for tp in todo}
-            todo = {tp for tp in todo if at[tp] < ends[tp]}
-            if not todo:
-                break
-            if time.monotonic() >= deadline:
-                behind = ", ".join(f"partition {tp.partition} at {at[tp]} of {ends[tp]}"
-                                   for tp in sorted(todo))
-                raise TimeoutError(f"reading {topic} to its end took longer than {limit:g} s "
-                                   f"({behind})")
-            batch = await consumer.getmany(*todo, timeout_ms=200)
-            for tp, recs in batch.items():
-                got[tp.partition] += [(r.key, r.value) for r in recs if r.offset < ends[tp]]
+        got = await records_to_end(consumer, tps, limit)
     finally:
         await consumer.stop()
-    return [record for p in range(partitions) for record in got[p]]
+    return [(r.key, r.value) for tp in tps for r in got[tp]]

@@ -80,15 +80,16 @@ class ReleaseReadError(RuntimeError):
 
 
 async def _start_record(bootstrap: str, topic: str, key: str, timeout: float) -> dict | None:
-    """The last value under ``key`` on ``topic`` (read from the beginning to its end)."""
+    """The last value under ``key`` on ``topic`` (read from the beginning to its end); None
+    when there is none or the end is not reached within ``timeout`` seconds."""
     from aiokafka import AIOKafkaConsumer, TopicPartition
 
+    from streams.kafka.offsets import records_to_end
     from streams.kafka.settings import client_options
 
     consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, **client_options(),
                                 enable_auto_commit=False,
                                 request_timeout_ms=int(timeout * 1000))
-    found: dict | None = None
     try:
         await asyncio.wait_for(consumer.start(), timeout)
         tps = [TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic)
@@ -97,22 +98,15 @@ async def _start_record(bootstrap: str, topic: str, key: str, timeout: float) ->
             return None
         consumer.assign(tps)
         await consumer.seek_to_beginning(*tps)
-        ends = await consumer.end_offsets(tps)
-        todo = {tp for tp in tps if ends[tp] > 0}
-        deadline = time.monotonic() + timeout
-        while todo and time.monotonic() < deadline:
-            batch = await consumer.getmany(*todo, timeout_ms=300)
-            for tp, recs in batch.items():
-                for r in recs:
-                    if r.offset < ends[tp] and r.key == key.encode() and r.value is not None:
-                        found = orjson.loads(r.value)
-            for tp in list(todo):
-                if await consumer.position(tp) >= ends[tp]:
-                    todo.discard(tp)
+        try:
+            got = await records_to_end(consumer, tps, timeout)
+        except TimeoutError:
+            return None  # the labels stay unknown; the releases are read all the same
     finally:
         with contextlib.suppress(Exception):
             await consumer.stop()
-    return found
+    values = [r.value for tp in tps for r in got[tp] if r.key == key.encode() and r.value]
+    return orjson.loads(values[-1]) if values else None
 
 
 async def aiter_releases(bootstrap: str, topic: str, *, stream: str | None = None,
