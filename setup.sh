@@ -3,7 +3,9 @@
 # `pwevent demo` runs). `./setup.sh test` installs the test extra instead, which includes the demo
 # and eval extras, a JDK, used as the oracle of the TLNS generator, if none is present, and
 # Debian's headless Chromium and chromedriver, which render the dashboard in its tests, if
-# /usr/bin/chromium or /usr/bin/chromedriver is missing.
+# /usr/bin/chromium or /usr/bin/chromedriver is missing, and the pinned Apache Kafka broker
+# (deploy/apache-kafka/pom.xml) with Maven into .kafka/libs/, once (Maven itself from Debian's
+# packages if it is missing). Nothing else is downloaded.
 set -euo pipefail
 cd "$(dirname "$0")"
 if [ ! -x .venv/bin/python ]; then
@@ -19,6 +21,21 @@ if [ "${1:-}" = "test" ]; then
       echo "setup.sh: the tests need a JDK (javac and java) on PATH" >&2
       exit 1
     fi
+  fi
+  kafka_version=$(sed -n 's:.*<kafka.version>\(.*\)</kafka.version>.*:\1:p' deploy/apache-kafka/pom.xml)
+  if [ ! -f ".kafka/libs/kafka_2.13-${kafka_version}.jar" ]; then
+    if ! command -v mvn >/dev/null 2>&1; then
+      if command -v apt-get >/dev/null 2>&1; then
+        apt-get update -qq && apt-get install -y -qq maven >/dev/null
+      else
+        echo "setup.sh: fetching Apache Kafka needs Maven (mvn) on PATH" >&2
+        exit 1
+      fi
+    fi
+    rm -rf .kafka/libs.partial
+    mvn -q -B -f deploy/apache-kafka/pom.xml dependency:copy-dependencies \
+      -DincludeScope=runtime -DoutputDirectory="$PWD/.kafka/libs.partial"
+    rm -rf .kafka/libs && mv .kafka/libs.partial .kafka/libs
   fi
   if [ ! -x /usr/bin/chromium ] || [ ! -x /usr/bin/chromedriver ]; then
     if command -v apt-get >/dev/null 2>&1; then

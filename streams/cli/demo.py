@@ -1,6 +1,8 @@
 """``pwevent demo``: the whole job on this machine, with the embedded broker by default.
 
-Starts the embedded Kafka-protocol broker (unless ``--broker`` or ``PWEVENT_BROKER`` names one),
+Starts the embedded Kafka-protocol broker (unless ``--broker`` or ``PWEVENT_BROKER`` names one, or
+``--apache-kafka`` asks for a local Apache Kafka node started from the jars ``./setup.sh test``
+fetches),
 creates the topics, starts a worker, registers the users, replays a stream, follows the
 ``releases`` topic with live progress, prints a summary, and stops everything it started. Against
 a broker of one's own, the connection flags (TLS, SASL) apply to the demo's clients and, through
@@ -47,6 +49,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         option("--broker", "use this broker instead of starting the embedded one "
                "(default: $PWEVENT_BROKER, else the embedded broker)",
                default=os.environ.get("PWEVENT_BROKER"), metavar="HOST:PORT"),
+        option("--apache-kafka", "start a local Apache Kafka (one KRaft node, from the jars "
+               "./setup.sh test fetches) instead of the embedded broker, and stop it at the end",
+               action="store_true"),
         MECHANISM.but(help="the job's mechanism; dpbd and dpba register dynamic requirements "
                            "(default: %(default)s)"),
         PARTITIONS.but(default=2),
@@ -200,7 +205,19 @@ def run(args: argparse.Namespace) -> int:  # noqa: C901 - one orchestration, ste
     except (ValueError, ImportError) as exc:
         print(f"pwevent demo: error: {exc}", file=sys.stderr)
         return 2
-    if not args.broker:
+    if args.apache_kafka and args.broker:
+        print("pwevent demo: error: --apache-kafka starts a broker; it does not go with --broker",
+              file=sys.stderr)
+        return 2
+    if args.apache_kafka:
+        from streams.kafka.apache import kafka_libs
+
+        try:
+            kafka_libs()
+        except BrokerError as exc:
+            print(f"pwevent demo: error: {exc}", file=sys.stderr)
+            return 2
+    elif not args.broker:
         try:
             broker_binary()
         except BrokerError as exc:
@@ -222,6 +239,17 @@ def run(args: argparse.Namespace) -> int:  # noqa: C901 - one orchestration, ste
         embedded = None
         if args.broker:
             bootstrap = args.broker
+        elif args.apache_kafka:
+            from streams.kafka.apache import ApacheKafka
+
+            if show:
+                print("starting Apache Kafka (one KRaft node) ...", flush=True)
+            try:
+                embedded = stack.enter_context(ApacheKafka(1, root=workdir / "kafka"))
+            except BrokerError as exc:
+                print(f"pwevent demo: error: {exc}", file=sys.stderr)
+                return 2
+            bootstrap = embedded.bootstrap
         else:
             if show:
                 print("starting the embedded broker ...", flush=True)

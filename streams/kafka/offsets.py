@@ -8,6 +8,11 @@ from collections.abc import Callable
 
 from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.errors import (
+    CoordinatorLoadInProgressError,
+    GroupCoordinatorNotAvailableError,
+    NotCoordinatorForGroupError,
+)
 
 from streams.kafka.settings import client_options
 
@@ -24,12 +29,26 @@ async def end_offsets(bootstrap: str, topic: str, partitions: int) -> dict[int, 
         await consumer.stop()
 
 
-async def committed_offsets(bootstrap: str, group: str, topic: str) -> dict[int, int]:
-    """The group's committed offset per partition of ``topic`` (missing: none committed)."""
+async def committed_offsets(bootstrap: str, group: str, topic: str,
+                            retry_for: float = 30.0) -> dict[int, int]:
+    """The group's committed offset per partition of ``topic`` (missing: none committed).
+
+    Apache Kafka answers that the group's coordinator is not available while it creates its
+    offsets topic (the first time any group is looked up) or moves the coordinator after a node
+    failed; the look-up is retried for up to ``retry_for`` seconds."""
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, **client_options())
     await admin.start()
     try:
-        offsets = await admin.list_consumer_group_offsets(group)
+        deadline = time.monotonic() + retry_for
+        while True:
+            try:
+                offsets = await admin.list_consumer_group_offsets(group)
+                break
+            except (GroupCoordinatorNotAvailableError, NotCoordinatorForGroupError,
+                    CoordinatorLoadInProgressError):
+                if time.monotonic() >= deadline:
+                    raise
+                await asyncio.sleep(0.25)
         return {tp.partition: meta.offset for tp, meta in offsets.items()
                 if tp.topic == topic and meta.offset >= 0}
     finally:

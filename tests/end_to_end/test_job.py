@@ -8,7 +8,7 @@ from pathlib import Path
 
 import jsonschema
 import orjson
-import pytest
+from brokers import broker_fixture
 from jobkit import (
     accepted_by_slot,
     close_through,
@@ -29,7 +29,6 @@ from jobkit import (
     wait_for_slots,
 )
 
-from streams.kafka.broker import EmbeddedBroker
 from streams.kafka.offsets import read_topic
 from streams.records.formats import load_schema
 
@@ -38,10 +37,7 @@ W = [4 + (i % 3) * 3 for i in range(60)]
 E = [0.5 + (i % 4) * 0.5 for i in range(60)]
 
 
-@pytest.fixture(scope="module")
-def broker():
-    with EmbeddedBroker() as b:
-        yield b
+broker = broker_fixture()
 
 
 def test_twenty_slots_released_exactly_once_and_equal_to_in_process(broker, tmp_path: Path):
@@ -76,7 +72,7 @@ def test_twenty_slots_released_exactly_once_and_equal_to_in_process(broker, tmp_
         list(range(20))
 
 
-def asyncio_read(broker: EmbeddedBroker, topic: str) -> list[bytes]:
+def asyncio_read(broker, topic: str) -> list[bytes]:
     import asyncio
 
     return [v for _k, v in asyncio.run(read_topic(broker.bootstrap, topic))]
