@@ -128,10 +128,10 @@ def to_records(rows: Sequence[dict]) -> list[Record]:
 async def fetch_topics(bootstrap: str, names: Sequence[str],
                        timeout: float = 30.0) -> dict[str, tuple[int, list[dict]]]:
     """Read topics from the beginning to their current end: ``{name: (partitions, rows)}``."""
-    from aiokafka import AIOKafkaConsumer, TopicPartition
+    from aiokafka import AIOKafkaConsumer
 
     from streams.kafka.errors import authentication_failed, authentication_failure
-    from streams.kafka.offsets import records_to_end
+    from streams.kafka.offsets import records_to_end, topic_partitions
     from streams.kafka.settings import client_options
 
     consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, **client_options(),
@@ -145,8 +145,8 @@ async def fetch_topics(bootstrap: str, names: Sequence[str],
         missing = [n for n in names if n not in existing]
         if missing:
             raise AuditInputError(f"no topic {', '.join(missing)} on {bootstrap}")
-        parts = {n: sorted(consumer.partitions_for_topic(n) or ()) for n in names}
-        tps = [TopicPartition(n, p) for n in names for p in parts[n]]
+        tps = [tp for n in names for tp in await topic_partitions(consumer, n)]
+        parts = {n: [tp.partition for tp in tps if tp.topic == n] for n in names}
         consumer.assign(tps)
         await consumer.seek_to_beginning(*tps)
         got = await records_to_end(consumer, tps, timeout)

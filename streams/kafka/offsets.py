@@ -71,6 +71,28 @@ async def wait_consumed(bootstrap: str, group: str, topic: str, partitions: int,
     return False
 
 
+async def topic_partitions(consumer: AIOKafkaConsumer, topic: str,
+                           wait: float = 5.0) -> list[TopicPartition]:
+    """The partitions of ``topic`` (none when it does not exist), from the broker's metadata.
+
+    A consumer that has not subscribed knows only the metadata of its bootstrap request, which
+    names no topic: the embedded broker answers it with every topic, Apache Kafka with none. So
+    the metadata of every topic is asked for when ``topic`` is unknown, again for up to ``wait``
+    seconds while it is listed without partitions (a topic just created)."""
+    deadline = time.monotonic() + wait
+    while True:
+        parts = consumer.partitions_for_topic(topic)
+        if parts:
+            return [TopicPartition(topic, p) for p in sorted(parts)]
+        await consumer._client.force_metadata_update()  # noqa: SLF001 - no public call asks
+        parts = consumer.partitions_for_topic(topic)
+        if parts:
+            return [TopicPartition(topic, p) for p in sorted(parts)]
+        if parts is None or time.monotonic() >= deadline:
+            return []
+        await asyncio.sleep(0.2)
+
+
 async def records_to_end(consumer: AIOKafkaConsumer, tps: list[TopicPartition],
                          limit: float) -> dict[TopicPartition, list[ConsumerRecord]]:
     """Every record of the partitions ``tps`` (assigned to ``consumer``) from its position to

@@ -198,6 +198,13 @@ async def create_topics(
         existing = {s.name: s for s in specs if not created.get(s.name, False)}
         if existing:
             partitions = await _partition_counts(admin, list(existing))
+            # Apache Kafka describes a topic created a moment ago without its partitions
+            # until its metadata has spread; wait for it rather than report "None partitions"
+            deadline = asyncio.get_running_loop().time() + timeout
+            while (any(partitions.get(n) is None for n in existing)
+                   and asyncio.get_running_loop().time() < deadline):
+                await asyncio.sleep(0.2)
+                partitions = await _partition_counts(admin, list(existing))
             for name, spec in existing.items():
                 if partitions.get(name) != spec.partitions:
                     raise TopicError(

@@ -82,9 +82,9 @@ class ReleaseReadError(RuntimeError):
 async def _start_record(bootstrap: str, topic: str, key: str, timeout: float) -> dict | None:
     """The last value under ``key`` on ``topic`` (read from the beginning to its end); None
     when there is none or the end is not reached within ``timeout`` seconds."""
-    from aiokafka import AIOKafkaConsumer, TopicPartition
+    from aiokafka import AIOKafkaConsumer
 
-    from streams.kafka.offsets import records_to_end
+    from streams.kafka.offsets import records_to_end, topic_partitions
     from streams.kafka.settings import client_options
 
     consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, **client_options(),
@@ -92,8 +92,7 @@ async def _start_record(bootstrap: str, topic: str, key: str, timeout: float) ->
                                 request_timeout_ms=int(timeout * 1000))
     try:
         await asyncio.wait_for(consumer.start(), timeout)
-        tps = [TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic)
-                                                         or ())]
+        tps = await topic_partitions(consumer, topic)
         if not tps:
             return None
         consumer.assign(tps)
@@ -117,9 +116,10 @@ async def aiter_releases(bootstrap: str, topic: str, *, stream: str | None = Non
                          timeout: float = 30.0) -> AsyncIterator[Release]:
     """The async form of :func:`iter_releases` (connection settings: those of
     :mod:`streams.kafka.settings`)."""
-    from aiokafka import AIOKafkaConsumer, TopicPartition
+    from aiokafka import AIOKafkaConsumer
 
     from streams.kafka.errors import authentication_failed, authentication_failure
+    from streams.kafka.offsets import topic_partitions
     from streams.kafka.settings import client_options
 
     check_confidence(confidence)
@@ -142,8 +142,7 @@ async def aiter_releases(bootstrap: str, topic: str, *, stream: str | None = Non
                 raise ReleaseReadError(authentication_failed(bootstrap, refused)) from None
             raise ReleaseReadError(f"cannot read {topic} from {bootstrap}: "
                                    f"{exc or type(exc).__name__}") from None
-        tps = [TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic)
-                                                         or ())]
+        tps = await topic_partitions(consumer, topic)
         consumer.assign(tps)
         if from_beginning:
             await consumer.seek_to_beginning(*tps)

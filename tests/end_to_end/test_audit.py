@@ -5,16 +5,17 @@ from __future__ import annotations
 import asyncio
 import copy
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import orjson
 import pytest
+from brokers import broker_fixture
 
 from streams.audit.registrations import registrations
 from streams.cli.audit import to_records
 from streams.cli.main import main
-from streams.kafka.broker import EmbeddedBroker, free_port
+from streams.kafka.broker import free_port
 from streams.kafka.producer import RawProducer, key_partition
 from streams.kafka.topics import Topics, create_topics
 
@@ -319,10 +320,7 @@ def test_input_errors_exit_2(tmp_path, capsys):
 # -- against the embedded broker ---------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def broker() -> Iterator[EmbeddedBroker]:
-    with EmbeddedBroker() as b:
-        yield b
+broker = broker_fixture()
 
 
 async def produce(bootstrap: str, topics: Topics, data: Data) -> None:

@@ -11,7 +11,7 @@ import time
 from collections import Counter
 
 import orjson
-import pytest
+from brokers import broker_fixture
 from jobkit import (
     SECRET,
     config,
@@ -25,7 +25,6 @@ from jobkit import (
     wait_for_slots,
 )
 
-from streams.kafka.broker import EmbeddedBroker
 from streams.kafka.offsets import read_topic
 from streams.kafka.producer import key_partition
 from streams.records.dead_letters import decode_dead_letter
@@ -35,10 +34,7 @@ DAY = 86_400_000
 HOUR = 3_600_000
 
 
-@pytest.fixture(scope="module")
-def broker():
-    with EmbeddedBroker() as b:
-        yield b
+broker = broker_fixture()
 
 
 def dead_letters(bootstrap: str, topic: str) -> list[dict]:

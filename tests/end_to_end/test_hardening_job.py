@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import orjson
 import pytest
+from brokers import broker_fixture
 from jobkit import (
     close_through,
     config,
@@ -43,10 +44,7 @@ RELEASE_FIELDS = {"stream", "slot", "start", "end", "mechanism", "published", "n
                   "schema_version", "cells", "noise", "approximates"}
 
 
-@pytest.fixture(scope="module")
-def broker():
-    with EmbeddedBroker() as b:
-        yield b
+broker = broker_fixture()
 
 
 def run_job(broker: EmbeddedBroker, tmp_path: Path, prefix: str, batches, poison: bool):

@@ -6,13 +6,13 @@ import asyncio
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Iterator
 from typing import Any
 
 import faust
 import orjson
 import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
+from brokers import broker_fixture
 
 from streams.job.batch_handling import ContinuityGuard, RawRecord, Rewind
 from streams.job.ingest import BatchIngest, ingest_settings
@@ -24,10 +24,7 @@ from streams.kafka.topics import TopicSpec, create_topics
 PARTITIONS = 4
 
 
-@pytest.fixture(scope="module")
-def broker() -> Iterator[EmbeddedBroker]:
-    with EmbeddedBroker() as b:
-        yield b
+broker = broker_fixture()
 
 
 def reports(start: int, n: int) -> list[tuple[bytes, bytes]]:

@@ -8,7 +8,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import orjson
-import pytest
+from brokers import broker_fixture
 from jobkit import (
     accepted_by_slot,
     close_through,
@@ -33,17 +33,14 @@ from jobkit import (
 from streams.job.config import JobConfig
 from streams.job.pipeline import InProcessJob
 from streams.job.slot_protocol import secret_check
-from streams.kafka.broker import EmbeddedBroker, free_port
+from streams.kafka.broker import free_port
 from streams.kafka.offsets import read_topic
 from streams.kafka.topics import Topics
 
 USERS = [f"u{i}" for i in range(60)]
 
 
-@pytest.fixture(scope="module")
-def broker():
-    with EmbeddedBroker() as b:
-        yield b
+broker = broker_fixture()
 
 
 def decision_records(bootstrap: str, topics: Topics) -> list[tuple[bytes, bytes]]:

@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 import pytest
+from brokers import broker_fixture
 from jobkit import (
     Workers,
     close_through,
@@ -37,8 +38,6 @@ from jobkit import (
     wait_for_slots,
 )
 
-from streams.kafka.broker import EmbeddedBroker
-
 USERS = [f"u{i}" for i in range(40)]
 SLOTS = 40
 KILLS = 10
@@ -46,10 +45,7 @@ KILLS = 10
 SEED = int(os.environ.get("PWEVENT_KILL_SEED") or secrets.randbits(32))
 
 
-@pytest.fixture(scope="module")
-def broker():
-    with EmbeddedBroker() as b:
-        yield b
+broker = broker_fixture()
 
 
 def kill_schedule(seed: int, mechanism: str) -> tuple[dict[int, tuple[str, float]], str]:

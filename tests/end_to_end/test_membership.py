@@ -26,6 +26,7 @@ from pathlib import Path
 
 import orjson
 import pytest
+from brokers import broker_fixture
 from jobkit import (
     close_through,
     config,
@@ -45,7 +46,6 @@ from jobkit import (
     wait_for_slots,
 )
 
-from streams.kafka.broker import EmbeddedBroker
 from streams.kafka.topics import Topics
 
 USERS = [f"u{i}" for i in range(60)]
@@ -54,10 +54,7 @@ E = [0.5 + (i % 4) * 0.5 for i in range(60)]
 SLOTS = 30
 
 
-@pytest.fixture(scope="module")
-def broker():
-    with EmbeddedBroker() as b:
-        yield b
+broker = broker_fixture()
 
 
 class Run:

@@ -10,9 +10,9 @@ import hashlib
 import urllib.request
 
 import orjson
-import pytest
 from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from brokers import broker_fixture
 from jobkit import (
     close_through,
     config,
@@ -27,7 +27,7 @@ from jobkit import (
 )
 from prometheus_client.parser import text_string_to_metric_families
 
-from streams.kafka.broker import EmbeddedBroker, free_port
+from streams.kafka.broker import free_port
 from streams.kafka.offsets import end_offsets, read_topic, wait_consumed
 from streams.kafka.producer import key_partition
 from streams.kafka.topics import Topics
@@ -38,10 +38,7 @@ USERS = [f"u{i}" for i in range(12)]
 SIZES = [0, 1, 1_000, 100_000, 800_000, 1_000_000]
 
 
-@pytest.fixture(scope="module")
-def broker():
-    with EmbeddedBroker() as b:
-        yield b
+broker = broker_fixture()
 
 
 async def send_large(bootstrap: str, topic: str, partitions: int,

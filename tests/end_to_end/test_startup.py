@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from aiokafka.admin import AIOKafkaAdminClient
+from brokers import broker_fixture
 
 from streams.job.startup import (
     BINDING_FILE,
@@ -23,16 +24,13 @@ from streams.job.startup import (
     check_topics,
     layout_problem,
 )
-from streams.kafka.broker import EmbeddedBroker, free_port
+from streams.kafka.broker import free_port
 from streams.kafka.topics import Topics, create_topics
 
 SECRET = "test-secret"
 
 
-@pytest.fixture(scope="module")
-def broker():
-    with EmbeddedBroker() as b:
-        yield b
+broker = broker_fixture()
 
 
 def run_worker(bootstrap: str, prefix: str, data_dir: Path, *, partitions: int = 2,

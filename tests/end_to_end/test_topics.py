@@ -7,10 +7,10 @@ import asyncio
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from brokers import broker_fixture
 
 from streams.kafka.broker import EmbeddedBroker
 from streams.kafka.topics import (
@@ -25,10 +25,7 @@ from streams.kafka.topics import (
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.fixture(scope="module")
-def broker() -> Iterator[EmbeddedBroker]:
-    with EmbeddedBroker() as b:
-        yield b
+broker = broker_fixture()
 
 
 def test_names_carry_the_deployment_prefix() -> None:
