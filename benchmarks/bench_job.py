@@ -81,7 +81,8 @@ async def produce_live(bootstrap: str, topic: str, data: list, parts: int, rate:
 
 async def timestamps(bootstrap: str, topic: str, want: int, timeout: float) -> list[tuple]:
     """(Kafka timestamp ms, decoded value) of the first ``want`` records of a 1-partition topic."""
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False,
+                                auto_offset_reset="earliest")
     await consumer.start()
     out: list[tuple] = []
     try:

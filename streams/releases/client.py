@@ -88,7 +88,7 @@ async def _start_record(bootstrap: str, topic: str, key: str, timeout: float) ->
     from streams.kafka.settings import client_options
 
     consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, **client_options(),
-                                enable_auto_commit=False,
+                                enable_auto_commit=False, auto_offset_reset="earliest",
                                 request_timeout_ms=int(timeout * 1000))
     try:
         await asyncio.wait_for(consumer.start(), timeout)
@@ -125,7 +125,9 @@ async def aiter_releases(bootstrap: str, topic: str, *, stream: str | None = Non
     check_confidence(confidence)
     consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, **client_options(),
                                 enable_auto_commit=False,
-                                auto_offset_reset="earliest",
+                                # the position a seek asks for, and the one a reset that
+                                # assign() started may still set after it (seen on Apache Kafka)
+                                auto_offset_reset="earliest" if from_beginning else "latest",
                                 request_timeout_ms=int(timeout * 1000))
     seen: dict[str, bytes] = {}
     labels: dict[str, tuple[str, ...] | None] = {}

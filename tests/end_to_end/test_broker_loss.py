@@ -141,7 +141,8 @@ async def kill_on_release(broker: RestartableBroker, topic: str, slot: int,
                           timeout: float) -> list[tuple[bytes, bytes]]:
     """Follow ``topic`` and SIGKILL the broker as soon as ``slot`` is on it (the job's last
     writes were acknowledged moments before); returns the records read until then."""
-    consumer = AIOKafkaConsumer(bootstrap_servers=broker.bootstrap, enable_auto_commit=False)
+    consumer = AIOKafkaConsumer(bootstrap_servers=broker.bootstrap, enable_auto_commit=False,
+                                auto_offset_reset="earliest")
     await consumer.start()
     seen: list[tuple[bytes, bytes]] = []
     try:

@@ -336,7 +336,8 @@ def test_decoding_keeps_the_first_release_per_key_and_skips_what_it_cannot_read(
 async def _raw_releases(bootstrap: str, topic: str) -> list[tuple[bytes, bytes, int]]:
     from aiokafka import AIOKafkaConsumer, TopicPartition
 
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False,
+                                auto_offset_reset="earliest")
     await consumer.start()
     try:
         tp = TopicPartition(topic, 0)

@@ -9,6 +9,7 @@ from dataclasses import replace
 import numpy as np
 import orjson
 import pytest
+from brokers import BROKER_KINDS, running
 
 from streams.job.config import JobConfig
 from streams.job.pipeline import InProcessJob
@@ -211,7 +212,8 @@ def test_a_restored_coordinator_emits_again_what_the_topics_lost(monkeypatch, ke
     assert again.unemitted() == []  # recorded as emitted: a restart does not send them again
 
 
-def test_the_job_recovers_a_lost_coordinator_state_from_the_topics(tmp_path) -> None:
+@pytest.mark.parametrize("kind", BROKER_KINDS)
+def test_the_job_recovers_a_lost_coordinator_state_from_the_topics(tmp_path, kind: str) -> None:
     """On the embedded broker: the worker's data directory and the coordinator's changelog are
     wiped after slots were released; the restarted worker recovers the nonce and the released
     slots from the topics, releases none of them again and goes on with the same values as a
@@ -237,7 +239,6 @@ def test_the_job_recovers_a_lost_coordinator_state_from_the_topics(tmp_path) -> 
         wait_for_slots,
     )
 
-    from streams.kafka.broker import EmbeddedBroker
 
     async def wipe(bootstrap: str, topic: str) -> None:
         """Delete the (compacted) changelog topic: the coordinator's state is gone."""
@@ -251,7 +252,7 @@ def test_the_job_recovers_a_lost_coordinator_state_from_the_topics(tmp_path) -> 
     users = [f"u{i}" for i in range(20)]
     reqs = requirement_records(users, [3 + i % 3 for i in range(20)], [1.0] * 20)
     data = [slot_reports(users, t, 3) for t in range(12)]
-    with EmbeddedBroker() as broker:
+    with running(kind) as broker:
         cfg = config("lost", mechanism="pbd")
         topics = setup_topics(broker.bootstrap, cfg)
         log = tmp_path / "worker.log"

@@ -14,7 +14,9 @@ from collections import Counter
 from pathlib import Path
 
 import orjson
+import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
+from brokers import BROKER_KINDS, RestartableKafka, restartable
 from jobkit import (
     SECRET,
     RestartableBroker,
@@ -42,7 +44,8 @@ async def _read(bootstrap: str, topic: str, upto: dict[int, int] | None = None,
                 partitions: int = PARTITIONS) -> dict[int, list[tuple]]:
     """Per partition, ``(offset, key, value)`` of every record below ``upto`` (default: the
     log end now), in offset order."""
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False,
+                                auto_offset_reset="earliest")
     await consumer.start()
     try:
         tps = [TopicPartition(topic, p) for p in range(partitions)]
@@ -90,7 +93,8 @@ def wait_for_records(bootstrap: str, topic: str, count: int, proc: subprocess.Po
         time.sleep(0.1)
 
 
-def stop_between_slots(broker: RestartableBroker, proc: subprocess.Popen, topic: str) -> None:
+def stop_between_slots(broker: RestartableBroker | RestartableKafka, proc: subprocess.Popen,
+                       topic: str) -> None:
     """Stop the broker (SIGTERM) while the replay waits between two slots, paused (SIGSTOP)
     for the moment it takes: the topic ends on a slot boundary and has not moved for 0.1 s.
 
@@ -156,8 +160,9 @@ def releases_of(reports: list[tuple[bytes, bytes]], nonce: str) -> tuple[list[by
         d.reason for d in job.dead)
 
 
-def test_replay_rides_out_a_broker_restart(tmp_path: Path) -> None:
-    broker = RestartableBroker(tmp_path / "broker")
+@pytest.mark.parametrize("kind", BROKER_KINDS)
+def test_replay_rides_out_a_broker_restart(kind: str, tmp_path: Path) -> None:
+    broker = restartable(kind, tmp_path / "broker")
     broker.start()
     proc = None
     try:
@@ -228,13 +233,15 @@ def check_replayed(after: dict[int, list[tuple]], err: str, summary: dict) -> No
 REQUEST_TIMEOUT, FREEZE = 2, 7  # seconds: the broker answers nothing for 3.5 request timeouts
 
 
-def test_replay_rides_out_a_frozen_broker_past_its_request_timeout(tmp_path: Path) -> None:
+@pytest.mark.parametrize("kind", BROKER_KINDS)
+def test_replay_rides_out_a_frozen_broker_past_its_request_timeout(kind: str,
+                                                                 tmp_path: Path) -> None:
     """The broker stops answering (SIGSTOP: connections stay open, requests hang) for longer
     than the replay client's request and metadata timeouts, lowered with ``--request-timeout``
     so that the test need not outlast aiokafka's 40 s; then it answers again (SIGCONT). The
     replay's requests time out and are retried, and it goes on: no record lost, the releases
     are the source's."""
-    broker = RestartableBroker(tmp_path / "broker")
+    broker = restartable(kind, tmp_path / "broker")
     broker.start()
     proc = None
     try:
@@ -268,8 +275,10 @@ def test_replay_rides_out_a_frozen_broker_past_its_request_timeout(tmp_path: Pat
     check_replayed(after, err, summary)
 
 
-def test_replay_gives_up_with_one_line_and_resumes_from_the_slot_it_names(tmp_path) -> None:
-    broker = RestartableBroker(tmp_path / "broker")
+@pytest.mark.parametrize("kind", BROKER_KINDS)
+def test_replay_gives_up_with_one_line_and_resumes_from_the_slot_it_names(kind: str,
+                                                                        tmp_path) -> None:
+    broker = restartable(kind, tmp_path / "broker")
     broker.start()
     proc = resumed = None
     try:
