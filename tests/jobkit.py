@@ -61,28 +61,10 @@ def start_worker(bootstrap: str, cfg: JobConfig, data_dir: Path, log: Path,
 def group_assignment(bootstrap: str, cfg: JobConfig, topic: str) -> dict[str, set[int]] | None:
     """The job's consumer group as the broker describes it: each member's partitions of
     ``topic`` (members without any included); ``None`` while the group is rebalancing."""
-    from aiokafka.admin import AIOKafkaAdminClient
-    from aiokafka.protocol.group import MemberAssignment
-
-    async def go() -> dict[str, set[int]] | None:
-        admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-        await admin.start()
-        try:
-            group = f"pwevent-{cfg.prefix}-{cfg.stream}"
-            described = (await admin.describe_consumer_groups([group]))[0].groups[0]
-        finally:
-            await admin.close()
-        _error, _group, state, _ptype, _protocol, members = described[:6]
-        if state != "Stable":
-            return None
-        out: dict[str, set[int]] = {}
-        for member in members:
-            raw = member[-1]
-            tps = MemberAssignment.decode(raw).assignment if raw else []
-            out[member[0]] = {p for t, ps in tps if t == topic for p in ps}
-        return out
-
-    return asyncio.run(go())
+    group = asyncio.run(describe_group(bootstrap, f"pwevent-{cfg.prefix}-{cfg.stream}", 30))
+    if group.state != "Stable":
+        return None
+    return {m.member_id: set(m.partitions.get(topic, ())) for m in group.members}
 
 
 def wait_for_assignment(bootstrap: str, cfg: JobConfig, topic: str, members: int,

@@ -134,6 +134,20 @@ def _partitions(raw: bytes | None) -> dict[str, tuple[int, ...]]:
             for topic, parts in MemberAssignment.decode(raw).assignment}
 
 
+_COORDINATOR_MOVING = (kafka_errors.CoordinatorNotAvailableError,
+                       kafka_errors.NotCoordinatorError,
+                       kafka_errors.CoordinatorLoadInProgressError)
+_COORDINATOR_MOVING_CODES = frozenset(e.errno for e in _COORDINATOR_MOVING)
+
+
+def _error_code(response: Response) -> int:
+    """The error code of a group response (DescribeGroups: its one group's)."""
+    groups = getattr(response, "groups", None)
+    if groups:
+        return int(groups[0][0])
+    return int(getattr(response, "error_code", 0) or 0)
+
+
 async def _with_coordinator(bootstrap: str, group: str, timeout: float,
                             request: Request) -> Response:
     """Send ``request`` to the coordinator of ``group``; raises ``KafkaError``, ``OSError`` or
@@ -143,8 +157,17 @@ async def _with_coordinator(bootstrap: str, group: str, timeout: float,
 
     async def go() -> Response:
         await client.bootstrap()
-        node = await client.coordinator_lookup(CoordinationType.GROUP, group)
-        return await client.send(node, request)
+        while True:  # Apache Kafka: no coordinator while it creates its offsets topic or moves
+            try:     # the coordinator off a failed node; retried until the timeout
+                node = await client.coordinator_lookup(CoordinationType.GROUP, group)
+                response = await client.send(node, request)
+            except _COORDINATOR_MOVING:
+                await asyncio.sleep(0.25)
+                continue
+            if _error_code(response) in _COORDINATOR_MOVING_CODES:
+                await asyncio.sleep(0.25)
+                continue
+            return response
 
     try:
         return await asyncio.wait_for(go(), timeout)

@@ -19,6 +19,7 @@ import jsonschema
 import numpy as np
 import orjson
 import pytest
+from brokers import BROKER_KINDS, running
 from jobkit import (
     close_through,
     config,
@@ -39,7 +40,6 @@ from mechanisms.release import ReleaseRule
 from streams.job.config import JobConfig
 from streams.job.coordinator import cell_labels
 from streams.job.pipeline import InProcessJob
-from streams.kafka.broker import EmbeddedBroker
 from streams.records.domains import BinDomain, CategoryDomain, CellDomain, GridDomain
 from streams.records.formats import load_schema
 from streams.records.output_formats import CELLS_INLINE_MAX, RELEASE_VERSION
@@ -353,9 +353,10 @@ async def _raw_releases(bootstrap: str, topic: str) -> list[tuple[bytes, bytes, 
         await consumer.stop()
 
 
-def test_end_to_end_timestamps_and_the_releases_command(tmp_path: Path) -> None:
+@pytest.mark.parametrize("kind", BROKER_KINDS)
+def test_end_to_end_timestamps_and_the_releases_command(kind: str, tmp_path: Path) -> None:
     slots = 6
-    with EmbeddedBroker() as broker:
+    with running(kind) as broker:
         cfg_ = config("contract", mechanism="pba", origin_ms=1_700_000_000_123)
         topics = setup_topics(broker.bootstrap, cfg_)
         worker = start_worker(broker.bootstrap, cfg_, tmp_path / "data",
@@ -450,14 +451,15 @@ def _lines_when(path: Path, proc: subprocess.Popen, count: int, timeout: float) 
     return lines
 
 
-def test_the_releases_command_follows_slots_as_they_arrive(tmp_path: Path) -> None:
+@pytest.mark.parametrize("kind", BROKER_KINDS)
+def test_the_releases_command_follows_slots_as_they_arrive(kind: str, tmp_path: Path) -> None:
     """``pwevent releases --follow`` prints what is on the topic, then each release published
     after it started, until interrupted (exit status 0)."""
     config_ = cfg()
     job = run(config_, [slot_reports(USERS, t, config_.d) for t in range(6)])
     records = [(f"s/{orjson.loads(v)['slot']}".encode(), v) for v in job.releases]
     assert len(records) == 6
-    with EmbeddedBroker() as broker:
+    with running(kind) as broker:
         topics = setup_topics(broker.bootstrap, config("follow"))
         produce(broker.bootstrap, topics.releases, 1, records[:3])
         out, err = tmp_path / "follow.out", tmp_path / "follow.err"
