@@ -50,8 +50,9 @@ from streams.job.recovery_watch import RecoveryWatch
 from streams.job.roles import placement_type
 from streams.job.worker_metrics import WorkerMetrics
 from streams.kafka.producer import key_partition
+from streams.kafka.settings import current as current_settings
 from streams.kafka.settings import faust_options
-from streams.kafka.topics import Topics
+from streams.kafka.topics import Topics, min_insync_replicas
 
 log = logging.getLogger("pwevent.job")
 
@@ -140,7 +141,10 @@ class Job:
                 consumer_group_instance_id=self.instance_id,
             ),
         )
-        table = {"key_type": bytes, "value_type": bytes}  # stored and logged as raw bytes
+        table = {"key_type": bytes, "value_type": bytes,  # stored and logged as raw bytes
+                 # acknowledged changelog writes survive the loss of one node (acks=all)
+                 "extra_topic_configs": {"min.insync.replicas": str(min_insync_replicas(
+                     current_settings().replication_factor))}}
         self.users = self.app.tables.add(UsersTable(
             self.app, name="users", beacon=self.app.tables.beacon, partitions=config.partitions,
             **table))

@@ -59,6 +59,11 @@ TOPIC_KEYS: Final = (
 _TOPIC_ALREADY_EXISTS: Final = 36
 
 
+def min_insync_replicas(replication: int) -> int:
+    """The ``min.insync.replicas`` of every topic pwevent writes, for a replication factor."""
+    return min(2, replication)
+
+
 class TopicError(RuntimeError):
     """A topic could not be created, or exists with a conflicting layout."""
 
@@ -150,8 +155,11 @@ class Topics:
             "decisions": (1, delete(self.internal_retention_ms)),
             "dead-letters": (1, delete(self.dead_letters_retention_ms)),
         }
+        # a write (the producers' acks=all) is acknowledged once min.insync.replicas replicas
+        # hold it: 2 with 2 or more replicas, so that one node lost loses no acknowledged write
+        durable = {"min.insync.replicas": str(min_insync_replicas(r))}
         return [
-            TopicSpec(key, self.name(key), parts, r, config)
+            TopicSpec(key, self.name(key), parts, r, {**config, **durable})
             for key, (parts, config) in layout.items()
         ]
 
