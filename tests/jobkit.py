@@ -131,6 +131,7 @@ class Workers:
         self.procs: dict[str, subprocess.Popen] = {}
         self.exits: list[tuple[str, int, str]] = []  # (name, exit status, reason)
         self._log_start: dict[str, int] = {}
+        self.extra: tuple[str, ...] = ()  # further worker flags
 
     def log_path(self, name: str) -> Path:
         return self.root / f"worker-{name}.log"
@@ -138,7 +139,8 @@ class Workers:
     def start(self, name: str) -> None:
         log = self.log_path(name)
         self._log_start[name] = log.stat().st_size if log.exists() else 0
-        self.procs[name] = start_worker(self.bootstrap, self.cfg, self.root / f"data-{name}", log)
+        self.procs[name] = start_worker(self.bootstrap, self.cfg, self.root / f"data-{name}", log,
+                                        *self.extra)
 
     def kill(self, name: str) -> None:
         """SIGKILL the worker: it leaves its member in the group."""
