@@ -260,9 +260,8 @@ class ApacheKafka:
             lines = ["security.protocol=SASL_SSL", "sasl.mechanism=SCRAM-SHA-512",
                      "sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule "
                      f'required username="{sec.admin}" password="{sec.admin_password}";',
-                     f"ssl.truststore.location={self.root / 'tls' / 'broker.p12'}",
-                     "ssl.truststore.type=PKCS12", f"ssl.truststore.password={_TLS_PASSWORD}",
-                     "ssl.endpoint.identification.algorithm="]
+                     f"ssl.truststore.location={self.root / 'tls' / 'trust.p12'}",
+                     "ssl.truststore.type=PKCS12", f"ssl.truststore.password={_TLS_PASSWORD}"]
         path.write_text("\n".join(lines) + "\n")
         return path
 
@@ -337,6 +336,9 @@ class ApacheKafka:
                 "ssl.keystore.type": "PKCS12",
                 "ssl.keystore.password": _TLS_PASSWORD,
                 "ssl.key.password": _TLS_PASSWORD,
+                "ssl.truststore.location": str(tls / "trust.p12"),
+                "ssl.truststore.type": "PKCS12",
+                "ssl.truststore.password": _TLS_PASSWORD,
                 "ssl.client.auth": "none",
                 "authorizer.class.name":
                     "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
@@ -394,6 +396,10 @@ class ApacheKafka:
                         "-keypass", _TLS_PASSWORD], check=True, capture_output=True)
         subprocess.run([keytool, "-exportcert", "-alias", "broker", "-keystore", str(store),
                         "-storepass", _TLS_PASSWORD, "-rfc", "-file", str(tls / "ca.pem")],
+                       check=True, capture_output=True)
+        subprocess.run([keytool, "-importcert", "-noprompt", "-alias", "ca", "-file",
+                        str(tls / "ca.pem"), "-keystore", str(tls / "trust.p12"),
+                        "-storetype", "PKCS12", "-storepass", _TLS_PASSWORD],
                        check=True, capture_output=True)
 
     def _tool_log4j(self) -> Path:

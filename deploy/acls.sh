@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# The trust model of README.md ("Trust model") as Kafka ACLs, for a cluster that runs Kafka's
+# StandardAuthorizer with allow.everyone.if.no.acl.found=false and SASL principals:
+#
+#   worker    the job: reads its inputs, writes its outputs and internal topics, creates and
+#             uses its tables' changelogs and consumer group; nothing else
+#   producer  writes reports and requirements; reads nothing
+#   analyst   reads releases and decisions; nothing else (refused on reports, slot-partials,
+#             dead-letters and the changelogs)
+#
+# Usage: deploy/acls.sh BOOTSTRAP PREFIX STREAM [WORKER PRODUCER ANALYST]
+# Environment: KAFKA_ACLS, the kafka-acls command (default: kafka-acls.sh on PATH);
+# COMMAND_CONFIG, the administrator's client properties (SASL_SSL settings), if any.
+set -euo pipefail
+if [ $# -lt 3 ]; then
+  echo "usage: $0 BOOTSTRAP PREFIX STREAM [WORKER PRODUCER ANALYST]" >&2
+  exit 2
+fi
+bootstrap=$1 prefix=$2 stream=$3
+worker=${4:-worker} producer=${5:-producer} analyst=${6:-analyst}
+app="pwevent-${prefix}-${stream}"   # the workers' consumer group and changelog prefix
+read -r -a acls <<< "${KAFKA_ACLS:-kafka-acls.sh}"
+config=()
+if [ -n "${COMMAND_CONFIG:-}" ]; then
+  config=(--command-config "$COMMAND_CONFIG")
+fi
+
+allow() {  # PRINCIPAL PATTERN-TYPE RESOURCE-FLAG NAME OPERATION...
+  local who=$1 pattern=$2 kind=$3 name=$4
+  shift 4
+  local ops=()
+  for op in "$@"; do ops+=(--operation "$op"); done
+  "${acls[@]}" --bootstrap-server "$bootstrap" "${config[@]}" --add \
+    --allow-principal "User:$who" --resource-pattern-type "$pattern" "$kind" "$name" "${ops[@]}" \
+    >/dev/null
+}
+
+# the worker: every topic of the job (it also writes reports: its idle-close watermarks), its
+# changelogs (created by the worker, so Create), its consumer group
+for topic in reports requirements slot-partials decisions; do
+  allow "$worker" literal --topic "$prefix.$topic" Read Describe
+done
+for topic in reports slot-partials releases decisions dead-letters; do
+  allow "$worker" literal --topic "$prefix.$topic" Write Describe
+done
+allow "$worker" prefixed --topic "$app-" Read Write Create Describe DescribeConfigs
+allow "$worker" prefixed --group "$app" Read Describe
+# producers: the two input topics
+for topic in reports requirements; do
+  allow "$producer" literal --topic "$prefix.$topic" Write Describe
+done
+# analysts: what the job publishes
+for topic in releases decisions; do
+  allow "$analyst" literal --topic "$prefix.$topic" Read Describe
+done
+echo "ACLs set for $prefix ($stream): worker $worker, producer $producer, analyst $analyst"
