@@ -25,32 +25,32 @@ if [ -n "${COMMAND_CONFIG:-}" ]; then
   config=(--command-config "$COMMAND_CONFIG")
 fi
 
-allow() {  # PRINCIPAL PATTERN-TYPE RESOURCE-FLAG NAME OPERATION...
-  local who=$1 pattern=$2 kind=$3 name=$4
+allow() {  # PRINCIPAL PATTERN-TYPE RESOURCE-FLAG "NAME..." OPERATION...: one command
+  local who=$1 pattern=$2 kind=$3 names=$4
   shift 4
-  local ops=()
-  for op in "$@"; do ops+=(--operation "$op"); done
+  local args=()
+  for name in $names; do args+=("$kind" "$name"); done
+  for op in "$@"; do args+=(--operation "$op"); done
   "${acls[@]}" --bootstrap-server "$bootstrap" "${config[@]}" --add \
-    --allow-principal "User:$who" --resource-pattern-type "$pattern" "$kind" "$name" "${ops[@]}" \
-    >/dev/null
+    --allow-principal "User:$who" --resource-pattern-type "$pattern" "${args[@]}" >/dev/null
+}
+
+topics() {  # the full names of logical topics
+  local out=()
+  for topic in "$@"; do out+=("$prefix.$topic"); done
+  echo "${out[*]}"
 }
 
 # the worker: every topic of the job (it also writes reports: its idle-close watermarks), its
 # changelogs (created by the worker, so Create), its consumer group
-for topic in reports requirements slot-partials decisions; do
-  allow "$worker" literal --topic "$prefix.$topic" Read Describe
-done
-for topic in reports slot-partials releases decisions dead-letters; do
-  allow "$worker" literal --topic "$prefix.$topic" Write Describe
-done
+allow "$worker" literal --topic "$(topics reports requirements slot-partials decisions)" \
+  Read Describe
+allow "$worker" literal --topic "$(topics reports slot-partials releases decisions dead-letters)" \
+  Write Describe
 allow "$worker" prefixed --topic "$app-" Read Write Create Describe DescribeConfigs
 allow "$worker" prefixed --group "$app" Read Describe
 # producers: the two input topics
-for topic in reports requirements; do
-  allow "$producer" literal --topic "$prefix.$topic" Write Describe
-done
+allow "$producer" literal --topic "$(topics reports requirements)" Write Describe
 # analysts: what the job publishes
-for topic in releases decisions; do
-  allow "$analyst" literal --topic "$prefix.$topic" Read Describe
-done
+allow "$analyst" literal --topic "$(topics releases decisions)" Read Describe
 echo "ACLs set for $prefix ($stream): worker $worker, producer $producer, analyst $analyst"

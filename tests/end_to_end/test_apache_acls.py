@@ -66,11 +66,15 @@ async def read_one(bootstrap: str, topic: str) -> int:
     when the broker refuses a topic's metadata: it logs it and fetches nothing, so the refusal
     is read off the metadata the broker answered and raised here."""
     consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, **settings.client_options(),
-                                enable_auto_commit=False, auto_offset_reset="earliest")
+                                enable_auto_commit=False, auto_offset_reset="earliest",
+                                request_timeout_ms=5000)
     await consumer.start()
     try:
         tp = TopicPartition(topic, 0)
         consumer.assign([tp])
+        await consumer._client.force_metadata_update()  # noqa: SLF001 - the broker's answer
+        if topic in consumer._client.cluster.unauthorized_topics:  # noqa: SLF001
+            raise TopicAuthorizationFailedError(topic)
         await consumer.seek_to_beginning(tp)
         got = await consumer.getmany(tp, timeout_ms=3000)
         if topic in consumer._client.cluster.unauthorized_topics:  # noqa: SLF001

@@ -295,7 +295,11 @@ def test_the_readiness_probe_logs_in_with_the_process_settings(settings: None):
 CLIENT_BUILDERS = ("AIOKafkaClient", "AIOKafkaConsumer", "AIOKafkaProducer",
                    "AIOKafkaAdminClient", "create_conn")
 #: The embedded broker (tests, demo) speaks plaintext only: its readiness probe connects so.
-PLAINTEXT_ONLY = {("streams/kafka/broker.py", "_probe_kafka")}
+PLAINTEXT_ONLY = {("streams/kafka/broker.py", "_probe_kafka"),
+                  # the local Apache Kafka's readiness probe logs in with the credentials it
+                  # created for its cluster, not the process's (tests/end_to_end/test_apache_acls.py
+                  # starts such a cluster with SASL_SSL)
+                  ("streams/kafka/apache.py", "ApacheKafka._brokers")}
 
 
 def client_sites() -> set[tuple[str, str]]:
