@@ -371,7 +371,8 @@ class ApacheKafka:
 
     def _format(self, node: _Node, conf: Path) -> None:
         cmd = self.tool("kafka.tools.StorageTool") + [
-            "format", "-t", self.cluster_id, "-c", str(conf), "--ignore-formatted"]
+            # one token: an id that starts with "-" would otherwise be read as an option
+            "format", f"--cluster-id={self.cluster_id}", "-c", str(conf), "--ignore-formatted"]
         if self.security is not None:
             sec = self.security
             for name, password in {sec.admin: sec.admin_password, **sec.users}.items():
