@@ -295,15 +295,17 @@ class BatchConsumer(faust_aiokafka.Consumer):
                     diag.unset_flag(CONSUMER_FETCHING)
                     continue
                 if not self.flow_active:
-                    # fetched while a rebalance stopped the flow: rewind, as Faust does
-                    with contextlib.suppress(Exception):
-                        await self.perform_seek()
+                    # fetched while a rebalance stopped the flow: fetched again later
+                    await self._refetch_all(records)
                     diag.unset_flag(CONSUMER_FETCHING)
                     continue
                 generation = self.app.consumer_generation_id
+                pending = dict(records)
                 for tp, batch in records.items():
                     if not self.flow_active or self.app.consumer_generation_id != generation:
+                        await self._refetch_all(pending)
                         break
+                    del pending[tp]
                     if not (active is None or tp in active or tp in self._buffered_partitions):
                         await self._refetch(tp, batch[0].offset)
                         continue
@@ -330,6 +332,16 @@ class BatchConsumer(faust_aiokafka.Consumer):
             raise
         finally:
             diag.unset_flag(CONSUMER_FETCHING)
+
+    async def _refetch_all(self, records: Mapping[TP, Sequence[Any]]) -> None:
+        """Fetch every partition of ``records`` again from its first record: none of them is
+        handed over. Not Faust's ``perform_seek`` (a seek to the committed offsets): aiokafka's
+        ``seek_to_committed`` leaves a partition without a commit, or committed at 0, where the
+        fetch moved it, and its records would never be read (seen on Apache Kafka, when
+        requirements sent during a rebalance went unread by the group for ever)."""
+        for tp, batch in records.items():
+            if batch:
+                await self._refetch(tp, batch[0].offset)
 
     async def _refetch(self, tp: TP, offset: int) -> None:
         """Fetch ``tp`` again from ``offset``: records fetched for a partition paused meanwhile

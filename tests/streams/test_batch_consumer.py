@@ -24,16 +24,23 @@ class Fetcher:
         self._stopped = asyncio.Event()
 
 
-def drain(fetches: list[tuple[dict, set | None]], seek_fails: bool = False) -> tuple[list, list]:
+def drain(fetches: list[tuple[dict, set | None]], seek_fails: bool = False,
+          flow_stopped: frozenset[int] = frozenset(), rebalance_after: TP | None = None,
+          ) -> tuple[list, list]:
     """Run the fetch loop of an unconnected batch consumer over ``fetches`` (records by
-    partition, active partitions); return the seeks it asked for and the records handed over."""
+    partition, active partitions); return the seeks it asked for and the records handed over.
+    ``flow_stopped``: indices of the fetches that a rebalance's stopped flow meets;
+    ``rebalance_after``: a new generation begins once this partition's batch was handed over."""
     app = faust.App("drain", broker="kafka://127.0.0.1:9", web_enabled=False,
                     **ingest.ingest_settings())
     ingest.install_batch_consumer(app)
     consumer, fetcher = app.consumer, Fetcher()
     seeks, delivered = [], []
 
+    count = iter(range(len(fetches) + 1))
+
     async def wait_next_records(timeout: float) -> tuple[dict, Any]:
+        consumer.flow_active = next(count) not in flow_stopped
         if not fetches:
             fetcher._stopped.set()
             return {}, None
@@ -46,6 +53,8 @@ def drain(fetches: list[tuple[dict, set | None]], seek_fails: bool = False) -> t
 
     async def deliver_each(tp: TP, batch: list) -> None:
         delivered.extend((tp, r.offset) for r in batch)
+        if tp == rebalance_after:
+            app.consumer_generation_id += 1
 
     consumer._wait_next_records = wait_next_records  # type: ignore[method-assign]
     consumer.seek = seek  # type: ignore[method-assign]
@@ -80,3 +89,22 @@ def test_a_seek_refused_does_not_stop_the_loop() -> None:
     seeks, delivered = drain([({b: [record(b, 3)]}, {a}), ({a: [record(a, 9)]}, {a})],
                              seek_fails=True)
     assert seeks == [] and delivered == [(a, 9)]
+
+
+def test_records_fetched_while_the_flow_is_stopped_are_fetched_again_from_the_first() -> None:
+    # a and b were never committed (b's first record is offset 0): a seek to the committed
+    # offsets would leave both where the fetch moved them, and their records unread
+    a, b = TP("t", 0), TP("t", 1)
+    fetched = {a: [record(a, 3), record(a, 4)], b: [record(b, 0), record(b, 1)]}
+    seeks, delivered = drain([(fetched, {a, b}), ({a: [record(a, 3)]}, {a, b})],
+                             flow_stopped=frozenset({0}))
+    assert seeks == [(a, 3), (b, 0)]
+    assert delivered == [(a, 3)]
+
+
+def test_partitions_left_when_a_rebalance_begins_mid_fetch_are_fetched_again() -> None:
+    a, b, c = TP("t", 0), TP("t", 1), TP("t", 2)
+    fetched = {a: [record(a, 8)], b: [record(b, 0), record(b, 1)], c: [record(c, 5)]}
+    seeks, delivered = drain([(fetched, None)], rebalance_after=a)
+    assert delivered == [(a, 8)]
+    assert seeks == [(b, 0), (c, 5)]
