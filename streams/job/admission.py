@@ -13,9 +13,16 @@ are ``invalid_requirement`` outside the job's bounds (``--min-epsilon``, ``--max
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import orjson
+
 from streams.job.config import JobConfig
+from streams.job.key_hashing import key_partitions
 from streams.kafka.producer import key_partition
-from streams.records.field_formats import Reason
+from streams.records.field_formats import USER_MAX_LENGTH, WINDOW_MIN, Reason
 from streams.records.field_parsing import RecordError
 from streams.records.requirement_parsing import (
     DynamicRequirement,
@@ -66,3 +73,105 @@ def admit_requirement(
     if not isinstance(req, RequirementRemoval):
         check_bounds(req, config)
     return req
+
+
+FIXED, DYNAMIC, REMOVAL, REJECTED = 0, 1, 2, -1  # kinds of :class:`AdmittedBatch` records
+
+
+@dataclass
+class AdmittedBatch:
+    """A batch of requirement records as the job admits them, one entry per record: its
+    ``kind`` (:data:`FIXED`, :data:`DYNAMIC`, :data:`REMOVAL` or :data:`REJECTED`), its user
+    (``None`` when rejected), its fields (zero where they do not apply) and, for a rejected
+    record, the error."""
+
+    kind: np.ndarray
+    users: list[str | None]
+    w: np.ndarray
+    E: np.ndarray
+    wB: np.ndarray
+    EB: np.ndarray
+    wF: np.ndarray
+    EF: np.ndarray
+    errors: dict[int, RecordError]
+
+
+def admit_requirements(keys: Sequence[bytes | None], values: Sequence[bytes | None],
+                       partition: int, config: JobConfig) -> AdmittedBatch:
+    """:func:`admit_requirement` over a batch: the same outcome for every record.
+
+    The keys' partitions are computed for the whole batch at once
+    (:func:`~streams.job.key_hashing.key_partitions`); a record of the common shapes (exactly
+    the fields of a fixed or of a dynamic requirement, within bounds, or a tombstone) is
+    admitted on a short path, and any other record goes through :func:`admit_requirement`,
+    which says why it is rejected.
+    """
+    n = len(keys)
+    keyed = [i for i in range(n) if keys[i] is not None]
+    placed = np.zeros(n, dtype=bool)
+    if keyed:
+        parts = key_partitions([keys[i] for i in keyed], config.partitions)  # type: ignore[misc]
+        placed[keyed] = parts == partition
+    kind = [REJECTED] * n
+    users: list[str | None] = [None] * n
+    w, E, wB, EB, wF, EF = ([0] * n, [0.0] * n, [0] * n, [0.0] * n, [0] * n, [0.0] * n)
+    errors: dict[int, RecordError] = {}
+    lo_w, hi_w = WINDOW_MIN, config.max_window
+    lo_e, hi_e = config.min_epsilon, config.max_epsilon
+    loads = orjson.loads
+    for i, ok in enumerate(placed.tolist()):
+        key, value = keys[i], values[i]
+        if ok:
+            if value is None:  # a tombstone of a placed key
+                try:
+                    user = key.decode()  # type: ignore[union-attr]
+                except UnicodeDecodeError:
+                    user = ""
+                if 0 < len(user) <= USER_MAX_LENGTH:
+                    kind[i], users[i] = REMOVAL, user
+                    continue
+            else:
+                try:
+                    doc = loads(value)
+                except orjson.JSONDecodeError:
+                    doc = None
+                if type(doc) is dict:
+                    user = doc.get("user")
+                    if type(user) is str and 0 < len(user) <= USER_MAX_LENGTH \
+                            and key == user.encode():
+                        size = len(doc)
+                        if size == 3:
+                            a, b = doc.get("w"), doc.get("E")
+                            if type(a) is int and lo_w <= a <= hi_w and (
+                                    type(b) is float or type(b) is int) and lo_e <= b <= hi_e:
+                                kind[i], users[i], w[i], E[i] = FIXED, user, a, float(b)
+                                continue
+                        elif size == 5:
+                            a, b = doc.get("wB"), doc.get("EB")
+                            c, e = doc.get("wF"), doc.get("EF")
+                            if (type(a) is int and lo_w <= a <= hi_w
+                                    and type(c) is int and lo_w <= c <= hi_w
+                                    and (type(b) is float or type(b) is int) and lo_e <= b <= hi_e
+                                    and (type(e) is float or type(e) is int)
+                                    and lo_e <= e <= hi_e):
+                                kind[i], users[i] = DYNAMIC, user
+                                wB[i], EB[i], wF[i], EF[i] = a, float(b), c, float(e)
+                                continue
+        try:  # the long path: an uncommon shape, or a rejection and its reason
+            req = admit_requirement(key, value, partition, config)
+        except RecordError as exc:
+            errors[i] = exc
+            continue
+        users[i] = req.user
+        if isinstance(req, RequirementRemoval):
+            kind[i] = REMOVAL
+        elif isinstance(req, FixedRequirement):
+            kind[i], w[i], E[i] = FIXED, req.w, req.E
+        else:
+            kind[i] = DYNAMIC
+            wB[i], EB[i], wF[i], EF[i] = req.wB, req.EB, req.wF, req.EF
+    return AdmittedBatch(
+        np.array(kind, dtype=np.int8), users, np.array(w, dtype=np.int64),
+        np.array(E, dtype=np.float64), np.array(wB, dtype=np.int64),
+        np.array(EB, dtype=np.float64), np.array(wF, dtype=np.int64),
+        np.array(EF, dtype=np.float64), errors)

@@ -47,6 +47,7 @@ from streams.job.membership import default_instance_id, leave_group
 from streams.job.observe import METRICS_HOST, Observer
 from streams.job.partition_runner import PartitionRunner
 from streams.job.recovery_watch import RecoveryWatch
+from streams.job.registry_store import key_partition_of
 from streams.job.roles import placement_type
 from streams.job.worker_metrics import WorkerMetrics
 from streams.kafka.producer import key_partition
@@ -58,19 +59,28 @@ log = logging.getLogger("pwevent.job")
 
 
 class UsersTable(faust.Table):
-    """The ``users`` table. A user's entry belongs to its key's partition, the partition of its
+    """The ``users`` table: each partition's registry in bulk
+    (:mod:`streams.job.registry_store`), under keys that name the partition, and, as stored
+    before that form, one entry per user, under the user's key. A record belongs to the
+    partition its key names, or its user's key maps to, which is the partition of its
     requirements (a requirement on another one is dead-lettered, never written): restoring the
-    table from its changelog takes an entry only from that partition, so that no worker
+    table from its changelog takes a record only from that partition, so that no worker
     registers a user from a record of another partition."""
 
     def apply_changelog_batch(self, batch: Iterable[EventT]) -> None:
         events = list(batch)
         own = [e for e in events if isinstance(e.message.key, bytes)
-               and key_partition(e.message.key, self.partitions) == e.message.partition]
+               and _owner(e.message.key, self.partitions) == e.message.partition]
         if len(own) < len(events):
             log.warning("users table: %d changelog records on a partition their user does not "
                         "belong to were not restored", len(events) - len(own))
         super().apply_changelog_batch(own)
+
+
+def _owner(key: bytes, partitions: int) -> int:
+    """The partition a ``users`` table record belongs to."""
+    named = key_partition_of(key)
+    return key_partition(key, partitions) if named is None else named
 
 
 class Worker(faust.Worker):

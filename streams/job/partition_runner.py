@@ -21,6 +21,7 @@ from collections.abc import MutableMapping
 from typing import Any
 
 import faust
+import numpy as np
 import orjson
 
 from streams.job.batch_handling import ContinuityGuard, RawRecord, Rewind
@@ -30,6 +31,13 @@ from streams.job.dead_letters import DeadLetterSender
 from streams.job.ingest import partition_context
 from streams.job.partition import DeadLetter, PartitionAccumulator, watermark_record
 from streams.job.registries import UserRegistry
+from streams.job.registry_store import (
+    append_segment,
+    key_partition_of,
+    read_blocks,
+    wants_snapshot,
+    write_snapshot,
+)
 from streams.job.roles import make_accumulator, make_registry
 from streams.job.slot_protocol import Control, control, declaration_key, encode, kind, partials_key
 from streams.job.worker_metrics import WorkerMetrics, accepted_since
@@ -58,6 +66,7 @@ class PartitionRunner:
         self.counters, self.metrics = counters, metrics
         self.dead_letters = DeadLetterSender(app, topics.dead_letters, counters, metrics)
         self.registries: dict[int, UserRegistry] = {}
+        self.stored: set[int] = set()  # partitions whose registry the table holds in bulk
         self.accumulators: dict[int, PartitionAccumulator] = {}
         self.acked: dict[int, int] = {}
         self.continuity = ContinuityGuard(topics.reports)
@@ -77,18 +86,40 @@ class PartitionRunner:
         from its checkpoint and the ``users`` table, which the other worker kept."""
         self.accumulators.pop(p, None)
         self.registries.pop(p, None)
+        self.stored.discard(p)
         self.resumed.discard(p)
         self.revocations += 1
 
     def registry(self, p: int) -> UserRegistry:
-        """Partition ``p``'s registered users, rebuilt from the ``users`` table when first used."""
+        """Partition ``p``'s registered users, rebuilt from the ``users`` table when first used:
+        from its bulk form (:mod:`streams.job.registry_store`), or, for a partition stored
+        before that form, from its users' entries (written as a snapshot at its next
+        registration)."""
         reg = self.registries.get(p)
         if reg is None:
             reg = self.registries[p] = make_registry(self.config, p)
-            n = self.config.partitions
-            reg.load([(key.decode(), value) for key, value in list(self.users.items())
-                      if key_partition(key, n) == p and value])
+            blocks = read_blocks(self.users, p)
+            if blocks is not None:
+                reg.load_blocks(blocks)
+                self.stored.add(p)
+            else:
+                n = self.config.partitions
+                reg.load([(key.decode(), value) for key, value in list(self.users.items())
+                          if key_partition_of(key) is None and key_partition(key, n) == p
+                          and value])
         return reg
+
+    def store_registry(self, p: int, reg: UserRegistry, touched: np.ndarray) -> None:
+        """Write what a batch changed of partition ``p``'s registry to the ``users`` table (in a
+        handler of the partition): a segment of the users ``touched``, or the whole registry
+        when it has no snapshot yet or its segments outgrew it."""
+        if p not in self.stored:
+            write_snapshot(self.users, p, reg.dump())
+            self.stored.add(p)
+            return
+        manifest = append_segment(self.users, p, reg.dump(touched))
+        if wants_snapshot(manifest):
+            write_snapshot(self.users, p, reg.dump())
 
     def write_checkpoint(self, p: int, data: bytes) -> None:
         """Store partition ``p``'s snapshot in the ``checkpoints`` table (inside a handler of
@@ -113,17 +144,15 @@ class PartitionRunner:
         return acc
 
     async def on_requirements(self, records: list[RawRecord]) -> None:
-        """Register users; reject invalid requirements to dead letters."""
+        """Register users (a batch at a time); reject invalid requirements to dead letters."""
         p = records[0][2]
         reg = self.registry(p)
-        dead: list[DeadLetter] = []
-        for key, value, part, offset in records:
-            user, reason, detail = reg.apply(key, value)
-            if reason:
-                dead.append(DeadLetter(self.topics.requirements, part, offset, key, value,
-                                       reason, detail))
-            elif user is not None and user in reg.index_of:
-                self.users[user.encode()] = reg.export(user)
+        outcome = reg.apply_batch([r[0] for r in records], [r[1] for r in records])
+        dead = [DeadLetter(self.topics.requirements, records[i][2], records[i][3], records[i][0],
+                           records[i][1], reason, detail)
+                for i, (reason, detail) in sorted(outcome.rejected.items())]
+        if outcome.touched.size or p not in self.stored:
+            self.store_registry(p, reg, outcome.touched)
         self.counters["requirements"] += len(records) - len(dead)
         self.metrics.took_requirements(len(records) - len(dead))
         await self.dead_letters.send(dead)

@@ -37,12 +37,21 @@ class InProcessJob:
         return 0 if key is None else key_partition(key, self.config.partitions)
 
     def register(self, records: Iterable[tuple[bytes, bytes | None]]) -> None:
-        """Apply requirements records ``(key, value)``."""
-        for key, value in records:
-            p = self._partition(key)
-            user, reason, detail = self.registries[p].apply(key, value)
-            if reason:
-                self.dead.append(DeadLetter("requirements", p, -1, key, value, reason, detail))
+        """Apply requirements records ``(key, value)``, a batch per partition (partitions
+        are independent, and a partition's records keep their order); dead letters come in
+        the records' order."""
+        batches: list[list[tuple[int, bytes, bytes | None]]] = [[] for _ in self.registries]
+        for n, (key, value) in enumerate(records):
+            batches[self._partition(key)].append((n, key, value))
+        dead: list[tuple[int, DeadLetter]] = []
+        for p, batch in enumerate(batches):
+            if not batch:
+                continue
+            outcome = self.registries[p].apply_batch([r[1] for r in batch], [r[2] for r in batch])
+            for i, (reason, detail) in outcome.rejected.items():
+                n, key, value = batch[i]
+                dead.append((n, DeadLetter("requirements", p, -1, key, value, reason, detail)))
+        self.dead.extend(d for _, d in sorted(dead, key=lambda x: x[0]))
 
     def feed(self, records: Iterable[tuple[bytes | None, bytes]]) -> None:
         """Run report records ``(key, value)`` through their partitions, in order."""

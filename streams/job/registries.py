@@ -5,37 +5,117 @@ A :class:`Registry` holds fixed requirements ``(w, E)`` and the users' requireme
 to the partition's ledger. The partition worker sees either through :class:`UserRegistry`:
 users get a stable small index (their order of first registration), so per-slot work uses numpy
 arrays indexed by user, and ``level_of_index`` tells who is registered now.
+
+A registry is columns, not an object per user: ``index_of`` (user id -> index, the one dict)
+and ``users`` (index -> id) share one string per user, and everything else is a numpy array
+indexed by user (docs/performance.md gives the bytes per user). Requirement records are applied
+a batch at a time (:meth:`Registry.apply_batch`): admitted with
+:func:`~streams.job.admission.admit_requirements`, then applied with numpy over the batch, with
+the outcome of applying them one by one, in order. :meth:`Registry.dump` and
+:meth:`Registry.load_blocks` are its bulk form in the ``users`` table
+(:mod:`streams.job.registry_store`).
 """
 
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Protocol
 
 import numpy as np
 
 from mechanisms.engine import level_key
-from streams.job.admission import admit_requirement
+from streams.job.admission import DYNAMIC, FIXED, REMOVAL, AdmittedBatch, admit_requirements
 from streams.job.config import JobConfig
+from streams.job.registry_store import decode_block, encode_block
 from streams.records.field_formats import Reason
-from streams.records.field_parsing import RecordError
-from streams.records.requirement_parsing import (
-    DynamicRequirement,
-    FixedRequirement,
-    RequirementRemoval,
-)
 
 Declaration = tuple[int, float, int, float]  # wB, EB, wF, EF
 SUSPENDED: Declaration = (0, 0.0, 0, 0.0)  # in a ledger's ``applied``: the user is suspended
+_NONE = np.iinfo(np.int64).max  # "no such position"
 
 
-def _admitted(key: bytes | None, value: bytes | None, partition: int, config: JobConfig
-              ) -> FixedRequirement | DynamicRequirement | RequirementRemoval | RecordError:
-    """The requirement record admitted, or why not."""
-    try:
-        return admit_requirement(key, value, partition, config)
-    except RecordError as exc:
-        return exc
+@dataclass
+class BatchOutcome:
+    """What became of a batch of requirement records: per record its user (``None`` when
+    unreadable) and, for the rejected ones, ``(reason, detail)`` by position; ``touched`` holds
+    the indices of the users whose entry the batch may have changed."""
+
+    users: list[str | None]
+    rejected: dict[int, tuple[str, str]] = field(default_factory=dict)
+    touched: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+
+    def outcome(self, i: int) -> tuple[str | None, str, str]:
+        """Record ``i``: (user, "", "") if accepted, else (user, reason, detail)."""
+        reason, detail = self.rejected.get(i, ("", ""))
+        return self.users[i], reason, detail
+
+
+@dataclass
+class _Ops:
+    """The accepted kinds of records of a batch, grouped by user (positions in batch order)."""
+
+    pos: np.ndarray  # batch positions of the records, in order
+    uid: np.ndarray  # per record: the batch-local id of its user
+    names: list[str]  # per local id: the user
+    existing: np.ndarray  # per local id: its index before the batch (-1: none)
+    is_decl: np.ndarray  # per record: a declaration (else a removal)
+    first_decl: np.ndarray  # per local id: the record number of its first declaration
+
+
+def _group(adm: AdmittedBatch, kinds: tuple[int, int], index_of: dict[str, int]) -> _Ops | None:
+    """The records of ``kinds`` (a declaration kind, then :data:`REMOVAL`) by user."""
+    pos = np.flatnonzero(np.isin(adm.kind, kinds))
+    if not pos.size:
+        return None
+    local: dict[str, int] = {}
+    users = adm.users
+    uid = np.fromiter((local.setdefault(users[i], len(local))  # type: ignore[arg-type]
+                       for i in pos.tolist()), dtype=np.int64, count=pos.size)
+    names = list(local)
+    existing = np.fromiter((index_of.get(u, -1) for u in names), dtype=np.int64,
+                           count=len(names))
+    is_decl = adm.kind[pos] == kinds[0]
+    first_decl = np.full(len(names), _NONE, dtype=np.int64)
+    decl = np.flatnonzero(is_decl)
+    np.minimum.at(first_decl, uid[decl], decl)
+    return _Ops(pos, uid, names, existing, is_decl, first_decl)
+
+
+def _last_of(uid: np.ndarray, where: np.ndarray, count: int) -> np.ndarray:
+    """Per local id, the last of the record numbers ``where`` that belongs to it (-1: none)."""
+    last = np.full(count, -1, dtype=np.int64)
+    np.maximum.at(last, uid[where], where)
+    return last
+
+
+def _new_indices(ops: _Ops, start: int) -> tuple[np.ndarray, np.ndarray]:
+    """The index of every local user after the batch (-1: none) and the local ids of the
+    users it registers first, in the order of their first declarations."""
+    fresh = np.flatnonzero((ops.existing < 0) & (ops.first_decl != _NONE))
+    fresh = fresh[np.argsort(ops.first_decl[fresh], kind="stable")]
+    index = ops.existing.copy()
+    index[fresh] = start + np.arange(fresh.size)
+    return index, fresh
+
+
+def _grown(arr: np.ndarray, size: int, fill: int | float | bool) -> np.ndarray:
+    if size <= arr.shape[0]:
+        return arr
+    out = np.full(max(16, size, 2 * arr.shape[0]), fill, dtype=arr.dtype)
+    out[: arr.shape[0]] = arr
+    return out
+
+
+def _last_entries(index: np.ndarray) -> np.ndarray:
+    """Positions of the last entry of every index, ordered by index; the indices must cover
+    0..n-1 (a registry's entries, snapshot then segments)."""
+    rev = index[::-1]
+    uniq, first = np.unique(rev, return_index=True)
+    if uniq.size and (uniq[0] != 0 or uniq[-1] != uniq.size - 1):
+        raise RuntimeError("registry entries do not cover the user indices 0..n-1")
+    return index.shape[0] - 1 - first
 
 
 class UserRegistry(Protocol):
@@ -53,12 +133,25 @@ class UserRegistry(Protocol):
         """One requirements record: (user, "", "") if accepted, else (user, reason, detail)."""
         ...
 
+    def apply_batch(self, keys: Sequence[bytes | None],
+                    values: Sequence[bytes | None]) -> BatchOutcome:
+        """Requirement records in order, as :meth:`apply` one by one would."""
+        ...
+
     def export(self, user: str) -> bytes:
-        """What the ``users`` table keeps of a user."""
+        """What the ``users`` table kept of a user (one entry per user, the earlier form)."""
         ...
 
     def load(self, entries: list[tuple[str, bytes]]) -> None:
         """Rebuild from exported ``(user, entry)`` pairs."""
+        ...
+
+    def dump(self, indices: np.ndarray | None = None) -> bytes:
+        """The bulk form of the users ``indices`` (all by default)."""
+        ...
+
+    def load_blocks(self, blocks: list[bytes]) -> None:
+        """Rebuild from :meth:`dump` blocks, a snapshot then segments, in order."""
         ...
 
 
@@ -78,8 +171,8 @@ class Registry:
         self.users: list[str] = []
         self.level_names: list[str] = []
         self._level_index: dict[str, int] = {}
-        self._levels = np.zeros(0, dtype=np.int64)  # per user index: level index, -1 removed
-        self._declared: list[int] = []  # per user index: level index ever declared
+        self._levels = np.full(16, -1, dtype=np.int32)  # per user index: level, -1 removed
+        self._declared = np.full(16, -1, dtype=np.int32)  # per user index: level declared
         self.sizes: Counter[str] = Counter()
 
     @property
@@ -107,47 +200,92 @@ class Registry:
         A removal (tombstone) is accepted with the user unregistered; ``user`` is ``None`` when
         the record names no readable user.
         """
-        req = _admitted(key, value, self.partition, self.config)
-        if isinstance(req, RecordError):
-            return None, req.reason.value, req.detail
-        i = self.index_of.get(req.user)
-        if isinstance(req, RequirementRemoval):
-            if i is not None and self._levels[i] >= 0:
-                self.sizes[self.level_names[int(self._levels[i])]] -= 1
-                self._levels[i] = -1
-            return req.user, "", ""
-        if not isinstance(req, FixedRequirement):
-            return (req.user, Reason.INVALID_REQUIREMENT.value,
-                    "this job runs a fixed-requirement mechanism; declare {user, w, E}")
-        new = level_key(req.w, req.E)
-        if i is not None:
-            old = self.level_names[self._declared[i]]
-            if old != new:
-                return (req.user, Reason.INVALID_REQUIREMENT.value,
-                        f"user {req.user!r} already declared (w, E) = {old}; fixed "
-                        "requirements cannot change")
-            if self._levels[i] < 0:
-                self._levels[i] = self._declared[i]
-                self.sizes[new] += 1
-            return req.user, "", ""
-        k = self._level(new)
-        i = self.index_of[req.user] = len(self.users)
-        self.users.append(req.user)
-        self._declared.append(k)
-        if i >= self._levels.shape[0]:
-            grown = np.full(max(16, 2 * self._levels.shape[0]), -1, dtype=np.int64)
-            grown[: self._levels.shape[0]] = self._levels
-            self._levels = grown
-        self._levels[i] = k
-        self.sizes[new] += 1
-        return req.user, "", ""
+        return self.apply_batch([key], [value]).outcome(0)
+
+    def apply_batch(self, keys: Sequence[bytes | None],
+                    values: Sequence[bytes | None]) -> BatchOutcome:
+        """Apply requirement records in order, with the outcome :meth:`apply` gives them one by
+        one: a user's first accepted declaration fixes its level (a new user's index follows
+        the order of first declarations), a later different one is rejected, a removal
+        unregisters the user and a declaration of its fixed level registers it again."""
+        adm = admit_requirements(keys, values, self.partition, self.config)
+        out = BatchOutcome(adm.users, {i: (e.reason.value, e.detail)
+                                       for i, e in adm.errors.items()})
+        for i in np.flatnonzero(adm.kind == DYNAMIC).tolist():
+            out.rejected[i] = (Reason.INVALID_REQUIREMENT.value,
+                               "this job runs a fixed-requirement mechanism; declare {user, w, E}")
+        ops = _group(adm, (FIXED, REMOVAL), self.index_of)
+        if ops is None:
+            return out
+        count, base = len(ops.names), len(self.level_names)
+        # each declaration's level: a known level's index, or base + j for new name j
+        level = np.full(ops.pos.size, -1, dtype=np.int64)
+        decl = np.flatnonzero(ops.is_decl)
+        fresh_names: list[str] = []
+        if decl.size:
+            at = ops.pos[decl]
+            pairs, inverse = np.unique(np.stack([adm.w[at], adm.E[at].view(np.int64)], axis=1),
+                                       axis=0, return_inverse=True)
+            budgets = np.ascontiguousarray(pairs[:, 1]).view(np.float64).tolist()
+            ids = []
+            for w, e in zip(pairs[:, 0].tolist(), budgets, strict=True):
+                name = level_key(w, e)
+                k = self._level_index.get(name)
+                if k is None:
+                    k = base + len(fresh_names)
+                    fresh_names.append(name)
+                ids.append(k)
+            level[decl] = np.asarray(ids, dtype=np.int64)[inverse.reshape(-1)]
+        first = np.full(count, -1, dtype=np.int64)
+        has_decl = ops.first_decl != _NONE
+        first[has_decl] = level[ops.first_decl[has_decl]]
+        known = ops.existing >= 0
+        declared = np.where(known, self._declared[np.maximum(ops.existing, 0)], first)
+        reject = ops.is_decl & (level != declared[ops.uid])
+        names = self.level_names + fresh_names
+        for r in np.flatnonzero(reject).tolist():
+            user = ops.names[int(ops.uid[r])]
+            old = names[int(declared[ops.uid[r]])]
+            out.rejected[int(ops.pos[r])] = (
+                Reason.INVALID_REQUIREMENT.value,
+                f"user {user!r} already declared (w, E) = {old}; fixed requirements cannot change")
+        index, fresh = _new_indices(ops, len(self.users))
+        # new levels take their indices in the order of the first registrations
+        remap = np.arange(base + len(fresh_names), dtype=np.int64)
+        for k in dict.fromkeys(declared[fresh].tolist()):
+            if k >= base:
+                remap[k] = self._level(fresh_names[k - base])
+        size = len(self.users) + fresh.size
+        self._levels = _grown(self._levels, size, -1)
+        self._declared = _grown(self._declared, size, -1)
+        self._declared[index[fresh]] = remap[declared[fresh]]
+        last = _last_of(ops.uid, np.flatnonzero(~reject), count)
+        hit = (index >= 0) & (last >= 0)
+        idx = index[hit]
+        before = self._levels[idx].copy()
+        after = np.where(ops.is_decl[last[hit]], self._declared[idx], -1).astype(np.int32)
+        self._levels[idx] = after
+        self._count(before, -1)
+        self._count(after, 1)
+        self.users.extend([ops.names[j] for j in fresh.tolist()])
+        self.index_of.update(zip([ops.names[j] for j in fresh.tolist()],
+                                 index[fresh].tolist(), strict=True))
+        out.touched = idx
+        return out
+
+    def _count(self, levels: np.ndarray, sign: int) -> None:
+        """Add ``sign`` to the users of each level in ``levels`` (-1: none)."""
+        per = np.bincount(levels[levels >= 0], minlength=len(self.level_names))
+        for k in np.flatnonzero(per).tolist():
+            self.sizes[self.level_names[k]] += sign * int(per[k])
 
     def users_per_level(self) -> dict[str, int]:
         """Registered users per level key (levels with nobody left out)."""
         return {k: n for k, n in sorted(self.sizes.items()) if n > 0}
 
     def export(self, user: str) -> bytes:
-        """What the ``users`` table keeps of a user: index, declared level, whether active."""
+        """One user's entry in the earlier form of the ``users`` table: index, declared level,
+        whether active."""
         i = self.index_of[user]
         active = int(self._levels[i] >= 0)
         return f"{i}|{self.level_names[self._declared[i]]}|{active}".encode()
@@ -161,8 +299,8 @@ class Registry:
         parsed.sort()
         size = (parsed[-1][0] + 1) if parsed else 0
         self.users = [""] * size
-        self._declared = [0] * size
-        self._levels = np.full(max(16, size), -1, dtype=np.int64)
+        self._declared = np.full(max(16, size), -1, dtype=np.int32)
+        self._levels = np.full(max(16, size), -1, dtype=np.int32)
         for i, user, key, active in parsed:
             k = self._level(key)
             self.index_of[user] = i
@@ -171,6 +309,49 @@ class Registry:
             if active:
                 self._levels[i] = k
                 self.sizes[key] += 1
+
+    def dump(self, indices: np.ndarray | None = None) -> bytes:
+        """The bulk form of the users ``indices`` (all by default): ids, declared levels and
+        whether active, with the level names (:mod:`streams.job.registry_store`)."""
+        n = len(self.users)
+        if indices is None:
+            idx, users = np.arange(n, dtype=np.int64), self.users
+        else:
+            idx = np.unique(indices)
+            users = [self.users[i] for i in idx.tolist()]
+        return encode_block({"kind": "fixed", "levels": self.level_names, "users": users}, {
+            "index": idx.astype(np.int64),
+            "declared": self._declared[idx].astype(np.int32),
+            "active": (self._levels[idx] >= 0).astype(np.uint8)})
+
+    def load_blocks(self, blocks: list[bytes]) -> None:
+        """Rebuild from :meth:`dump` blocks, a snapshot then segments: each user's last entry."""
+        self.index_of, self.users, self.sizes = {}, [], Counter()
+        self.level_names, self._level_index = [], {}
+        self._levels = np.full(16, -1, dtype=np.int32)
+        self._declared = np.full(16, -1, dtype=np.int32)
+        index, declared, active, users = [], [], [], []
+        for block in blocks:
+            head, cols = decode_block(block)
+            if head["kind"] != "fixed":
+                raise ValueError(f"a {head['kind']} registry block in a fixed registry")
+            levels = np.array([self._level(k) for k in head["levels"]] + [-1], dtype=np.int32)
+            index.append(cols["index"])
+            declared.append(levels[cols["declared"]])
+            active.append(cols["active"])
+            users.extend(head["users"])
+        if not users:
+            return
+        all_index = np.concatenate(index)
+        keep = _last_entries(all_index)
+        n = keep.size
+        self.users = [users[j] for j in keep.tolist()]
+        self.index_of = dict(zip(self.users, range(n), strict=True))
+        self._declared = np.full(max(16, n), -1, dtype=np.int32)
+        self._levels = np.full(max(16, n), -1, dtype=np.int32)
+        self._declared[:n] = np.concatenate(declared)[keep]
+        self._levels[:n] = np.where(np.concatenate(active)[keep] == 1, self._declared[:n], -1)
+        self._count(self._levels[:n], 1)
 
 
 class DynamicRegistry:
@@ -189,17 +370,45 @@ class DynamicRegistry:
         self.mechanism, self.max_window = mechanism, int(max_window)
         self.partition = partition
         self.config = config or JobConfig(mechanism=mechanism, max_window=max_window)
+        self._reset()
+
+    def _reset(self, size: int = 16) -> None:
         self.index_of: dict[str, int] = {}
         self.users: list[str] = []
-        self.latest: list[Declaration] = []
-        self._active = np.zeros(0, dtype=bool)
-        self.pending: dict[int, Declaration] = {}
+        self._wB = np.ones(size, dtype=np.int32)  # per user index: the latest declaration
+        self._EB = np.ones(size, dtype=np.float64)
+        self._wF = np.ones(size, dtype=np.int32)
+        self._EF = np.ones(size, dtype=np.float64)
+        self._active = np.zeros(size, dtype=bool)
+        self._pending = np.zeros(size, dtype=bool)  # declared since the last plan
         self.removed: set[int] = set()
 
     @property
     def level_of_index(self) -> np.ndarray:
         """Per user index: 0 while registered, -1 after a removal."""
         return np.where(self._active[: len(self.users)], 0, -1)
+
+    @property
+    def latest(self) -> list[Declaration]:
+        """Per user index, its latest declaration."""
+        n = len(self.users)
+        return list(zip(self._wB[:n].tolist(), self._EB[:n].tolist(), self._wF[:n].tolist(),
+                        self._EF[:n].tolist(), strict=True))
+
+    @property
+    def pending(self) -> dict[int, Declaration]:
+        """The declarations accepted since the last plan, by user index."""
+        idx = np.flatnonzero(self._pending[: len(self.users)])
+        return dict(zip(idx.tolist(), zip(self._wB[idx].tolist(), self._EB[idx].tolist(),
+                                          self._wF[idx].tolist(), self._EF[idx].tolist(),
+                                          strict=True), strict=True))
+
+    @pending.setter
+    def pending(self, declared: dict[int, Declaration]) -> None:
+        self._pending[:] = False
+        for i, (wB, EB, wF, EF) in declared.items():
+            self._wB[i], self._EB[i], self._wF[i], self._EF[i] = wB, EB, wF, EF
+            self._pending[i] = True
 
     def active_mask(self, n: int) -> np.ndarray:
         """Whether each of the first ``n`` users is registered now."""
@@ -208,42 +417,62 @@ class DynamicRegistry:
         out[:m] = self._active[:m]
         return out
 
-    def _set_active(self, i: int, active: bool) -> None:
-        if i >= self._active.shape[0]:
-            grown = np.zeros(max(16, 2 * self._active.shape[0], i + 1), dtype=bool)
-            grown[: self._active.shape[0]] = self._active
-            self._active = grown
-        self._active[i] = active
+    def _grow(self, size: int) -> None:
+        self._wB, self._wF = _grown(self._wB, size, 1), _grown(self._wF, size, 1)
+        self._EB, self._EF = _grown(self._EB, size, 1.0), _grown(self._EF, size, 1.0)
+        self._active = _grown(self._active, size, False)
+        self._pending = _grown(self._pending, size, False)
 
     def apply(self, key: bytes | None, value: bytes | None) -> tuple[str | None, str, str]:
         """One requirements record: (user, "", "") if accepted, else (user, reason, detail)."""
-        req = _admitted(key, value, self.partition, self.config)
-        if isinstance(req, RecordError):
-            return None, req.reason.value, req.detail
-        i = self.index_of.get(req.user)
-        if isinstance(req, RequirementRemoval):
-            if i is not None:
-                self._set_active(i, False)
-                self.removed.add(i)
-            return req.user, "", ""
-        if not isinstance(req, DynamicRequirement):  # a fixed requirement
-            return (req.user, Reason.INVALID_REQUIREMENT.value,
-                    f"this job runs {self.mechanism}, which takes dynamic requirements; "
-                    "declare {user, wB, EB, wF, EF}")
-        decl = (req.wB, req.EB, req.wF, req.EF)
-        if i is None:
-            i = self.index_of[req.user] = len(self.users)
-            self.users.append(req.user)
-            self.latest.append(decl)
-        self.latest[i] = decl
-        self.pending[i] = decl
-        self._set_active(i, True)
-        return req.user, "", ""
+        return self.apply_batch([key], [value]).outcome(0)
+
+    def apply_batch(self, keys: Sequence[bytes | None],
+                    values: Sequence[bytes | None]) -> BatchOutcome:
+        """Apply requirement records in order, with the outcome :meth:`apply` gives them one by
+        one: a user's last declaration is its latest and pending one, a new user's index
+        follows the order of first declarations, a removal of a user with an index
+        unregisters it and puts it in ``removed``, and the last record of a user decides
+        whether it is registered."""
+        adm = admit_requirements(keys, values, self.partition, self.config)
+        out = BatchOutcome(adm.users, {i: (e.reason.value, e.detail)
+                                       for i, e in adm.errors.items()})
+        for i in np.flatnonzero(adm.kind == FIXED).tolist():
+            out.rejected[i] = (Reason.INVALID_REQUIREMENT.value,
+                               f"this job runs {self.mechanism}, which takes dynamic "
+                               "requirements; declare {user, wB, EB, wF, EF}")
+        ops = _group(adm, (DYNAMIC, REMOVAL), self.index_of)
+        if ops is None:
+            return out
+        count = len(ops.names)
+        index, fresh = _new_indices(ops, len(self.users))
+        self._grow(len(self.users) + fresh.size)
+        records = np.arange(ops.pos.size)
+        # a removal counts where the user has an index by then: before, or declared earlier
+        removal = np.flatnonzero(~ops.is_decl & ((ops.existing[ops.uid] >= 0)
+                                                 | (ops.first_decl[ops.uid] < records)))
+        self.removed.update(index[ops.uid[removal]].tolist())
+        last_decl = _last_of(ops.uid, np.flatnonzero(ops.is_decl), count)
+        declared = np.flatnonzero(last_decl >= 0)
+        idx, at = index[declared], ops.pos[last_decl[declared]]
+        self._wB[idx], self._EB[idx] = adm.wB[at], adm.EB[at]
+        self._wF[idx], self._EF[idx] = adm.wF[at], adm.EF[at]
+        self._pending[idx] = True
+        last = _last_of(ops.uid, records, count)
+        hit = index >= 0
+        self._active[index[hit]] = ops.is_decl[last[hit]]
+        self.users.extend([ops.names[j] for j in fresh.tolist()])
+        self.index_of.update(zip([ops.names[j] for j in fresh.tolist()],
+                                 index[fresh].tolist(), strict=True))
+        out.touched = index[hit]
+        return out
 
     def export(self, user: str) -> bytes:
-        """What the ``users`` table keeps of a user: index, latest declaration, whether active."""
+        """One user's entry in the earlier form of the ``users`` table: index, latest
+        declaration, whether active."""
         i = self.index_of[user]
-        wB, EB, wF, EF = self.latest[i]
+        wB, EB, wF, EF = (int(self._wB[i]), float(self._EB[i]), int(self._wF[i]),
+                          float(self._EF[i]))
         return f"{i}|{wB}|{EB!r}|{wF}|{EF!r}|{int(self._active[i])}".encode()
 
     def load(self, entries: list[tuple[str, bytes]]) -> None:
@@ -255,22 +484,64 @@ class DynamicRegistry:
             parsed.append((int(i), user, (int(wB), float(EB), int(wF), float(EF)), active == "1"))
         parsed.sort()
         size = (parsed[-1][0] + 1) if parsed else 0
+        self._reset(max(16, size))
         self.users = [""] * size
-        self.latest = [(1, 1.0, 1, 1.0)] * size
-        self._active = np.zeros(max(16, size), dtype=bool)
-        self.index_of = {}
-        for i, user, decl, active in parsed:
+        for i, user, (wB, EB, wF, EF), active in parsed:
             self.index_of[user] = i
             self.users[i] = user
-            self.latest[i] = decl
+            self._wB[i], self._EB[i], self._wF[i], self._EF[i] = wB, EB, wF, EF
             self._active[i] = active
-        self.pending = {i: d for i, d in enumerate(self.latest)}
+        self._pending[:size] = True
+
+    def dump(self, indices: np.ndarray | None = None) -> bytes:
+        """The bulk form of the users ``indices`` (all by default): ids, latest declarations
+        and whether active (:mod:`streams.job.registry_store`)."""
+        n = len(self.users)
+        if indices is None:
+            idx, users = np.arange(n, dtype=np.int64), self.users
+        else:
+            idx = np.unique(indices)
+            users = [self.users[i] for i in idx.tolist()]
+        return encode_block({"kind": "dynamic", "users": users}, {
+            "index": idx.astype(np.int64), "wB": self._wB[idx], "EB": self._EB[idx],
+            "wF": self._wF[idx], "EF": self._EF[idx],
+            "active": self._active[idx].astype(np.uint8)})
+
+    def load_blocks(self, blocks: list[bytes]) -> None:
+        """Rebuild from :meth:`dump` blocks, a snapshot then segments (each user's last entry);
+        every declaration is pending until :meth:`sync_pending`."""
+        cols: dict[str, list[np.ndarray]] = {}
+        users: list[str] = []
+        for block in blocks:
+            head, got = decode_block(block)
+            if head["kind"] != "dynamic":
+                raise ValueError(f"a {head['kind']} registry block in a dynamic registry")
+            for name, col in got.items():
+                cols.setdefault(name, []).append(col)
+            users.extend(head["users"])
+        self._reset()
+        if not users:
+            return
+        keep = _last_entries(np.concatenate(cols["index"]))
+        n = keep.size
+        self._reset(max(16, n))
+        self.users = [users[j] for j in keep.tolist()]
+        self.index_of = dict(zip(self.users, range(n), strict=True))
+        for name, arr in (("wB", self._wB), ("EB", self._EB), ("wF", self._wF),
+                          ("EF", self._EF)):
+            arr[:n] = np.concatenate(cols[name])[keep]
+        self._active[:n] = np.concatenate(cols["active"])[keep] == 1
+        self._pending[:n] = True
 
     def sync_pending(self, applied: list[Declaration]) -> None:
         """Keep pending only the declarations that differ from what the ledger applied (a
         removed user whose ledger is suspended stays so)."""
-        self.pending = {
-            i: d for i, d in enumerate(self.latest)
-            if i >= len(applied) or (applied[i] != d and (
-                applied[i] != SUSPENDED or bool(self._active[i])))
-        }
+        n, m = len(self.users), min(len(applied), len(self.users))
+        self._pending[:n] = True
+        if not m:
+            return
+        done = np.asarray(applied[:m], dtype=np.float64).reshape(m, 4)
+        latest = np.stack([self._wB[:m], self._EB[:m], self._wF[:m], self._EF[:m]], axis=1)
+        same = (done == latest).all(axis=1)
+        suspended = (done == np.asarray(SUSPENDED, dtype=np.float64)).all(axis=1)
+        self._pending[:m] = ~same & (~suspended | self._active[:m])
