@@ -1,10 +1,12 @@
 """The job's ingest rate and slot-close-to-release latency, next to raw aiokafka.
 
-Starts the embedded broker; for 1 and 4 partitions it registers ``--users`` users, fills the
-``reports`` topic with one report per user per slot for ``--slots`` slots, measures a bare
-aiokafka consumer (``getmany`` + ``orjson.loads``) on that topic, then starts one real worker
-(``pwevent worker``, ``--event-time history``: the reports are dated from the epoch, as
-recorded data replayed) on the backlog. Slot t closes when the worker reads the first report of
+Starts the embedded broker (or, with ``--broker apache-kafka``, a one-node Apache Kafka from the
+jars ``./setup.sh test`` fetched); for each of ``--partitions`` and each of ``--workers`` it
+registers ``--users`` users, fills the ``reports`` topic with one report per user per slot for
+``--slots`` slots, measures a bare aiokafka consumer (``getmany`` + ``orjson.loads``) on that
+topic, then starts that many real workers (``pwevent worker``, ``--event-time history``: the
+reports are dated from the epoch, as recorded data replayed), all in the group before the
+reports come, on the backlog. Slot t closes when the worker reads the first report of
 slot t + 1, so the worker's rate is the reports of the closed slots over the time between the
 first and the last slot close (Kafka timestamps of the partials). The latency of a slot is the
 time from its last partial to its release, measured in a second run where reports arrive at a
@@ -12,7 +14,9 @@ steady ``--live-rate`` (on a backlog it includes the wait behind the reports alr
 Run::
 
     .venv/bin/python benchmarks/bench_job.py [--users 100000] [--slots 12] [--partitions 1 4] \
-        [--mechanism pbd]
+        [--workers 1] [--mechanism pbd] [--broker embedded]
+    .venv/bin/python benchmarks/bench_job.py --broker apache-kafka --partitions 8 \
+        --workers 1 2 4
 
 With ``--mechanism dpbd`` or ``dpba`` the users declare dynamic requirements and a slot's
 latency includes the partitions' plans and the decisions' round trip.
@@ -39,6 +43,8 @@ if str(ROOT) not in sys.path:
 from aiokafka import AIOKafkaConsumer, TopicPartition  # noqa: E402
 from bench_ingest import measure_raw  # noqa: E402
 
+from streams.job.membership import describe_group  # noqa: E402
+from streams.kafka.apache import ApacheKafka  # noqa: E402
 from streams.kafka.broker import EmbeddedBroker  # noqa: E402
 from streams.kafka.offsets import wait_consumed  # noqa: E402
 from streams.kafka.producer import produce_raw  # noqa: E402
@@ -109,27 +115,49 @@ def requirements(users: int, mechanism: str) -> list[tuple[bytes, bytes]]:
                                              "E": 0.2 + 0.2 * (i % 5)})) for i in range(users)]
 
 
+def wait_members(bootstrap: str, group: str, topic: str, members: int, timeout: float) -> bool:
+    """Whether the group became stable with ``members`` members each holding a partition of
+    ``topic`` within ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            g = asyncio.run(describe_group(bootstrap, group))
+        except Exception:  # noqa: BLE001 - the coordinator may be moving; ask again
+            g = None
+        if (g is not None and g.state == "Stable" and len(g.members) == members
+                and all(m.partitions.get(topic) for m in g.members)):
+            return True
+        time.sleep(0.5)
+    return False
+
+
 def measure(bootstrap: str, parts: int, users: int, slots: int, data: list,
-            live_rate: float = 0.0, mechanism: str = "pbd") -> dict:
-    """One configuration: a backlog (``live_rate`` 0) or reports sent at ``live_rate``/s."""
-    prefix = f"bench{mechanism}{parts}{'live' if live_rate else ''}"
+            live_rate: float = 0.0, mechanism: str = "pbd", workers: int = 1) -> dict:
+    """One configuration: a backlog (``live_rate`` 0) or reports sent at ``live_rate``/s, read
+    by ``workers`` workers."""
+    prefix = f"bench{mechanism}{parts}w{workers}{'live' if live_rate else ''}"
     topics = Topics(prefix=prefix, partitions=parts)
     asyncio.run(create_topics(bootstrap, topics.specs()))
     reqs = requirements(users, mechanism)
     asyncio.run(produce_raw(bootstrap, topics.requirements, reqs, partitions=parts))
     workdir = Path(tempfile.mkdtemp(prefix="pwevent-bench-"))
     env = dict(os.environ, PWEVENT_SECRET="bench")
-    cmd = [sys.executable, "-m", "streams.cli", "worker", "--broker", bootstrap, "--prefix",
-           prefix, "--partitions", str(parts), "--stream", "b", "--mechanism", mechanism,
-           "--cells", "100", "--slot-ms", str(SLOT_MS), "--data-dir", str(workdir / "data"),
-           "--idle-close-ms", "600000", "--loglevel", "warning",
-           "--metrics-port", "0", "--event-time", "history"]
-    worker = subprocess.Popen(cmd, stdout=(workdir / "log").open("wb"), stderr=subprocess.STDOUT,
-                              env=env)
+    procs = []
+    for w in range(workers):
+        cmd = [sys.executable, "-m", "streams.cli", "worker", "--broker", bootstrap, "--prefix",
+               prefix, "--partitions", str(parts), "--stream", "b", "--mechanism", mechanism,
+               "--cells", "100", "--slot-ms", str(SLOT_MS),
+               "--data-dir", str(workdir / f"data{w}"),
+               "--idle-close-ms", "600000", "--loglevel", "warning",
+               "--metrics-port", "0", "--event-time", "history"]
+        procs.append(subprocess.Popen(cmd, stdout=(workdir / f"log{w}").open("wb"),
+                                      stderr=subprocess.STDOUT, env=env))
     try:
         group = f"pwevent-{prefix}-b"
+        assert wait_members(bootstrap, group, topics.reports, workers, 300), \
+            (workdir / "log0").read_text()[-2000:]
         assert asyncio.run(wait_consumed(bootstrap, group, topics.requirements, parts, 300)), \
-            (workdir / "log").read_text()[-2000:]
+            (workdir / "log0").read_text()[-2000:]
         # the worker idles on an empty reports topic; fill it, then it reads the backlog
         flat = [r for slot in data for r in slot]
         t0 = time.perf_counter()
@@ -144,18 +172,22 @@ def measure(bootstrap: str, parts: int, users: int, slots: int, data: list,
         rel: list[tuple] = []
         # a release's own timestamp is its slot's end in event time: when it was released is
         # the timestamp of its decision record (produced with it)
-        while len(rel) < closed and time.monotonic() < deadline and worker.poll() is None:
+        while (len(rel) < closed and time.monotonic() < deadline
+               and all(p.poll() is None for p in procs)):
             rel = [(ts, doc) for ts, doc in asyncio.run(
                 timestamps(bootstrap, topics.decisions, 10**6, 5))
                 if "published" in doc and "slot" in doc]
         partials = asyncio.run(timestamps(bootstrap, topics.slot_partials, 10**6, 3))
         raw = asyncio.run(measure_raw(bootstrap, topics.reports, len(flat)))
     finally:
-        worker.terminate()
-        try:
-            worker.wait(30)
-        except subprocess.TimeoutExpired:
-            worker.kill()
+        for proc in procs:
+            proc.terminate()
+        for proc in procs:
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
     close_at: dict[int, int] = {}  # slot -> when its last partition closed it
     for ts, msg in partials:
         if "closed_through" not in msg:
@@ -168,11 +200,12 @@ def measure(bootstrap: str, parts: int, users: int, slots: int, data: list,
     first, last = min(slots_done), max(slots_done)
     span = (close_at[last] - close_at[first]) / 1000.0
     rate = users * (last - first) / span if span > 0 else float("nan")
-    return {"mechanism": mechanism, "partitions": parts,
+    return {"mechanism": mechanism, "partitions": parts, "workers": workers,
             "mode": "live" if live_rate else "backlog",
             "reports": len(flat), "produce_rate": produce_rate,
             "raw_rate": raw["rate"], "worker_rate": rate, "of_raw": rate / raw["rate"],
             "latency_median_ms": float(np.median(latency)),
+            "latency_p99_ms": float(np.percentile(latency, 99)),
             "latency_max_ms": float(np.max(latency)), "slots_released": len(rel)}
 
 
@@ -186,25 +219,33 @@ def main() -> int:
                         choices=("pbd", "pba", "bd", "ba", "uniform", "sample", "dpbd", "dpba"))
     parser.add_argument("--live-rate", type=float, default=50_000,
                         help="reports/s of the live run that measures latency (default 50000)")
+    parser.add_argument("--workers", type=int, nargs="+", default=[1],
+                        help="numbers of workers to measure, each on every partition count")
+    parser.add_argument("--broker", choices=("embedded", "apache-kafka"), default="embedded",
+                        help="the embedded broker, or a one-node Apache Kafka")
     args = parser.parse_args()
     data = records(args.users, args.slots)
     rows = []
-    with EmbeddedBroker() as broker:
+    cluster = EmbeddedBroker() if args.broker == "embedded" else ApacheKafka(1, heap_mb=1024)
+    with cluster as broker:
         for parts in args.partitions:
-            rows.append(measure(broker.bootstrap, parts, args.users, args.slots, data,
-                                mechanism=args.mechanism))
-            print(orjson.dumps(rows[-1]).decode(), flush=True)
-            rows.append(measure(broker.bootstrap, parts, args.users, args.slots, data,
-                                args.live_rate, args.mechanism))
-            print(orjson.dumps(rows[-1]).decode(), flush=True)
-    print("| partitions | input | reports | raw aiokafka /s | worker /s | of raw | "
-          "close-to-release median ms | max ms |")
-    print("|---:|---|---:|---:|---:|---:|---:|---:|")
+            for n in args.workers:
+                rows.append(measure(broker.bootstrap, parts, args.users, args.slots, data,
+                                    mechanism=args.mechanism, workers=n))
+                print(orjson.dumps(rows[-1]).decode(), flush=True)
+                rows.append(measure(broker.bootstrap, parts, args.users, args.slots, data,
+                                    args.live_rate, args.mechanism, workers=n))
+                print(orjson.dumps(rows[-1]).decode(), flush=True)
+    print(f"broker: {args.broker}")
+    print("| partitions | workers | input | reports | raw aiokafka /s | job /s | of raw | "
+          "close-to-release p50 ms | p99 ms | max ms |")
+    print("|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
         rate = f"{r['worker_rate']:,.0f}" if r["mode"] == "backlog" else "(input rate)"
         share = f"{r['of_raw']:.0%}" if r["mode"] == "backlog" else "-"
-        print(f"| {r['partitions']} | {r['mode']} | {r['reports']:,} | {r['raw_rate']:,.0f} | "
-              f"{rate} | {share} | {r['latency_median_ms']:.0f} | {r['latency_max_ms']:.0f} |")
+        print(f"| {r['partitions']} | {r['workers']} | {r['mode']} | {r['reports']:,} | "
+              f"{r['raw_rate']:,.0f} | {rate} | {share} | {r['latency_median_ms']:.0f} | "
+              f"{r['latency_p99_ms']:.0f} | {r['latency_max_ms']:.0f} |")
     return 0
 
 

@@ -59,12 +59,15 @@ def run(args: argparse.Namespace) -> int:
     from streams.job.startup import (
         StartupError,
         bind_data_dir,
+        changelog_specs,
         check_local_state,
         check_secret,
         check_topics,
+        create_changelogs,
         reset_local_state,
         restore_lost_releases,
     )
+    from streams.kafka.settings import current as current_settings
     from streams.kafka.topics import Topics
 
     try:
@@ -99,6 +102,9 @@ def run(args: argparse.Namespace) -> int:
         check_local_state(args.data_dir, config.app_id(), broker, args.startup_timeout)
         check_secret(broker, topics.decisions, config.stream, config.secret_bytes(),
                      args.startup_timeout)
+        create_changelogs(broker, changelog_specs(config.app_id(), config.partitions,
+                                                  current_settings().replication_factor),
+                          args.startup_timeout)
     except StartupError as exc:
         print(f"pwevent worker: error: {exc}", file=sys.stderr)
         return 2

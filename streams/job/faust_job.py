@@ -49,6 +49,7 @@ from streams.job.partition_runner import PartitionRunner
 from streams.job.recovery_watch import RecoveryWatch
 from streams.job.registry_store import key_partition_of
 from streams.job.roles import placement_type
+from streams.job.startup import TABLE_PARTITIONS
 from streams.job.worker_metrics import WorkerMetrics
 from streams.kafka.producer import key_partition
 from streams.kafka.settings import current as current_settings
@@ -155,11 +156,12 @@ class Job:
                  # acknowledged changelog writes survive the loss of one node (acks=all)
                  "extra_topic_configs": {"min.insync.replicas": str(min_insync_replicas(
                      current_settings().replication_factor))}}
+        parts = {name: n or config.partitions for name, n in TABLE_PARTITIONS.items()}
         self.users = self.app.tables.add(UsersTable(
-            self.app, name="users", beacon=self.app.tables.beacon, partitions=config.partitions,
+            self.app, name="users", beacon=self.app.tables.beacon, partitions=parts["users"],
             **table))
-        self.checkpoints = self.app.Table("checkpoints", partitions=config.partitions, **table)
-        self.state = self.app.Table("coordinator", partitions=1, **table)
+        self.checkpoints = self.app.Table("checkpoints", partitions=parts["checkpoints"], **table)
+        self.state = self.app.Table("coordinator", partitions=parts["coordinator"], **table)
         self.counters: Counter[str] = Counter()
         # operating the worker: metrics (streams/job/worker_metrics.py), updated where
         # ``counters`` are, and /metrics, /healthz, /readyz (streams/job/observe.py)

@@ -35,7 +35,7 @@ from aiokafka.errors import KafkaError
 
 from streams.kafka.errors import HANDSHAKE_TIMEOUT_S, authentication_failed, authentication_failure
 from streams.kafka.settings import client_options
-from streams.kafka.topics import Topics
+from streams.kafka.topics import TopicError, Topics, TopicSpec, create_topics, min_insync_replicas
 
 if TYPE_CHECKING:
     from streams.job.config import JobConfig
@@ -91,6 +91,38 @@ def check_topics(bootstrap: str, topics: Topics, timeout: float) -> None:
     problem = layout_problem(topics, found, bootstrap)
     if problem is not None:
         raise StartupError(problem)
+
+
+#: The job's tables (``streams/job/faust_job.py``) and their partition counts; ``None``: one
+#: per partition of the job.
+TABLE_PARTITIONS: Final[Mapping[str, int | None]] = {
+    "users": None, "checkpoints": None, "coordinator": 1}
+
+
+def changelog_specs(app_id: str, partitions: int, replication: int) -> list[TopicSpec]:
+    """The changelog topics of the job's tables, as Faust would create them: compacted, with
+    the job's ``min.insync.replicas``."""
+    config = {"cleanup.policy": "compact",
+              "min.insync.replicas": str(min_insync_replicas(replication))}
+    return [TopicSpec(table, f"{app_id}-{table}-changelog", n or partitions, replication, config)
+            for table, n in TABLE_PARTITIONS.items()]
+
+
+def create_changelogs(bootstrap: str, specs: list[TopicSpec], timeout: float) -> None:
+    """Create the tables' changelog topics that do not exist yet, and wait until the broker
+    describes their partitions, before Faust subscribes to them.
+
+    Faust creates them too, but then subscribes at once; Apache Kafka may describe a topic
+    created a moment ago without partitions, the consumer keeps that count (0) until its next
+    metadata refresh (minutes), and the first write to a table then stops the worker with
+    ``PartitionsMismatch`` (seen on Apache Kafka with a new stream). Raises
+    :class:`StartupError` naming the topic when one cannot be created."""
+    try:
+        with _quiet_kafka_logs(), asyncio.Runner(loop_factory=asyncio.new_event_loop) as runner:
+            runner.run(create_topics(bootstrap, specs, timeout=timeout))
+    except (TopicError, KafkaError, OSError, TimeoutError) as exc:
+        raise StartupError(f"the tables' changelog topics could not be created on {bootstrap}: "
+                           f"{exc}") from exc
 
 
 def layout_problem(topics: Topics, found: Mapping[str, int], bootstrap: str) -> str | None:
