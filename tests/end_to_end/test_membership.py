@@ -1,4 +1,4 @@
-"""Workers leaving and joining the job's consumer group, on the embedded broker.
+"""Workers leaving and joining the job's consumer group, on both brokers.
 
 Four partitions and two or three workers: a worker stopped by SIGTERM leaves the group and the
 others take its partitions (the coordinator's included), a replacement with another identity
@@ -7,11 +7,11 @@ by SIGKILL leaves its member behind; ``pwevent group remove`` removes it, and th
 replacement with another identity take its partitions. In every case each slot is released
 exactly once, byte for byte what the same input gives without Kafka.
 
-Not shown here: crash failover by the session timeout. The embedded broker never expires a
-dead group member, so without ``pwevent group remove`` a killed worker's partitions wait until
+Not shown here: crash failover by the session timeout alone. The embedded broker never expires
+a dead group member, so without ``pwevent group remove`` a killed worker's partitions wait until
 it comes back on the same identity (tests/end_to_end/test_kills.py), and a rebalance (a
 replacement joining) waits for it too. On Apache Kafka the session timeout (10 s) expires the
-member and moves its partitions; no test here pretends otherwise.
+member and moves its partitions: tests/end_to_end/test_apache_failover.py shows that.
 """
 
 from __future__ import annotations
@@ -54,10 +54,7 @@ E = [0.5 + (i % 4) * 0.5 for i in range(60)]
 SLOTS = 30
 
 
-# embedded broker only for now: on Apache Kafka these membership changes passed alone and in one
-# full run but failed under a loaded machine (a handover or registration past its wait); the
-# crash failover they lead to is shown on Apache Kafka by test_apache_failover.py
-broker = broker_fixture(("embedded",))
+broker = broker_fixture()
 
 
 class Run:
