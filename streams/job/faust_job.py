@@ -52,6 +52,7 @@ from streams.job.worker_metrics import WorkerMetrics
 from streams.kafka.producer import key_partition
 from streams.kafka.settings import faust_options
 from streams.kafka.topics import Topics
+from streams.source.rekey import Rekeyer, SourceSettings
 
 log = logging.getLogger("pwevent.job")
 
@@ -105,6 +106,7 @@ class Job:
     def __init__(
         self, config: JobConfig, broker: str, data_dir: Path, instance_id: str | None = None,
         metrics_host: str = METRICS_HOST, metrics_port: int = 0,
+        source: SourceSettings | None = None,
     ) -> None:
         self.config = config
         self.broker = broker
@@ -159,6 +161,15 @@ class Job:
         # the coordinator takes slot-partials as raw batches with their offsets, like the
         # reports: a record the consumer skipped is noticed and read again (ContinuityGuard)
         BatchIngest(self.app, self.topics.slot_partials, self.coordination.on_partials)
+        # source topics: mapped and re-keyed by user onto reports (streams/source/rekey.py)
+        self.rekeyer: Rekeyer | None = None
+        if source is not None:
+            self.rekeyer = Rekeyer(config, source, self.topics, self._send,
+                                   self.partitions.dead_letters, self.counters, self.metrics,
+                                   on_produced=self.partitions.took_source)
+            for topic in source.topics:
+                BatchIngest(self.app, topic, self.rekeyer.handler(topic), timestamps=True)
+            self.app.task(self._follow_registrations)
         self.app.timer(interval=0.25)(self.partitions.on_tick)
         self.app.timer(interval=1.0)(self.partitions.check_reads)
         self.app.timer(interval=10.0)(self.on_status)
@@ -170,6 +181,13 @@ class Job:
         self.app.on_partitions_revoked.connect(self.on_revoked)
         # the endpoints on ``metrics_port`` (0: no server)
         self.observer = Observer(self, metrics_host, metrics_port) if metrics_port else None
+
+    async def _send(self, topic: str, key: bytes, value: bytes, partition: int) -> Any:
+        return await self.app.producer.send(topic, key, value, partition, None, None)
+
+    async def _follow_registrations(self) -> None:
+        assert self.rekeyer is not None
+        await self.rekeyer.follow(self.broker, self.users.changelog_topic.get_topic_name())
 
     @property
     def coordinator(self) -> Coordinator | None:
@@ -190,6 +208,8 @@ class Job:
                 self.partitions.forget(tp.partition)
             elif tp.topic == self.topics.slot_partials:
                 self.coordination.forget()
+            elif self.rekeyer is not None:
+                self.rekeyer.forget(tp.topic, tp.partition)
 
     async def on_rebalance_complete(self, sender: Any, **_: Any) -> None:
         """Under the partitions' ledgers, once the tables are recovered after a rebalance,
