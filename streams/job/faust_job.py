@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 import faust
-from faust.types import EventT
+from faust.types import TP, EventT
 
 from streams.job.config import JobConfig
 from streams.job.coordinator import Coordinator
@@ -166,7 +166,8 @@ class Job:
         if source is not None:
             self.rekeyer = Rekeyer(config, source, self.topics, self._send,
                                    self.partitions.dead_letters, self.counters, self.metrics,
-                                   on_produced=self.partitions.took_source)
+                                   on_produced=self.partitions.took_source,
+                                   acknowledge=self._acknowledge)
             for topic in source.topics:
                 BatchIngest(self.app, topic, self.rekeyer.handler(topic), timestamps=True)
             self.app.task(self._follow_registrations)
@@ -184,6 +185,9 @@ class Job:
 
     async def _send(self, topic: str, key: bytes, value: bytes, partition: int) -> Any:
         return await self.app.producer.send(topic, key, value, partition, None, None)
+
+    def _acknowledge(self, topic: str, partition: int, stop: int) -> None:
+        self.app.consumer.acknowledge(TP(topic, partition), stop)
 
     async def _follow_registrations(self) -> None:
         assert self.rekeyer is not None

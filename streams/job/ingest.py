@@ -414,6 +414,16 @@ class BatchConsumer(faust_aiokafka.Consumer):
             monitor.messages_received_total += len(records)
             monitor.events_total += len(records)
 
+    def acknowledge(self, tp: TP, stop: int) -> None:
+        """Acknowledge a batch topic's partition up to ``stop`` (exclusive): records its handler
+        held back (answering an offset) and has finished with since. Nothing happens for a
+        partition no longer assigned."""
+        start = self._ack_next.get(tp)
+        if start is None or stop <= start:
+            return
+        self._ack_range(tp, start, stop)
+        self._ack_next[tp] = stop
+
     def _ack_range(self, tp: TP, start: int, stop: int) -> None:
         """Acknowledge offsets ``start..stop-1`` (records and any gaps between them) at once."""
         if not self.app.topics.acks_enabled_for(tp.topic):

@@ -74,6 +74,7 @@ class _Held:
     """Reports of one batch waiting for their users' default requirements."""
 
     first_offset: int
+    end_offset: int  # the offset after the batch's last record
     records: list[tuple[bytes, bytes, int]]  # key, value, reports partition
     waiting: set[str]
     since: float = field(default_factory=time.monotonic)
@@ -86,11 +87,13 @@ class Rekeyer:
     def __init__(self, config: JobConfig, settings: SourceSettings, topics: Topics,
                  send: Callable[..., Any], dead_letters: Any, counters: Counter[str],
                  metrics: Any = None, on_produced: Callable[[], None] | None = None,
+                 acknowledge: Callable[[str, int, int], None] | None = None,
                  clock_ms: Callable[[], int] = lambda: int(time.time() * 1000)) -> None:
         self.config, self.settings, self.topics = config, settings, topics
         self.send, self.dead_letters = send, dead_letters
         self.counters, self.metrics = counters, metrics
         self.on_produced = on_produced or (lambda: None)
+        self.acknowledge = acknowledge or (lambda topic, partition, stop: None)
         self.clock_ms = clock_ms
         self.mapping = settings.mapping
         self.defaults = DefaultRequirements(settings.defaults, config)
@@ -116,6 +119,7 @@ class Rekeyer:
         """Map and produce one batch; returns the first source offset not to acknowledge yet
         (``None``: all of them)."""
         await self.ready.wait()
+        self.on_produced()  # the stage is busy: the stream is not idle
         p = records[0][2]
         ti = self.index[topic]
         batch = self.mapping.map(records, self.defaults.paths)
@@ -150,7 +154,8 @@ class Rekeyer:
         queue = self.held.get((topic, p))
         if users_waiting or queue:
             queue = self.held.setdefault((topic, p), deque())
-            queue.append(_Held(int(records[0][3]), out, users_waiting))
+            queue.append(_Held(int(records[0][3]), int(records[-1][3]) + 1, out,
+                               users_waiting))
             if futures:
                 await asyncio.gather(*futures)
             await self.release_held()
@@ -166,7 +171,7 @@ class Rekeyer:
 
     async def release_held(self) -> None:
         """Produce held reports whose users are registered now (or waited too long), oldest
-        first per source partition."""
+        first per source partition, and acknowledge their source offsets."""
         now = time.monotonic()
         for where in list(self.held):
             queue = self.held[where]
@@ -186,6 +191,9 @@ class Rekeyer:
                 self.counters["source_produced"] += len(head.records)
                 self.on_produced()
                 queue.popleft()
+                # its source offsets may be committed now (the ingest held them back)
+                self.acknowledge(where[0], where[1],
+                                 queue[0].first_offset if queue else head.end_offset)
             if not queue:
                 del self.held[where]
 
@@ -239,6 +247,7 @@ class Rekeyer:
                                  len(self.declared), len(self.registered))
                         self.ready.set()
                 if self.held:
+                    self.on_produced()  # held reports: the stream is not idle
                     await self.release_held()
         finally:
             await consumer.stop()
