@@ -228,3 +228,42 @@ def test_a_report_without_source_position_keeps_first_in_partition_order():
     bad = (b"a", orjson.dumps({"user": "a", "time": 600, "value": 1, "source": [0, -1, 3]}))
     job.feed([bad])
     assert job.dead[-1].reason == "bad_type"
+
+
+# -- the worker's flags ----------------------------------------------------------------------------
+
+def test_source_flags_from_the_command_line_and_the_config_file(tmp_path):
+    import argparse
+
+    from streams.cli import defaults
+    from streams.cli.worker import add_parser
+    from streams.source.options import source_settings
+
+    def parse(argv, conf=None):
+        top = argparse.ArgumentParser()
+        sub = top.add_subparsers()
+        add_parser(sub)
+        if conf is not None:
+            defaults.apply(sub.choices["worker"], "worker", conf, environ={})
+        return top.parse_args(["worker", *argv])
+
+    cfg = JobConfig(domain=LABELS)
+    conf = {"worker": {"source-topic": ["a", "b"], "user-field": "device.id",
+                       "time-field": "ts:ms", "value-field": ["country"],
+                       "default-requirement": ["w=5,E=1"]}}
+    got = source_settings(parse([], conf), cfg)
+    assert got.topics == ("a", "b") and got.defaults == ("w=5,E=1",)
+    assert got.mapping.user_field == "device.id" and got.mapping.time_unit == "ms"
+    flags = parse(["--source-topic", "c", "--default-requirement", "tier=x:w=3,E=1",
+                   "--default-requirement", "w=4,E=1"], conf)
+    got = source_settings(flags, cfg)  # the command line replaces the file's lists
+    assert got.topics == ("c",) and got.defaults == ("tier=x:w=3,E=1", "w=4,E=1")
+    assert source_settings(parse([]), cfg) is None
+    for argv, why in ((["--user-field", "u"], "need --source-topic"),
+                      (["--source-topic", "a"], "needs --user-field"),
+                      (["--source-topic", "a", "--user-field", "u", "--value-field", "v",
+                        "--default-requirement", "w=4"], "takes"),
+                      (["--source-topic", "pwevent.reports", "--user-field", "u",
+                        "--value-field", "v"], "never the job's own")):
+        with pytest.raises(ValueError, match=why):
+            source_settings(parse(argv), JobConfig(prefix="pwevent"))
