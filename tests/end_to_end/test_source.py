@@ -14,11 +14,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import orjson
-import pytest
+from brokers import broker_fixture
 
 from streams.cli.main import main
 from streams.job.pipeline import InProcessJob
-from streams.kafka.broker import EmbeddedBroker
 from streams.kafka.offsets import read_topic, wait_consumed
 from streams.kafka.producer import RawProducer
 from streams.kafka.topics import TopicSpec, create_topics
@@ -49,10 +48,7 @@ default-requirement = ["consent=full:w=10,E=2", "w=20,E=1"]
 """
 
 
-@pytest.fixture(scope="module")
-def broker():
-    with EmbeddedBroker() as b:
-        yield b
+broker = broker_fixture()
 
 
 def iso(ms: int) -> str:
