@@ -10,6 +10,7 @@ from pathlib import Path
 from streams.cli.job_args import add_broker, add_job, job_config, need_broker
 from streams.cli.options import add_options, option
 from streams.job.observe import METRICS_HOST, METRICS_PORT
+from streams.source.options import SOURCE_OPTIONS
 
 #: The flags of ``pwevent worker`` after those of the job.
 WORKER_OPTIONS = (
@@ -50,6 +51,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     add_broker(p)
     add_job(p)
     add_options(p, WORKER_OPTIONS)
+    add_options(p, SOURCE_OPTIONS)
     p.set_defaults(func=run)
 
 
@@ -69,11 +71,13 @@ def run(args: argparse.Namespace) -> int:
     )
     from streams.kafka.settings import current as current_settings
     from streams.kafka.topics import Topics
+    from streams.source.options import check_source_topics, source_settings
 
     try:
         broker = need_broker(args, "worker")
         config = job_config(args)
         config.secret_bytes()
+        source = source_settings(args, config)
         topics = Topics(prefix=config.prefix, partitions=config.partitions)
         if not (math.isfinite(args.startup_timeout) and args.startup_timeout > 0):
             raise ValueError("--startup-timeout must be a positive number of seconds")
@@ -85,6 +89,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         # the topics first: a data directory is bound only once the deployment is known right
         check_topics(broker, topics, args.startup_timeout)
+        if source is not None:
+            check_source_topics(broker, source.topics, args.startup_timeout)
         bound = bind_data_dir(args.data_dir, config.prefix, config.stream,
                               reset=args.reset_local_state)
         if args.reset_local_state:
@@ -112,7 +118,7 @@ def run(args: argparse.Namespace) -> int:
     from streams.job.json_logs import json_logging_config
 
     job = Job(config, broker, args.data_dir, args.instance_id,
-              metrics_host=args.metrics_host, metrics_port=args.metrics_port)
+              metrics_host=args.metrics_host, metrics_port=args.metrics_port, source=source)
     logging_config = json_logging_config(args.loglevel) if args.log_format == "json" else None
     worker = Worker(job, loglevel=args.loglevel, quiet=True, logging_config=logging_config)
     worker.execute_from_commandline()

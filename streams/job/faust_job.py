@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 import faust
-from faust.types import EventT
+from faust.types import TP, EventT
 
 from streams.job.config import JobConfig
 from streams.job.coordinator import Coordinator
@@ -55,6 +55,7 @@ from streams.kafka.producer import key_partition
 from streams.kafka.settings import current as current_settings
 from streams.kafka.settings import faust_options
 from streams.kafka.topics import Topics, min_insync_replicas
+from streams.source.rekey import Rekeyer, SourceSettings
 
 log = logging.getLogger("pwevent.job")
 
@@ -117,6 +118,7 @@ class Job:
     def __init__(
         self, config: JobConfig, broker: str, data_dir: Path, instance_id: str | None = None,
         metrics_host: str = METRICS_HOST, metrics_port: int = 0,
+        source: SourceSettings | None = None,
     ) -> None:
         self.config = config
         self.broker = broker
@@ -175,6 +177,16 @@ class Job:
         # the coordinator takes slot-partials as raw batches with their offsets, like the
         # reports: a record the consumer skipped is noticed and read again (ContinuityGuard)
         BatchIngest(self.app, self.topics.slot_partials, self.coordination.on_partials)
+        # source topics: mapped and re-keyed by user onto reports (streams/source/rekey.py)
+        self.rekeyer: Rekeyer | None = None
+        if source is not None:
+            self.rekeyer = Rekeyer(config, source, self.topics, self._send,
+                                   self.partitions.dead_letters, self.counters, self.metrics,
+                                   on_produced=self.partitions.took_source,
+                                   acknowledge=self._acknowledge)
+            for topic in source.topics:
+                BatchIngest(self.app, topic, self.rekeyer.handler(topic), timestamps=True)
+            self.app.task(self._follow_registrations)
         self.app.timer(interval=0.25)(self.partitions.on_tick)
         self.app.timer(interval=1.0)(self.partitions.check_reads)
         self.app.timer(interval=10.0)(self.on_status)
@@ -186,6 +198,16 @@ class Job:
         self.app.on_partitions_revoked.connect(self.on_revoked)
         # the endpoints on ``metrics_port`` (0: no server)
         self.observer = Observer(self, metrics_host, metrics_port) if metrics_port else None
+
+    async def _send(self, topic: str, key: bytes, value: bytes, partition: int) -> Any:
+        return await self.app.producer.send(topic, key, value, partition, None, None)
+
+    def _acknowledge(self, topic: str, partition: int, stop: int) -> None:
+        self.app.consumer.acknowledge(TP(topic, partition), stop)
+
+    async def _follow_registrations(self) -> None:
+        assert self.rekeyer is not None
+        await self.rekeyer.follow(self.broker, self.users.changelog_topic.get_topic_name())
 
     @property
     def coordinator(self) -> Coordinator | None:
@@ -206,6 +228,8 @@ class Job:
                 self.partitions.forget(tp.partition)
             elif tp.topic == self.topics.slot_partials:
                 self.coordination.forget()
+            elif self.rekeyer is not None:
+                self.rekeyer.forget(tp.topic, tp.partition)
 
     async def on_rebalance_complete(self, sender: Any, **_: Any) -> None:
         """Under the partitions' ledgers, once the tables are recovered after a rebalance,

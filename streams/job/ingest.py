@@ -156,8 +156,11 @@ class BatchIngest:
     subscribed through Faust (it joins the consumer group's assignment like an agent's topic).
     """
 
-    def __init__(self, app: AppT, topic: str, handler: BatchHandler) -> None:
-        """Register ``handler`` for ``topic`` on ``app`` and install :class:`BatchConsumer`."""
+    def __init__(self, app: AppT, topic: str, handler: BatchHandler,
+                 timestamps: bool = False) -> None:
+        """Register ``handler`` for ``topic`` on ``app`` and install :class:`BatchConsumer`;
+        ``timestamps``: each record also carries its Kafka timestamp (epoch ms) as a fifth
+        member."""
         install_batch_consumer(app)
         routes = _ROUTES.setdefault(app, {})
         if topic in routes:
@@ -165,6 +168,7 @@ class BatchIngest:
         self.app = app
         self.topic_name = topic
         self.handler = handler
+        self.timestamps = timestamps
         self.topic: TopicT = app.topic(
             topic,
             key_type=bytes,
@@ -382,7 +386,9 @@ class BatchConsumer(faust_aiokafka.Consumer):
         await app.flow_control.acquire()
         await app.producer.buffer.wait_until_ebb()
         partition = tp.partition
-        records: list[RawRecord] = [(r.key, r.value, partition, r.offset) for r in batch]
+        records: list[RawRecord] = (
+            [(r.key, r.value, partition, r.offset, r.timestamp) for r in batch]  # type: ignore[misc]
+            if route.timestamps else [(r.key, r.value, partition, r.offset) for r in batch])
         last = self._to_message(tp, batch[-1])
         event = Event(app, last.key, last.value, last.headers, last)
         self._unacked_messages.add(last)
@@ -419,6 +425,16 @@ class BatchConsumer(faust_aiokafka.Consumer):
             monitor.stream_inbound_time[tp] = time.monotonic()
             monitor.messages_received_total += len(records)
             monitor.events_total += len(records)
+
+    def acknowledge(self, tp: TP, stop: int) -> None:
+        """Acknowledge a batch topic's partition up to ``stop`` (exclusive): records its handler
+        held back (answering an offset) and has finished with since. Nothing happens for a
+        partition no longer assigned."""
+        start = self._ack_next.get(tp)
+        if start is None or stop <= start:
+            return
+        self._ack_range(tp, start, stop)
+        self._ack_next[tp] = stop
 
     def _ack_range(self, tp: TP, start: int, stop: int) -> None:
         """Acknowledge offsets ``start..stop-1`` (records and any gaps between them) at once."""

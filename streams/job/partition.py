@@ -37,6 +37,7 @@ from streams.job.slotting import DUPLICATE, OK, STATUS_REASON, Slotter
 from streams.records.field_formats import Reason
 from streams.records.field_parsing import RecordError
 from streams.records.report_parsing import parse_reports
+from streams.source.ordering import Replaced, SlotOrder
 
 NO_HORIZON = 2**62  # the horizon when none is configured
 WATERMARK_PREFIX = b'{"watermark":'
@@ -114,6 +115,8 @@ class PartitionAccumulator:
         self.stream_start: int | None = None  # live: the earliest event time accepted
         self.start_unsaved = False  # the start was just recorded: checkpoint it
         self.seen: dict[int, np.ndarray] = {}  # open slot -> users counted (bool by index)
+        # open slot -> the counted report per user, for reports with a source position
+        self.order: dict[int, SlotOrder] = {}
         self.accepted: Counter[int] = Counter()
         self.rejected = 0
         self.closed_through: int | None = None
@@ -226,8 +229,18 @@ class PartitionAccumulator:
         assignment = self.slotter.assign(batch.users[idx], batch.times[idx])
         status = assignment.status.copy()
         ok = np.flatnonzero(status == OK)
+        sources = batch.sources[idx] if batch.sources is not None else None
+        sourced = np.zeros(ok.shape, dtype=bool) if sources is None else sources[ok] >= 0
         if ok.size:
-            self._dedupe(assignment.slots[ok], uidx[idx[ok]], status, ok)
+            plain = ok[~sourced]
+            if plain.size:
+                self._dedupe(assignment.slots[plain], uidx[idx[plain]], status, plain)
+        if sourced.any():
+            assert sources is not None
+            self._order(ok[sourced], assignment.slots, uidx[idx], batch.times[idx],
+                        sources, batch.cells[idx], levels[idx],
+                        np.fromiter((recs[int(i)][3] for i in batch.index[idx]), dtype=np.int64,
+                                    count=idx.shape[0]), status, recs[0], topic, dead)
         for i in np.flatnonzero(status != OK).tolist():
             slot = int(assignment.slots[i])
             dead.append(self._dead(recs[int(batch.index[idx[i]])], topic,
@@ -266,6 +279,42 @@ class PartitionAccumulator:
             repeat |= seen[u]
             status[pos[repeat]] = DUPLICATE
             seen[u] = True
+
+    def _order(self, where: np.ndarray, slots: np.ndarray, users: np.ndarray,
+               times: np.ndarray, sources: np.ndarray, cells: np.ndarray, levels: np.ndarray,
+               offsets: np.ndarray, status: np.ndarray, some: RawRecord, topic: str,
+               dead: list[DeadLetter]) -> None:
+        """Reports with a source position (``where``, into the registered reports): per (user,
+        slot) the smallest (event time, source position) counts (:mod:`streams.source.ordering`);
+        a counted report it replaces is taken back from its placement and dead-lettered."""
+        size = max(len(self.registry.users), 1)
+        for slot in np.unique(slots[where]).tolist():
+            pos = where[slots[where] == slot]
+            seen = self.seen.get(slot)
+            if seen is None or seen.shape[0] < size:
+                grown = np.zeros(size, dtype=bool)
+                if seen is not None:
+                    grown[: seen.shape[0]] = seen
+                seen = self.seen[slot] = grown
+            order = self.order.setdefault(slot, SlotOrder(size))
+            accept, replaced = order.decide(seen, users[pos], times[pos], sources[pos],
+                                            cells[pos], levels[pos], offsets[pos])
+            status[pos[~accept]] = DUPLICATE
+            if replaced.users.size:
+                self._replace(slot, replaced, some, topic, dead)
+
+    def _replace(self, slot: int, replaced: Replaced, some: RawRecord, topic: str,
+                 dead: list[DeadLetter]) -> None:
+        """Take back counted reports that a report with a smaller source position replaced."""
+        n = int(replaced.users.size)
+        self.placement.uncount(np.full(n, slot, dtype=np.int64), replaced.users,
+                               replaced.levels, replaced.cells)
+        self.accepted[slot] -= n
+        for u, off in zip(replaced.users.tolist(), replaced.offsets.tolist(), strict=True):
+            dead.append(DeadLetter(topic, some[2], int(off), self.registry.users[u].encode(), None,
+                                   Reason.DUPLICATE_IN_SLOT.value,
+                                   f"slot {slot}: replaced by a report of the same user whose "
+                                   "(event time, source position) comes first"))
 
     def advance_messages(self, watermark: int) -> list[dict]:
         """Move the watermark forward (the worker's, or at idle time); returns the messages
@@ -310,6 +359,8 @@ class PartitionAccumulator:
         message = self.placement.closure(last, self.clock_ms())
         for s in [s for s in self.seen if s <= last]:
             del self.seen[s]
+        for s in [s for s in self.order if s <= last]:
+            del self.order[s]
         self.closed_through = last
         self.rejected = 0
         return [message]
@@ -354,6 +405,7 @@ class PartitionAccumulator:
             "seen": {str(s): [int(m.shape[0]), base64.b64encode(np.packbits(m)).decode()]
                      for s, m in self.seen.items()},
             "accepted": {str(s): n for s, n in self.accepted.items()},
+            "order": {str(s): o.state() for s, o in self.order.items()},
         }
 
     def restore(self, data: bytes) -> None:
@@ -376,3 +428,4 @@ class PartitionAccumulator:
             for s, (n, bits) in doc["seen"].items()
         }
         self.accepted = Counter({int(s): int(n) for s, n in doc["accepted"].items()})
+        self.order = {int(s): SlotOrder.from_state(o) for s, o in doc.get("order", {}).items()}

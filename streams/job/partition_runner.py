@@ -352,6 +352,10 @@ class PartitionRunner:
                                                         encode(msg), 0, None, None))
         return futures
 
+    def took_source(self) -> None:
+        """The source stage produced reports: the stream is not idle (idle close waits)."""
+        self.last_report = time.monotonic()
+
     async def on_tick(self) -> None:
         """Close slots of partitions that went quiet: watermark records through the data path."""
         assigned = [tp.partition for tp in self.app.consumer.assignment()

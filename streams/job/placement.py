@@ -63,6 +63,12 @@ class Placement:
         """Take accepted reports: per report its slot, user index, level index and cell."""
         raise NotImplementedError
 
+    def uncount(self, slots: np.ndarray, users: np.ndarray, levels: np.ndarray,
+                cells: np.ndarray) -> None:
+        """Take back reports counted before, which later ones replace
+        (:mod:`streams.source.ordering`); a placement that keeps one cell per user and slot
+        overwrites it at :meth:`count` and has nothing to do here."""
+
     def closure(self, last: int, closed_at_ms: int) -> Partial | Closure:
         """The message telling the coordinator that every slot up to ``last`` closed, at
         ``closed_at_ms`` on the worker's clock (before the accumulator resets its rejected
@@ -125,6 +131,17 @@ class CoordinatorLedger(Placement):
                 name = names[k]
                 prev = bucket.get(name)
                 bucket[name] = per[k].copy() if prev is None else prev + per[k]
+
+    def uncount(self, slots: np.ndarray, users: np.ndarray, levels: np.ndarray,
+                cells: np.ndarray) -> None:
+        names = self.registry.level_names
+        d = self.acc.d
+        for slot in np.unique(slots).tolist():
+            mask = slots == slot
+            per = np.bincount(levels[mask] * d + cells[mask], minlength=len(names) * d)
+            bucket = self.counts[slot]
+            for k in np.flatnonzero(per.reshape(len(names), d).any(axis=1)).tolist():
+                bucket[names[k]] = bucket[names[k]] - per[k * d:(k + 1) * d]
 
     def closure(self, last: int, closed_at_ms: int) -> Partial:
         acc = self.acc

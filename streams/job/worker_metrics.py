@@ -154,6 +154,9 @@ class WorkerMetrics:
                                   ["level"], registry=r)
         self.budget_left = Gauge("pwevent_budget_left", "A level's budget E minus what its "
                                  "current window has spent", ["level"], registry=r)
+        self.source_problems = Counter("pwevent_source_mapping_problems", "Problems of a "
+                                       "source mapping, once per source topic and problem "
+                                       "(logged as errors)", ["problem"], registry=r)
         # every series exists from the start, so that rate() sees the first increment
         self.reports.labels(ACCEPTED)
         for reason in Reason:
@@ -182,6 +185,10 @@ class WorkerMetrics:
             self.dead_letters.labels(reason).inc(n)
             if topic == self.reports_topic:
                 self.reports.labels(reason).inc(n)
+
+    def source_problem(self, problem: str) -> None:
+        """A source mapping looks wrong (:class:`streams.source.mapping.MappingWatch`)."""
+        self.source_problems.labels(problem).inc()
 
     def dead_letter_failed(self) -> None:
         """The broker refused a dead letter."""

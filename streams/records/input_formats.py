@@ -82,6 +82,15 @@ REPORT: Final = Record(
                 "labels. Anything else is rejected as bad_type (wrong kind) or out_of_domain.",
             ),
         ),
+        Field(
+            "source",
+            Array(prefix=(Int(minimum=0, maximum=127), Int(minimum=0, maximum=65535),
+                          Int(minimum=0, maximum=2**40 - 1)), min_items=3, max_items=3,
+                  description="Written by the job's source stage: the report's source "
+                  "position [topic index, partition, offset]. Among reports of one user and "
+                  "slot that carry one, the smallest (time, source) counts."),
+            required=False,
+        ),
     ),
     additional=True,
     description="One user report on the reports topic (key = user). Extra fields are "

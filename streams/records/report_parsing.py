@@ -20,7 +20,7 @@ from streams.records.field_parsing import (
 )
 from streams.records.input_formats import REPORT_FIELDS
 
-__all__ = ["ReportBatch", "parse_reports"]
+__all__ = ["ReportBatch", "parse_reports", "source_order"]
 
 
 @dataclass(frozen=True)
@@ -28,7 +28,8 @@ class ReportBatch:
     """The accepted reports of a batch as arrays, plus the rejections.
 
     ``index[i]`` is the position in the input batch of the ``i``-th accepted report; the arrays are
-    in input order. ``rejected`` is sorted by index.
+    in input order. ``rejected`` is sorted by index. ``sources`` holds each report's source
+    position packed by :func:`source_order` (-1 for a report without one).
     """
 
     index: np.ndarray
@@ -36,6 +37,7 @@ class ReportBatch:
     times: np.ndarray
     cells: np.ndarray
     rejected: list[Rejection]
+    sources: np.ndarray | None = None
 
     def __len__(self) -> int:
         return int(self.index.shape[0])
@@ -43,7 +45,24 @@ class ReportBatch:
     def select(self, keep: np.ndarray) -> ReportBatch:
         """The accepted reports where ``keep`` (a boolean mask over them) holds."""
         return ReportBatch(self.index[keep], self.users[keep], self.times[keep],
-                           self.cells[keep], self.rejected)
+                           self.cells[keep], self.rejected,
+                           None if self.sources is None else self.sources[keep])
+
+
+#: Bounds of a source position ``[topic index, partition, offset]`` (:func:`source_order`).
+SOURCE_TOPICS, SOURCE_PARTITIONS, SOURCE_OFFSETS = 2**7, 2**16, 2**40
+
+
+def source_order(source: object) -> int:
+    """A report's ``source`` position ``[topic index, partition, offset]`` (written by the
+    source stage, :mod:`streams.source.rekey`) packed into one non-negative integer that orders
+    positions as tuples; raises :class:`RecordError` (``bad_type``) for anything else."""
+    if (type(source) is list and len(source) == 3 and all(type(x) is int for x in source)
+            and 0 <= source[0] < SOURCE_TOPICS and 0 <= source[1] < SOURCE_PARTITIONS
+            and 0 <= source[2] < SOURCE_OFFSETS):
+        return (source[0] << 56) | (source[1] << 40) | source[2]
+    raise RecordError(Reason.BAD_TYPE, "source must be [topic index < 128, partition < 65536, "
+                      "offset < 2**40] of non-negative integers")
 
 
 def parse_reports(
@@ -63,6 +82,7 @@ def parse_reports(
     users: list[str] = []
     times: list[int] = []
     raw_values: list[object] = []
+    sources: list[int] = []
     for i, raw in enumerate(values):
         if raw is None:
             rejected.append(Rejection(i, Reason.MALFORMED_JSON, "empty value (tombstone)"))
@@ -109,25 +129,35 @@ def parse_reports(
                     Rejection(i, Reason.BAD_TYPE, f"record key {key[:64]!r} differs from user")
                 )
                 continue
+        source = doc.get("source")
+        if source is not None:
+            try:
+                source = source_order(source)
+            except RecordError as exc:
+                rejected.append(Rejection(i, exc.reason, exc.detail))
+                continue
         pos.append(i)
         users.append(user)
         times.append(t)
         raw_values.append(value)
+        sources.append(-1 if source is None else source)
 
     cells, domain_rejected = domain.map_values(raw_values)
     index = np.asarray(pos, dtype=np.int64)
     users_arr = np.empty(len(users), dtype=object)
     users_arr[:] = users
     times_arr = np.asarray(times, dtype=np.int64)
+    sources_arr = np.asarray(sources, dtype=np.int64)
     if domain_rejected:
         keep = cells >= 0
         for r in domain_rejected:
             rejected.append(Rejection(pos[r.index], r.reason, r.detail))
         rejected.sort(key=lambda r: r.index)
-        index, users_arr, times_arr, cells = (
+        index, users_arr, times_arr, cells, sources_arr = (
             index[keep],
             users_arr[keep],
             times_arr[keep],
             cells[keep],
+            sources_arr[keep],
         )
-    return ReportBatch(index, users_arr, times_arr, cells, rejected)
+    return ReportBatch(index, users_arr, times_arr, cells, rejected, sources_arr)

@@ -1,0 +1,253 @@
+"""The re-keying stage: source topics in, the job's ``reports`` topic out, keyed by user.
+
+Each worker reads its share of the source topics' partitions through the batched ingest (the same
+consumer group as the rest of the job; :mod:`streams.job.ingest`), maps every batch
+(:mod:`streams.source.mapping`), dead-letters what it cannot map (with the source topic, partition
+and offset) and produces the mapped reports to ``reports`` keyed by user, on the partition Kafka's
+default partitioner gives that key (murmur2): ``reports`` becomes the job's repartition topic, so
+one identity per user and one report per user and slot hold whatever the source's keys and
+partition count. Source topics are only read, never written.
+
+Delivery is at least once: a batch's source offsets are acknowledged (and then committed) only
+once the broker acknowledged every report produced from it. A batch read again after a crash
+produces its reports again, with the same source position (``"source": [topic index, partition,
+offset]``), and the partition keeps one report per (user, slot): the one with the smallest
+(event time, source topic index, source partition, source offset), so a repeat or a report of
+the same user from another source partition changes nothing whatever the order they arrive in
+(:mod:`streams.source.ordering`).
+
+Default requirements (:mod:`streams.source.defaults`). The stage follows the whole
+``requirements`` topic (which users declared anything, an opt-out tombstone included) and the
+``users`` table's changelog (which users the partitions registered). At a user's first mapped
+report, when the user has no record on ``requirements``, it writes the default requirement there,
+keyed by the user, and holds that user's reports until the changelog shows the registration: a
+report never reaches its partition before its user's default is applied. Held reports keep
+their source offsets unacknowledged; other users' reports go on meanwhile.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import Counter, deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from streams.job.batch_handling import RawRecord
+from streams.job.config import JobConfig
+from streams.job.partition import DeadLetter
+from streams.kafka.producer import key_partition
+from streams.kafka.settings import client_options
+from streams.kafka.topics import Topics
+from streams.source.defaults import DefaultRequirements
+from streams.source.mapping import MappingWatch, SourceMapping
+
+log = logging.getLogger("pwevent.source")
+
+__all__ = ["Rekeyer", "SourceSettings", "report_value"]
+
+#: Seconds a user's reports wait for its default requirement to be registered before they are
+#: produced all the same (and counted, or dead-lettered as unregistered_user, by the partition).
+REGISTRATION_WAIT_S = 30.0
+
+
+def report_value(user: str, time_ms: int, value: Any, source: tuple[int, int, int]) -> bytes:
+    """The value of a mapped report: the report's fields and its source position."""
+    return orjson.dumps({"user": user, "time": time_ms, "value": value, "source": source})
+
+
+@dataclass(frozen=True)
+class SourceSettings:
+    """The source side of a job: its topics, mapping and default requirements."""
+
+    topics: tuple[str, ...]
+    mapping: SourceMapping
+    defaults: tuple[str, ...] = ()
+
+
+@dataclass
+class _Held:
+    """Reports of one batch waiting for their users' default requirements."""
+
+    first_offset: int
+    end_offset: int  # the offset after the batch's last record
+    records: list[tuple[bytes, bytes, int]]  # key, value, reports partition
+    waiting: set[str]
+    since: float = field(default_factory=time.monotonic)
+
+
+class Rekeyer:
+    """The re-keying stage of one worker (module doc). ``send(topic, key, value, partition)``
+    is the producer's send, returning an awaitable of the broker's acknowledgement."""
+
+    def __init__(self, config: JobConfig, settings: SourceSettings, topics: Topics,
+                 send: Callable[..., Any], dead_letters: Any, counters: Counter[str],
+                 metrics: Any = None, on_produced: Callable[[], None] | None = None,
+                 acknowledge: Callable[[str, int, int], None] | None = None,
+                 clock_ms: Callable[[], int] = lambda: int(time.time() * 1000)) -> None:
+        self.config, self.settings, self.topics = config, settings, topics
+        self.send, self.dead_letters = send, dead_letters
+        self.counters, self.metrics = counters, metrics
+        self.on_produced = on_produced or (lambda: None)
+        self.acknowledge = acknowledge or (lambda topic, partition, stop: None)
+        self.clock_ms = clock_ms
+        self.mapping = settings.mapping
+        self.defaults = DefaultRequirements(settings.defaults, config)
+        self.index = {t: i for i, t in enumerate(settings.topics)}
+        self.watch = MappingWatch(self._problem)
+        self.declared: set[str] = set()  # users with a record on requirements
+        self.registered: set[str] = set()  # users with an entry in the users changelog
+        self.defaulted: set[str] = set()  # users this stage wrote a default for, not yet seen
+        self.held: dict[tuple[str, int], deque[_Held]] = {}
+        self.ready = asyncio.Event()
+        if not self.defaults:
+            self.ready.set()
+
+    # -- the batches -----------------------------------------------------------------------
+
+    def handler(self, topic: str) -> Callable[[list[RawRecord]], Any]:
+        """The batch handler of ``topic``'s records (with their timestamps)."""
+        async def handle(records: list[Any]) -> int | None:
+            return await self.on_batch(topic, records)
+        return handle
+
+    async def on_batch(self, topic: str, records: Sequence[Any]) -> int | None:
+        """Map and produce one batch; returns the first source offset not to acknowledge yet
+        (``None``: all of them)."""
+        await self.ready.wait()
+        self.on_produced()  # the stage is busy: the stream is not idle
+        p = records[0][2]
+        ti = self.index[topic]
+        batch = self.mapping.map(records, self.defaults.paths)
+        self.watch.take(topic, batch, len(records), self.clock_ms())
+        dead = [DeadLetter(topic, p, records[r.index][3], records[r.index][0],
+                           records[r.index][1], r.reason.value, r.detail)
+                for r in batch.rejected]
+        self.counters["source_records"] += len(records)
+        self.counters["source_rejected"] += len(dead)
+        futures = await self.dead_letters.send(dead, wait=False)
+        n_parts = self.config.partitions
+        out: list[tuple[bytes, bytes, int]] = []
+        times = batch.times.tolist()
+        offsets = batch.index.tolist()
+        users_waiting: set[str] = set()
+        for j, user in enumerate(batch.users):
+            rec = records[offsets[j]]
+            key = user.encode()
+            if self.defaults and user not in self.declared and user not in self.defaulted \
+                    and user not in self.registered:
+                rule = self.defaults.choose(batch.extras[j] if batch.extras else ())
+                if rule is not None:
+                    self.defaulted.add(user)
+                    futures.append(await self.send(self.topics.requirements, key,
+                                                   rule.requirement(user),
+                                                   key_partition(key, n_parts)))
+                    self.counters["default_requirements"] += 1
+            if user in self.defaulted and user not in self.registered:
+                users_waiting.add(user)
+            out.append((key, report_value(user, times[j], batch.values[j],
+                                          (ti, p, int(rec[3]))), key_partition(key, n_parts)))
+        queue = self.held.get((topic, p))
+        if users_waiting or queue:
+            queue = self.held.setdefault((topic, p), deque())
+            queue.append(_Held(int(records[0][3]), int(records[-1][3]) + 1, out,
+                               users_waiting))
+            if futures:
+                await asyncio.gather(*futures)
+            await self.release_held()
+            queue = self.held.get((topic, p))
+            return queue[0].first_offset if queue else None
+        futures += [await self.send(self.topics.reports, k, v, part) for k, v, part in out]
+        if futures:
+            await asyncio.gather(*futures)
+        if out:
+            self.counters["source_produced"] += len(out)
+            self.on_produced()
+        return None
+
+    async def release_held(self) -> None:
+        """Produce held reports whose users are registered now (or waited too long), oldest
+        first per source partition, and acknowledge their source offsets."""
+        now = time.monotonic()
+        for where in list(self.held):
+            queue = self.held[where]
+            while queue:
+                head = queue[0]
+                head.waiting -= self.registered
+                if head.waiting and now - head.since < REGISTRATION_WAIT_S:
+                    break
+                if head.waiting:
+                    log.error("%d users' default requirements were not registered within %g s; "
+                              "their reports go on as they are", len(head.waiting),
+                              REGISTRATION_WAIT_S)
+                futures = [await self.send(self.topics.reports, k, v, part)
+                           for k, v, part in head.records]
+                if futures:
+                    await asyncio.gather(*futures)
+                self.counters["source_produced"] += len(head.records)
+                self.on_produced()
+                queue.popleft()
+                # its source offsets may be committed now (the ingest held them back)
+                self.acknowledge(where[0], where[1],
+                                 queue[0].first_offset if queue else head.end_offset)
+            if not queue:
+                del self.held[where]
+
+    def forget(self, topic: str, partition: int) -> None:
+        """A source partition went to another worker: what it held is read again there."""
+        self.held.pop((topic, partition), None)
+
+    def held_offset(self, topic: str, partition: int) -> int | None:
+        """The first source offset of ``topic``'s ``partition`` still held, if any."""
+        queue = self.held.get((topic, partition))
+        return queue[0].first_offset if queue else None
+
+    def _problem(self, topic: str, problem: str, message: str) -> None:
+        log.error(message)
+        self.counters[f"source_problem:{problem}"] += 1
+        if self.metrics is not None:
+            self.metrics.source_problem(problem)
+
+    # -- following requirements and registrations --------------------------------------------
+
+    async def follow(self, broker: str, changelog: str) -> None:
+        """Follow ``requirements`` and the users changelog from their beginning (a consumer of
+        this worker's own); :attr:`ready` once both were read to the ends they had at start."""
+        from aiokafka import AIOKafkaConsumer, TopicPartition
+
+        if not self.defaults:
+            return
+        consumer = AIOKafkaConsumer(bootstrap_servers=broker, **client_options(),
+                                    enable_auto_commit=False, group_id=None,
+                                    auto_offset_reset="earliest")
+        await consumer.start()
+        try:
+            tps = [TopicPartition(t, p) for t in (self.topics.requirements, changelog)
+                   for p in range(self.config.partitions)]
+            consumer.assign(tps)
+            await consumer.seek_to_beginning(*tps)
+            ends = await consumer.end_offsets(tps)
+            while True:
+                batches = await consumer.getmany(timeout_ms=100, max_records=10_000)
+                for tp, recs in batches.items():
+                    into = self.declared if tp.topic == self.topics.requirements \
+                        else self.registered
+                    for rec in recs:
+                        if rec.key is not None:
+                            user = rec.key.decode(errors="replace")
+                            into.add(user)
+                if not self.ready.is_set():
+                    positions = {tp: await consumer.position(tp) for tp in tps}
+                    if all(positions[tp] >= ends[tp] for tp in tps):
+                        log.info("source stage: %d users declared, %d registered",
+                                 len(self.declared), len(self.registered))
+                        self.ready.set()
+                if self.held:
+                    self.on_produced()  # held reports: the stream is not idle
+                    await self.release_held()
+        finally:
+            await consumer.stop()

@@ -1,0 +1,182 @@
+"""Plugging existing telemetry in (README.md, "Plugging in existing telemetry"): keyless app events
+on a topic with another partition count, mapped and re-keyed by user onto ``reports``, users
+registered by a default requirement; releases equal to the in-process run of the same mapped
+reports, ``pwevent audit`` clean, the source topic untouched."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+
+import orjson
+from brokers import broker_fixture
+
+from streams.cli.main import main
+from streams.job.pipeline import InProcessJob
+from streams.kafka.offsets import read_topic, wait_consumed
+from streams.kafka.producer import RawProducer
+from streams.kafka.topics import TopicSpec, create_topics
+from streams.source.mapping import SourceMapping
+from streams.source.rekey import report_value
+from tests.jobkit import config, job_nonce, setup_topics, stop_worker, wait_for_slots
+
+ORIGIN = int(datetime(2026, 12, 3, 10, 0, tzinfo=UTC).timestamp() * 1000)
+SLOT, SLOTS, SOURCE_PARTS = 60_000, 4, 3
+COUNTRIES = ["DE", "FR", "IT", "other"]
+DOMAIN = {"kind": "labels", "labels": COUNTRIES, "other": "other"}
+
+#: The README's example, as a configuration file (plus the test's broker and prefix).
+CONFIG = """
+[worker]
+stream = "app"
+mechanism = "pbd"
+domain = '{{"kind": "labels", "labels": ["DE", "FR", "IT", "other"], "other": "other"}}'
+slot-ms = 60000
+event-time = "history"
+origin-ms = {origin}
+lateness-ms = 240000
+source-topic = ["{source}"]
+user-field = "device.id"
+time-field = "ts"
+value-field = ["country"]
+default-requirement = ["consent=full:w=10,E=2", "w=20,E=1"]
+"""
+
+
+broker = broker_fixture()
+
+
+def iso(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+
+
+def app_events(devices: int) -> list[tuple[int, dict]]:
+    """(source partition, event): every device a few events per slot, spread over the
+    partitions; some countries outside the domain, some events without a device."""
+    out = []
+    for s in range(SLOTS):
+        for i in range(devices):
+            for k in range(1 + (i + s) % 3):
+                t = ORIGIN + s * SLOT + (i * 7919 + k * 104_729) % SLOT
+                country = ["DE", "FR", "IT", "US"][(i + s + k) % 4]
+                event = {"device": {"id": f"d{i}"}, "ts": iso(t), "country": country,
+                         "consent": "full" if i % 4 == 0 else "basic", "app": "7.2"}
+                out.append(((i + k + s) % SOURCE_PARTS, event))
+    out.append((0, {"ts": iso(ORIGIN), "country": "DE"}))  # no device: a dead letter
+    return out
+
+
+def produce_source(bootstrap: str, topic: str, events) -> None:
+    async def go() -> None:
+        prod = RawProducer(bootstrap, topic, SOURCE_PARTS)
+        await prod.start()
+        try:
+            for p in range(SOURCE_PARTS):
+                await prod.send_many([(None, orjson.dumps(e)) for q, e in events if q == p],
+                                     partition=p)
+        finally:
+            await prod.stop()
+
+    asyncio.run(go())
+
+
+def start(bootstrap: str, prefix: str, conf: Path, data: Path, log: Path) -> subprocess.Popen:
+    cmd = [sys.executable, "-m", "streams.cli", "--config", str(conf), "worker",
+           "--broker", bootstrap, "--prefix", prefix, "--partitions", "2", "--idle-close-ms",
+           "1500", "--data-dir", str(data), "--metrics-port", "0"]
+    env = dict(os.environ, PWEVENT_SECRET="test-secret")
+    return subprocess.Popen(cmd, stdout=log.open("ab"), stderr=subprocess.STDOUT, env=env)
+
+
+def read_all(bootstrap: str, topic: str, partitions: int) -> list[tuple[bytes | None, bytes]]:
+    return asyncio.run(read_topic(bootstrap, topic, partitions))
+
+
+def source_records(bootstrap: str, topic: str) -> list[tuple]:
+    """The source topic's records as the stage reads them, (key, value, partition, offset,
+    timestamp)."""
+    from aiokafka import AIOKafkaConsumer, TopicPartition
+
+    async def go():
+        c = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+        await c.start()
+        try:
+            tps = [TopicPartition(topic, p) for p in range(SOURCE_PARTS)]
+            c.assign(tps)
+            await c.seek_to_beginning(*tps)
+            ends = await c.end_offsets(tps)
+            out = []
+            for tp in tps:
+                while await c.position(tp) < ends[tp]:
+                    got = await c.getmany(tp, timeout_ms=1000)
+                    out += [(r.key, r.value, tp.partition, r.offset, r.timestamp)
+                            for r in got.get(tp, [])]
+            return out
+        finally:
+            await c.stop()
+
+    return asyncio.run(go())
+
+
+def test_readme_example_app_events_plugged_in(broker, tmp_path: Path, capsys):
+    prefix, source = "src", "app-events"
+    cfg = config(prefix, stream="app", domain=DOMAIN, slot_ms=SLOT, origin_ms=ORIGIN,
+                 lateness_ms=4 * SLOT, secret="test-secret")
+    topics = setup_topics(broker.bootstrap, cfg)
+    asyncio.run(create_topics(broker.bootstrap, [TopicSpec("app", source, SOURCE_PARTS)]))
+    events = app_events(24)
+    produce_source(broker.bootstrap, source, events)
+    before = source_records(broker.bootstrap, source)
+    conf = tmp_path / "pwevent.toml"
+    conf.write_text(CONFIG.format(origin=ORIGIN, source=source))
+    worker = start(broker.bootstrap, prefix, conf, tmp_path / "data", tmp_path / "worker.log")
+    try:
+        assert asyncio.run(wait_consumed(broker.bootstrap, cfg.app_id(), source, SOURCE_PARTS,
+                                         90, alive=lambda: worker.poll() is None))
+        docs = wait_for_slots(broker.bootstrap, topics, set(range(SLOTS)), 90, worker)
+    finally:
+        stop_worker(worker)
+    log = (tmp_path / "worker.log").read_text()
+    assert sorted(d["slot"] for d in docs) == list(range(SLOTS)), log[-3000:]
+    assert all(d["users"] == 24 for d in docs), log[-3000:]
+    # the source topic is untouched
+    assert source_records(broker.bootstrap, source) == before
+    # every device registered once, by its default (the consent rule first)
+    reqs = read_all(broker.bootstrap, topics.requirements, cfg.partitions)
+    assert sorted(k for k, _ in reqs) == sorted(f"d{i}".encode() for i in range(24))
+    for k, v in reqs:
+        want = {"w": 10, "E": 2.0} if int(k[1:]) % 4 == 0 else {"w": 20, "E": 1.0}
+        assert orjson.loads(v) == {"user": k.decode(), **want}
+    # the event without a device is a dead letter naming the source record
+    dead = [orjson.loads(v) for _k, v in read_all(broker.bootstrap, topics.dead_letters, 1)]
+    missing = [d for d in dead if d["topic"] == source]
+    assert [d["reason"] for d in missing] == ["missing_field"]
+    assert {d["reason"] for d in dead} <= {"missing_field", "duplicate_in_slot"}
+    # releases equal the in-process run of the same mapped reports under the job's nonce
+    mapping = SourceMapping.from_flags("device.id", "ts", ["country"], DOMAIN)
+    mapped = []
+    for p in range(SOURCE_PARTS):
+        recs = [r for r in before if r[2] == p]
+        b = mapping.map(recs)
+        for j, user in enumerate(b.users):
+            rec = recs[int(b.index[j])]
+            mapped.append((user.encode(), report_value(user, int(b.times[j]), b.values[j],
+                                                       (0, p, rec[3]))))
+    job = InProcessJob(cfg.__class__(**{**cfg.__dict__,
+                                        "nonce": job_nonce(broker.bootstrap, topics, "app")}))
+    job.register(reqs)
+    job.feed(mapped)
+    job.finish(ORIGIN + SLOTS * SLOT)
+    raw = [v for _k, v in read_all(broker.bootstrap, topics.releases, 1)]
+    assert sorted(raw, key=lambda v: orjson.loads(v)["slot"]) == job.releases
+    # the audit re-derives every charge from the topics alone
+    status = main(["audit", "--broker", broker.bootstrap, "--prefix", prefix, "--stream", "app",
+                   "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert status == 0 and out["violations"] == [], out
+    assert out["slots_audited"] == SLOTS
