@@ -207,7 +207,7 @@ class Job:
 
     async def _follow_registrations(self) -> None:
         assert self.rekeyer is not None
-        await self.rekeyer.follow(self.broker, self.users.changelog_topic.get_topic_name())
+        await self.rekeyer.follow(self.broker, self.group_id)
 
     @property
     def coordinator(self) -> Coordinator | None:

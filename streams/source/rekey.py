@@ -17,12 +17,14 @@ the same user from another source partition changes nothing whatever the order t
 (:mod:`streams.source.ordering`).
 
 Default requirements (:mod:`streams.source.defaults`). The stage follows the whole
-``requirements`` topic (which users declared anything, an opt-out tombstone included) and the
-``users`` table's changelog (which users the partitions registered). At a user's first mapped
-report, when the user has no record on ``requirements``, it writes the default requirement there,
-keyed by the user, and holds that user's reports until the changelog shows the registration: a
-report never reaches its partition before its user's default is applied. Held reports keep
-their source offsets unacknowledged; other users' reports go on meanwhile.
+``requirements`` topic (which users declared anything, an opt-out tombstone included). At a
+user's first mapped report, when the user has no record on ``requirements``, it writes the
+default requirement there, keyed by the user, and holds that user's reports until the job's
+consumer group has committed that ``requirements`` partition past the default's offset (a
+partition commits a requirement only after applying it): a report never reaches its partition
+before its user's default is applied. The committed offsets are one number per partition,
+whatever the number of users. Held reports keep their source offsets unacknowledged; other
+users' reports go on meanwhile.
 """
 
 from __future__ import annotations
@@ -54,6 +56,9 @@ __all__ = ["Rekeyer", "SourceSettings", "report_value"]
 #: produced all the same (and counted, or dead-lettered as unregistered_user, by the partition).
 REGISTRATION_WAIT_S = 30.0
 
+#: Seconds between two look-ups of the group's commits on ``requirements`` while defaults wait.
+COMMIT_LOOK_S = 0.25
+
 
 def report_value(user: str, time_ms: int, value: Any, source: tuple[int, int, int]) -> bytes:
     """The value of a mapped report: the report's fields and its source position."""
@@ -76,7 +81,7 @@ class _Held:
     first_offset: int
     end_offset: int  # the offset after the batch's last record
     records: list[tuple[bytes, bytes, int]]  # key, value, reports partition
-    waiting: set[str]
+    waiting: dict[int, int]  # requirements partition -> offset its commit must pass
     since: float = field(default_factory=time.monotonic)
 
 
@@ -100,8 +105,10 @@ class Rekeyer:
         self.index = {t: i for i, t in enumerate(settings.topics)}
         self.watch = MappingWatch(self._problem)
         self.declared: set[str] = set()  # users with a record on requirements
-        self.registered: set[str] = set()  # users with an entry in the users changelog
-        self.defaulted: set[str] = set()  # users this stage wrote a default for, not yet seen
+        # users this stage wrote a default for: (requirements partition, offset), or the send's
+        # future until the broker answers; dropped once the group's commit passed it
+        self.defaulted: dict[str, Any] = {}
+        self.applied: dict[int, int] = {}  # the group's committed offsets on requirements
         self.held: dict[tuple[str, int], deque[_Held]] = {}
         self.ready = asyncio.Event()
         if not self.defaults:
@@ -134,28 +141,37 @@ class Rekeyer:
         out: list[tuple[bytes, bytes, int]] = []
         times = batch.times.tolist()
         offsets = batch.index.tolist()
-        users_waiting: set[str] = set()
+        sent: list[tuple[str, Any]] = []
         for j, user in enumerate(batch.users):
             rec = records[offsets[j]]
             key = user.encode()
-            if self.defaults and user not in self.declared and user not in self.defaulted \
-                    and user not in self.registered:
+            if self.defaults and user not in self.declared and user not in self.defaulted:
                 rule = self.defaults.choose(batch.extras[j] if batch.extras else ())
                 if rule is not None:
-                    self.defaulted.add(user)
-                    futures.append(await self.send(self.topics.requirements, key,
-                                                   rule.requirement(user),
-                                                   key_partition(key, n_parts)))
+                    fut = await self.send(self.topics.requirements, key,
+                                          rule.requirement(user), key_partition(key, n_parts))
+                    self.defaulted[user] = fut  # its offset, once the broker acknowledged it
+                    sent.append((user, fut))
                     self.counters["default_requirements"] += 1
-            if user in self.defaulted and user not in self.registered:
-                users_waiting.add(user)
             out.append((key, report_value(user, times[j], batch.values[j],
                                           (ti, p, int(rec[3]))), key_partition(key, n_parts)))
+        for user, meta in zip([u for u, _f in sent],
+                              await asyncio.gather(*(f for _u, f in sent)), strict=True):
+            self.defaulted[user] = (meta.partition, meta.offset)
+        waiting: dict[int, int] = {}
+        if self.defaulted:
+            for user in set(batch.users) & self.defaulted.keys():
+                where = self.defaulted[user]
+                if not isinstance(where, tuple):  # sent by a batch still waiting for it
+                    meta = await where
+                    where = (meta.partition, meta.offset)
+                part, offset = where
+                if self.applied.get(part, 0) <= offset:
+                    waiting[part] = max(waiting.get(part, 0), offset)
         queue = self.held.get((topic, p))
-        if users_waiting or queue:
+        if waiting or queue:
             queue = self.held.setdefault((topic, p), deque())
-            queue.append(_Held(int(records[0][3]), int(records[-1][3]) + 1, out,
-                               users_waiting))
+            queue.append(_Held(int(records[0][3]), int(records[-1][3]) + 1, out, waiting))
             if futures:
                 await asyncio.gather(*futures)
             await self.release_held()
@@ -177,13 +193,14 @@ class Rekeyer:
             queue = self.held[where]
             while queue:
                 head = queue[0]
-                head.waiting -= self.registered
+                head.waiting = {part: offset for part, offset in head.waiting.items()
+                                if self.applied.get(part, 0) <= offset}
                 if head.waiting and now - head.since < REGISTRATION_WAIT_S:
                     break
                 if head.waiting:
-                    log.error("%d users' default requirements were not registered within %g s; "
-                              "their reports go on as they are", len(head.waiting),
-                              REGISTRATION_WAIT_S)
+                    log.error("default requirements on %d requirements partitions were not "
+                              "applied within %g s; the reports waiting for them go on as they "
+                              "are", len(head.waiting), REGISTRATION_WAIT_S)
                 futures = [await self.send(self.topics.reports, k, v, part)
                            for k, v, part in head.records]
                 if futures:
@@ -214,10 +231,23 @@ class Rekeyer:
 
     # -- following requirements and registrations --------------------------------------------
 
-    async def follow(self, broker: str, changelog: str) -> None:
-        """Follow ``requirements`` and the users changelog from their beginning (a consumer of
-        this worker's own); :attr:`ready` once both were read to the ends they had at start."""
+    def take_commits(self, committed: dict[int, int]) -> None:
+        """The job's group committed ``requirements`` up to these offsets: defaults below them
+        are applied."""
+        self.applied.update(committed)
+        done = [u for u, where in self.defaulted.items()
+                if isinstance(where, tuple) and self.applied.get(where[0], 0) > where[1]]
+        for user in done:
+            del self.defaulted[user]
+            self.declared.add(user)
+
+    async def follow(self, broker: str, group: str) -> None:
+        """Follow ``requirements`` from its beginning (a consumer of this worker's own), and
+        the commits ``group`` makes on it while defaults wait; :attr:`ready` once the topic was
+        read to the end it had at start."""
         from aiokafka import AIOKafkaConsumer, TopicPartition
+
+        from streams.kafka.offsets import committed_offsets
 
         if not self.defaults:
             return
@@ -226,26 +256,26 @@ class Rekeyer:
                                     auto_offset_reset="earliest")
         await consumer.start()
         try:
-            tps = [TopicPartition(t, p) for t in (self.topics.requirements, changelog)
+            tps = [TopicPartition(self.topics.requirements, p)
                    for p in range(self.config.partitions)]
             consumer.assign(tps)
             await consumer.seek_to_beginning(*tps)
             ends = await consumer.end_offsets(tps)
+            next_look = 0.0
             while True:
                 batches = await consumer.getmany(timeout_ms=100, max_records=10_000)
-                for tp, recs in batches.items():
-                    into = self.declared if tp.topic == self.topics.requirements \
-                        else self.registered
-                    for rec in recs:
-                        if rec.key is not None:
-                            user = rec.key.decode(errors="replace")
-                            into.add(user)
+                for recs in batches.values():
+                    self.declared.update(rec.key.decode(errors="replace") for rec in recs
+                                         if rec.key is not None)
                 if not self.ready.is_set():
                     positions = {tp: await consumer.position(tp) for tp in tps}
                     if all(positions[tp] >= ends[tp] for tp in tps):
-                        log.info("source stage: %d users declared, %d registered",
-                                 len(self.declared), len(self.registered))
+                        log.info("source stage: %d users declared", len(self.declared))
                         self.ready.set()
+                if (self.held or self.defaulted) and time.monotonic() >= next_look:
+                    next_look = time.monotonic() + COMMIT_LOOK_S
+                    self.take_commits(await committed_offsets(broker, group,
+                                                              self.topics.requirements))
                 if self.held:
                     self.on_produced()  # held reports: the stream is not idle
                     await self.release_held()

@@ -341,8 +341,11 @@ def caller_site() -> tuple[str, str] | None:
 async def build_every_client(bootstrap: str, tmp_path: Path) -> None:
     """Run each code path that builds a Kafka client against ``bootstrap`` (which does not
     answer): each builds its client, fails to connect, and is done."""
+    from collections import Counter
+
     from streams.cli.audit import fetch_topics
     from streams.cli.demo import _follow_releases
+    from streams.job.config import JobConfig
     from streams.job.membership import leave_group
     from streams.job.observe import Observer
     from streams.job.partition_runner import PartitionRunner
@@ -351,9 +354,15 @@ async def build_every_client(bootstrap: str, tmp_path: Path) -> None:
     from streams.kafka.producer import RawProducer
     from streams.kafka.topics import Topics, create_topics, describe_topics
     from streams.releases.client import _start_record, aiter_releases
+    from streams.source.mapping import SourceMapping
+    from streams.source.rekey import Rekeyer, SourceSettings
 
     topics = Topics(prefix="settings")
     observer = Observer(SimpleNamespace(broker=bootstrap), port=0)
+    cfg = JobConfig(stream="s", mechanism="pbd", domain={"kind": "cells", "size": 2}, secret="x")
+    source = SourceSettings(("t",), SourceMapping.from_flags("u", None, ["v"], cfg.domain),
+                            ("w=3,E=1",))
+    rekeyer = Rekeyer(cfg, source, topics, None, None, Counter())
     producer = RawProducer(bootstrap, topics.reports, 1)
     attempts = [
         fetch_topics(bootstrap, [topics.releases], timeout=2),
@@ -373,6 +382,7 @@ async def build_every_client(bootstrap: str, tmp_path: Path) -> None:
         _start_record(bootstrap, topics.decisions, "s/start", 2),
         anext(aiter_releases(bootstrap, topics.releases, timeout=2)),
         kafka_errors.authentication_failure(bootstrap, KafkaConnectionError("x"), 2),
+        rekeyer.follow(bootstrap, "group"),
     ]
     for attempt in attempts:
         with contextlib.suppress(Exception):

@@ -144,6 +144,8 @@ def test_readme_example_app_events_plugged_in(broker, tmp_path: Path, capsys):
     log = (tmp_path / "worker.log").read_text()
     assert sorted(d["slot"] for d in docs) == list(range(SLOTS)), log[-3000:]
     assert all(d["users"] == 24 for d in docs), log[-3000:]
+    # no report waited out the limit for its user's default requirement
+    assert "were not applied within" not in log, log[-3000:]
     # the source topic is untouched
     assert source_records(broker.bootstrap, source) == before
     # every device registered once, by its default (the consent rule first)
