@@ -51,8 +51,8 @@ def beyond(ours: dict, post: dict[str, dict]) -> list[str]:
              "|---|---|---|---:|---|---:|---:|---|---:|---:|"]
     for ds in DATASETS:
         for E, w in keys:
-            def mean(table: dict, m: str) -> float | None:
-                vals = table.get((ds, m, E, w))
+            def mean(table: dict, m: str, key: tuple = (ds, E, w)) -> float | None:
+                vals = table.get((key[0], m, key[1], key[2]))
                 return float(np.mean(vals)) if vals else None
 
             base = [(mean(ours, m), m.upper()) for m in BASELINES if mean(ours, m) is not None]
