@@ -32,14 +32,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import os
 import random
 import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections import Counter, defaultdict
 from pathlib import Path
@@ -53,6 +51,9 @@ if str(ROOT) not in sys.path:
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition  # noqa: E402
 from aiokafka.client import AIOKafkaClient  # noqa: E402
+
+sys.path.insert(0, str(ROOT / "tests"))
+from jobkit import ReleaseKiller  # noqa: E402
 
 from streams.job.partition import watermark_record  # noqa: E402
 from streams.kafka.apache import ApacheKafka  # noqa: E402
@@ -159,41 +160,6 @@ async def send_slot(bootstrap: str, topic: str, slot: int) -> None:
             await producer.stop()
 
 
-class Killer(threading.Thread):
-    """Tails ``releases`` and SIGKILLs the current worker as soon as the release of a slot in
-    ``slots`` appears."""
-
-    def __init__(self, bootstrap: str, topic: str, slots: set[int]) -> None:
-        super().__init__(daemon=True)
-        self.bootstrap, self.topic, self.slots = bootstrap, topic, set(slots)
-        self.worker: subprocess.Popen | None = None
-        self.killed: list[int] = []
-        self.done = threading.Event()
-
-    def run(self) -> None:
-        asyncio.run(self._tail())
-
-    async def _tail(self) -> None:
-        consumer = AIOKafkaConsumer(bootstrap_servers=self.bootstrap, enable_auto_commit=False,
-                                    auto_offset_reset="earliest", fetch_max_wait_ms=20)
-        await consumer.start()
-        try:
-            tp = TopicPartition(self.topic, 0)
-            consumer.assign([tp])
-            await consumer.seek_to_beginning(tp)
-            while not self.done.is_set():
-                batch = await consumer.getmany(tp, timeout_ms=100)
-                for r in batch.get(tp, []):
-                    slot = int(r.key.split(b"/")[1])
-                    if slot in self.slots and self.worker is not None:
-                        self.slots.discard(slot)
-                        with contextlib.suppress(ProcessLookupError):
-                            os.kill(self.worker.pid, signal.SIGKILL)
-                        self.killed.append(slot)
-        finally:
-            await consumer.stop()
-
-
 def run_job(cluster: ApacheKafka, slots: int, kills: list[int], leader_at: int,
             leader_down: float, workdir: Path) -> dict:
     """Part 1; returns the tallies and the release values by slot."""
@@ -208,8 +174,8 @@ def run_job(cluster: ApacheKafka, slots: int, kills: list[int], leader_at: int,
     data = iter(range(10**6))
     data_dir = workdir / f"data{next(data)}"
     worker = start_worker(bootstrap, prefix, data_dir, log)
-    killer = Killer(bootstrap, topics.releases, set(kills))
-    killer.worker = worker
+    procs = [worker]
+    killer = ReleaseKiller(bootstrap, topics.releases, set(kills), lambda: procs[-1])
     restarts = fresh = 0
     try:
         group = f"pwevent-{prefix}-{STREAM}"
@@ -227,7 +193,7 @@ def run_job(cluster: ApacheKafka, slots: int, kills: list[int], leader_at: int,
                 if restarts % 2 == 0:  # a lost disk: tables from the changelogs
                     data_dir, fresh = workdir / f"data{next(data)}", fresh + 1
                 worker = start_worker(bootstrap, prefix, data_dir, log)
-                killer.worker = worker
+                procs.append(worker)
             if slot < slots:
                 asyncio.run(send_slot(bootstrap, topics.reports, slot))
                 if slot == leader_at:
@@ -244,7 +210,7 @@ def run_job(cluster: ApacheKafka, slots: int, kills: list[int], leader_at: int,
                 if seen["slots"] >= slots:
                     break
     finally:
-        killer.done.set()
+        killer.stop.set()
         worker.terminate()
         worker.wait(30)
     uncommitted = asyncio.run(read_all(bootstrap, topics.releases, "read_uncommitted"))

@@ -31,8 +31,9 @@ from mechanisms.baselines.spas import BatchedSpas, Spas
 from mechanisms.central import BatchedFixed, FixedMechanism, create_mechanism
 from mechanisms.dynamic import DynamicMechanism, DynamicRequirements
 from mechanisms.dynamic_batch import BatchedDynamic
-from mechanisms.mechanism import BatchRelease, Released, Stepper
+from mechanisms.mechanism import BatchRelease, Released, RuleRelease, Stepper, release_std
 from mechanisms.registry import spec
+from mechanisms.release import ReleaseRule
 from mechanisms.requirements import FixedRequirements
 
 
@@ -120,6 +121,13 @@ class BatchedSteppers:
     def _collect(self, releases: list[Released]) -> BatchRelease:
         slot = self.slot
         self.slot += 1
-        return BatchRelease(slot, np.stack([np.asarray(r.histogram, dtype=np.float64)
-                                            for r in releases]),
-                            np.array([bool(r.published) for r in releases]))
+        histogram = np.stack([np.asarray(r.histogram, dtype=np.float64) for r in releases])
+        published = np.array([bool(r.published) for r in releases])
+        thresholds = [getattr(r, "threshold", None) for r in releases]
+        rules = [getattr(s, "rule", None) for s in self.steppers]
+        if all(isinstance(t, float) for t in thresholds) and all(
+                isinstance(r, ReleaseRule) for r in rules):
+            std = np.array([release_std(published[b : b + 1], np.array([t]), rule)[0]
+                            for b, (t, rule) in enumerate(zip(thresholds, rules, strict=True))])
+            return RuleRelease(slot, histogram, published, std)
+        return BatchRelease(slot, histogram, published)

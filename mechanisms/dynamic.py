@@ -279,7 +279,7 @@ class DynamicMechanism(HoldsMechanism):
         counts, sizes = self.levels.group_classes(np.asarray(class_counts), classes)
         plan = self.levels.plan()
         decision, charge = self.mechanism.release(counts, sizes, self.rng, plan)
-        return SlotRelease(charge.slot, decision.histogram, charge.published)
+        return SlotRelease(charge.slot, decision.histogram, charge.published, decision.threshold)
 
     def step(self, cells: np.ndarray) -> Release:
         """Release the next slot from one cell per declared user (-1: no report)."""

@@ -110,6 +110,24 @@ class BatchRelease:
     published: np.ndarray
 
 
+@dataclass(frozen=True)
+class RuleRelease(BatchRelease):
+    """A batch slot released by the release rule, with each run's per-cell noise standard
+    deviation ``std`` (runs,): public (from the publication threshold), nan where the run did
+    not publish. Post-processing (:mod:`mechanisms.postprocess`) reads it."""
+
+    std: np.ndarray
+
+
+def release_std(published: np.ndarray, threshold: np.ndarray, rule: ReleaseRule) -> np.ndarray:
+    """Per run, the standard deviation of the noise a published slot added per cell
+    (:meth:`ReleaseRule.noise_std` of its threshold); nan where the run did not publish."""
+    out = np.full(np.shape(published), np.nan)
+    for b in np.flatnonzero(published):
+        out[b] = rule.noise_std(float(threshold[b]))[0]
+    return out
+
+
 @runtime_checkable
 class RunsLedger(Protocol):
     """A ledger of a batch of runs: plans and commits every run at once."""
@@ -135,6 +153,7 @@ class SlotRelease:
     slot: int
     histogram: np.ndarray
     published: bool
+    threshold: float | None = None  # the rule's publication threshold, where one decided
 
 
 @runtime_checkable
@@ -254,7 +273,8 @@ class Mechanism:
                                          counts, sizes, self.lasts, rngs, first)
         published = self.ledger.commit_runs(decision.published)
         self.lasts = decision.histogram  # a run that did not publish holds its last
-        return BatchRelease(plan.slot, decision.histogram, published)
+        return RuleRelease(plan.slot, decision.histogram, published,
+                           release_std(published, decision.threshold, self.rule))
 
     def adopt(self, published: bool, histogram: np.ndarray | list) -> Charge:
         """Advance through a slot already released elsewhere (its decision and histogram)."""

@@ -9,11 +9,13 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import replace
 from pathlib import Path
 
 import orjson
+from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 
 from streams.job.config import JobConfig
@@ -524,3 +526,36 @@ class LoginRefusingBroker:
         self.server.shutdown()
         self.server.server_close()
         self.thread.join(5)
+
+
+class ReleaseKiller(threading.Thread):
+    """SIGKILLs ``target()`` the moment the release of a slot in ``slots`` is on the topic."""
+
+    def __init__(self, bootstrap: str, topic: str, slots: set[int], target) -> None:
+        super().__init__(daemon=True)
+        self.bootstrap, self.topic, self.slots, self.target = bootstrap, topic, set(slots), target
+        self.killed: list[int] = []
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        asyncio.run(self._tail())
+
+    async def _tail(self) -> None:
+        consumer = AIOKafkaConsumer(bootstrap_servers=self.bootstrap, enable_auto_commit=False,
+                                    auto_offset_reset="earliest", fetch_max_wait_ms=20)
+        await consumer.start()
+        try:
+            tp = TopicPartition(self.topic, 0)
+            consumer.assign([tp])
+            await consumer.seek_to_beginning(tp)
+            while not self.stop.is_set():
+                batch = await consumer.getmany(tp, timeout_ms=100)
+                for record in batch.get(tp, []):
+                    slot = int(record.key.rsplit(b"/", 1)[1])
+                    if slot in self.slots:
+                        self.slots.discard(slot)
+                        with contextlib.suppress(ProcessLookupError):
+                            os.kill(self.target().pid, signal.SIGKILL)
+                        self.killed.append(slot)
+        finally:
+            await consumer.stop()

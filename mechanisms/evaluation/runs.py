@@ -8,16 +8,17 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
+from mechanisms import postprocess as pp
 from mechanisms.build import batch, build
 from mechanisms.central import BatchedFixed
 from mechanisms.dynamic import DynamicRequirements
 from mechanisms.evaluation.experiments import dynamic_rows
 from mechanisms.evaluation.metrics import ajsd, amre, mae
-from mechanisms.mechanism import Stepper
+from mechanisms.mechanism import RuleRelease, Stepper
 from mechanisms.registry import REGISTRY, spec
 from mechanisms.requirements import FixedRequirements
 
@@ -51,6 +52,8 @@ class RunResult:
     mae: float
     fresh: int
     seconds: float
+    #: per post-processing method, its (AMRE, MAE) (:func:`run_batch`)
+    post: dict[str, tuple[float, float]] = field(default_factory=dict)
 
 
 def run_stream(mech: Stepper, cells: np.ndarray, true: np.ndarray) -> RunResult:
@@ -95,25 +98,48 @@ def class_counts(cells: np.ndarray, classes: np.ndarray, d: int, chunk: int = 16
     return ClassCounts(out, classes)
 
 
-def run_batch(
+@dataclass(frozen=True)
+class Replayed:
+    """A batch's releases: ``released`` (runs, T, d), ``published`` (runs, T), ``std`` (runs,
+    T) the per-cell noise standard deviation of each publication (None where the mechanism does
+    not report one), and the batch's seconds per run."""
+
+    released: np.ndarray
+    published: np.ndarray
+    std: np.ndarray | None
+    seconds: float
+
+
+def replay_batch(
     mechs: Sequence[Stepper],
     streams: Sequence[np.ndarray | ClassCounts],
-    trues: Sequence[np.ndarray],
     chunk: int = 256,
-) -> list[RunResult]:
+    d: int | None = None,
+    T: int | None = None,
+) -> Replayed:
     """Replay each run's stream through its mechanism, all runs stepped together
-    (:func:`mechanisms.build.batch`); each run's result is what :func:`run_stream` gives it
-    alone (``seconds`` is the batch's time divided among its runs).
+    (:func:`mechanisms.build.batch`); each run releases what it would alone.
 
     A stream is (T, n) cells or its :class:`ClassCounts`; counts feed the central mechanisms
     their level counts and the others their ``step_classes``, without a pass over the users.
     """
     runs = batch(mechs)
     B = len(mechs)
-    T, d = trues[0].shape
     released = np.zeros((B, T, d), dtype=np.float64)
-    fresh = np.zeros(B, dtype=np.int64)
+    published = np.zeros((B, T), dtype=bool)
+    std = np.full((B, T), np.nan)
+    has_std = True
     counted = all(isinstance(s, ClassCounts) for s in streams)
+
+    def keep(t: int, release) -> None:
+        nonlocal has_std
+        released[:, t] = release.histogram
+        published[:, t] = release.published
+        if isinstance(release, RuleRelease):
+            std[:, t] = release.std
+        else:
+            has_std = False
+
     start = time.perf_counter()
     if counted and isinstance(runs, BatchedFixed):
         matrix = runs.class_matrix([s.classes for s in streams])  # (B, L, C)
@@ -125,23 +151,49 @@ def run_batch(
                 cc[b, :, : s.counts.shape[1]] = s.counts[lo:hi]
             level = np.matmul(matrix[:, None], cc)  # (B, slots, L, d)
             for i in range(hi - lo):
-                release = runs.step_counts(level[:, i])
-                released[:, lo + i] = release.histogram
-                fresh += release.published
+                keep(lo + i, runs.step_counts(level[:, i]))
     elif counted:
         classes = [s.classes for s in streams]
         for t in range(T):
-            release = runs.step_classes([s.counts[t] for s in streams], classes)
-            released[:, t] = release.histogram
-            fresh += release.published
+            keep(t, runs.step_classes([s.counts[t] for s in streams], classes))
     else:
         for t in range(T):
-            release = runs.step([np.asarray(s[t], dtype=np.int64) for s in streams])
-            released[:, t] = release.histogram
-            fresh += release.published
+            keep(t, runs.step([np.asarray(s[t], dtype=np.int64) for s in streams]))
     seconds = (time.perf_counter() - start) / B
+    return Replayed(released, published, std if has_std else None, seconds)
+
+
+def run_batch(
+    mechs: Sequence[Stepper],
+    streams: Sequence[np.ndarray | ClassCounts],
+    trues: Sequence[np.ndarray],
+    chunk: int = 256,
+    postprocess: Sequence[str] = (),
+    users: Sequence[int] = (),
+) -> list[RunResult]:
+    """Replay each run's stream through its mechanism, all runs stepped together
+    (:func:`replay_batch`); each run's result is what :func:`run_stream` gives it alone
+    (``seconds`` is the batch's time divided among its runs).
+
+    Each method of ``postprocess`` (:data:`mechanisms.postprocess.METHODS`) is applied to the
+    releases (with ``users[b]`` registered users in run b) and scored in the result's ``post``;
+    a mechanism whose releases carry no noise scale gets no ``kalman`` score.
+    """
+    T, d = trues[0].shape
+    rep = replay_batch(mechs, streams, chunk, d, T)
+    released = rep.released
+    fresh = rep.published.sum(axis=1)
+    post: list[dict[str, tuple[float, float]]] = [{} for _ in mechs]
+    for method in postprocess:
+        if method == "kalman" and rep.std is None:
+            continue
+        estimates = pp.postprocess(method, released, rep.published, rep.std,
+                                   np.asarray(users, dtype=np.float64), d)
+        for b in range(len(mechs)):
+            post[b][method] = (amre(estimates[b], trues[b]), mae(estimates[b], trues[b]))
     return [RunResult(amre(released[b], trues[b]), ajsd(released[b], trues[b]),
-                      mae(released[b], trues[b]), int(fresh[b]), seconds) for b in range(B)]
+                      mae(released[b], trues[b]), int(fresh[b]), rep.seconds, post[b])
+            for b in range(len(mechs))]
 
 
 def synthetic_cells(

@@ -10,6 +10,9 @@ from queue import Queue
 import numpy as np
 
 Setting = tuple[float, int, float | None]  # E, w, share of the ratio experiment
+#: The post-processings scored besides the raw release (``amre_<method>`` columns; a
+#: mechanism whose releases report no noise scale gets no ``kalman`` score).
+POSTPROCESSED = ("round", "kalman")
 
 
 def settings(args: argparse.Namespace) -> list[Setting]:
@@ -94,13 +97,17 @@ def run_task(dataset: str, repeats: list[int], args: dict,
         for repeat, (_, tag, reqs), _, _, d in specs:
             rng = np.random.default_rng([args["seed"], repeat, 2, *tag, k])
             mechs.append(make_step(name, reqs, d, rng, args["noise"]))
-        results = run_batch(mechs, [s[2] for s in specs], [s[3] for s in specs])
+        users = [reqs.n for _, (_, _, reqs), _, _, _ in specs]
+        results = run_batch(mechs, [s[2] for s in specs], [s[3] for s in specs],
+                            postprocess=POSTPROCESSED, users=users)
         for (repeat, ((E, w, ratio), _, _), _, true, _), res in zip(specs, results, strict=True):
             rows.append({"dataset": dataset, "mechanism": name, "E": E, "w": w,
                          "repeat": repeat, "amre": res.amre, "ajsd": res.ajsd, "mae": res.mae,
                          "fresh": res.fresh, "slots": true.shape[0],
                          "seconds": round(res.seconds, 3),
-                         "ratio": "" if ratio is None else ratio})
+                         "ratio": "" if ratio is None else ratio,
+                         **{f"amre_{m}": res.post[m][0] if m in res.post else ""
+                            for m in POSTPROCESSED}})
         if progress is not None:
             progress.put(len(specs))
 

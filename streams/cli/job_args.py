@@ -17,7 +17,7 @@ from streams.cli.options import (
     add_options,
     option,
 )
-from streams.job.config import JobConfig
+from streams.job.config import POSTPROCESS, JobConfig
 from streams.releases.client import DEFAULT_CONFIDENCE
 
 
@@ -67,6 +67,11 @@ JOB_OPTIONS = (
     option("--neighbouring", "add-remove: noise hides one report added or removed; replace: one "
            "report's value changed, twice the noise (default: %(default)s)",
            choices=("add-remove", "replace"), default="add-remove"),
+    option("--postprocess", "besides each release's noisy histogram, a post-processed one "
+           "(field estimate; no privacy cost): round, the histogram rounded and clipped at 0; "
+           "kalman, a Kalman filter over the slots' releases, then rounded; the raw "
+           "histogram stays in the record (default: %(default)s)", choices=POSTPROCESS,
+           default="none"),
     option("--event-time", "live: reject reports and watermarks more than --max-clock-skew-ms "
            "ahead of the worker's clock; history: replaying recorded data, the clock is not "
            "consulted (default: %(default)s)", choices=("live", "history"), default="live"),
@@ -122,6 +127,7 @@ def job_config(args: argparse.Namespace) -> JobConfig:
         min_epsilon=args.min_epsilon,
         max_epsilon=args.max_epsilon,
         neighbouring=args.neighbouring,
+        postprocess=getattr(args, "postprocess", "none"),
         event_time=args.event_time,
         max_skew_ms=args.max_clock_skew_ms,
         nonce=getattr(args, "nonce", None) or "",

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from mechanisms.dynamic import DYNAMIC_MECHANISMS
 from mechanisms.noise import DISCRETE_MAX_EPS, DISCRETE_MIN_EPS
+from mechanisms.postprocess import METHODS as POSTPROCESS
 from mechanisms.registry import names
 from streams.job.slotting import SlotClock
 from streams.records.domains import CellDomain, Domain, domain_from_config
@@ -74,6 +75,7 @@ class JobConfig:
     event_time: str = "live"
     max_skew_ms: int = 300_000
     nonce: str = ""
+    postprocess: str = "none"
 
     def __post_init__(self) -> None:
         if self.mechanism not in JOB_MECHANISMS:
@@ -98,6 +100,9 @@ class JobConfig:
             raise ValueError("a pinned nonce must be hexadecimal")
         if self.noise not in ("laplace", "discrete"):
             raise ValueError(f"noise must be laplace or discrete, got {self.noise!r}")
+        if self.postprocess not in POSTPROCESS:
+            raise ValueError(f"postprocess must be one of {POSTPROCESS}, got "
+                             f"{self.postprocess!r}")
         if self.noise == "discrete":
             check_sampler_bounds(self.min_epsilon, self.max_epsilon, self.max_window,
                                  self.sensitivity)

@@ -20,6 +20,7 @@ from collections import Counter
 import numpy as np
 import orjson
 
+from mechanisms.postprocess import Postprocessor
 from mechanisms.randomness import slot_generator
 from streams.job.config import JobConfig
 from streams.job.coordinator_placement import ReleasePlacement, release_placement
@@ -63,6 +64,9 @@ class Coordinator:
         #: the last slot published (what an approximated slot repeats); None: none yet
         self.last_published: int | None = None
         self.cells = release_cells(config)
+        #: the post-processing of releases (None: none), fed every release in slot order
+        self.postprocessor = (None if config.postprocess == "none" else
+                              Postprocessor(config.postprocess, config.make_domain().size))
         self.duplicates = 0
         self.next_slot: int | None = None
         #: the next offset of the ``slot-partials`` topic to take (the job's input position,
@@ -141,6 +145,8 @@ class Coordinator:
                 "stream": self.config.stream, "slot": slot, "published": release["published"],
                 "nullified": release["nullified"], "eps1": {}, "eps2": {}, "users": {}}
             self.replay_slot(slot, decision, release)
+            if self.postprocessor is not None:  # the filter takes the slot as released
+                self.postprocess(dict(release))
             if release["published"]:
                 self.last_published = slot
             self.released[slot], self.decisions[slot] = releases[slot], orjson.dumps(decision)
@@ -176,10 +182,25 @@ class Coordinator:
                 threshold: float, users: int, noise_std: np.ndarray | None) -> dict:
         """:func:`release_record` of a slot about to be recorded (``noise_std``: per cell, of
         the noise added when published); an approximation names the publication it repeats."""
-        return release_record(self.config, slot, published, nullified, histogram, threshold,
-                              users, cells=self.cells,
-                              noise_std=noise_std if published else None,
-                              approximates=None if published else self.last_published)
+        record = release_record(self.config, slot, published, nullified, histogram, threshold,
+                                users, cells=self.cells,
+                                noise_std=noise_std if published else None,
+                                approximates=None if published else self.last_published)
+        self.postprocess(record)
+        return record
+
+    def postprocess(self, record: dict) -> None:
+        """Add the post-processed histogram to a release record (field ``estimate``) and
+        advance the filter; it reads the record's released values and public fields only."""
+        if self.postprocessor is None:
+            return
+        noise = record["noise"]
+        record["estimate"] = {
+            "method": self.postprocessor.method,
+            "histogram": self.postprocessor.step(record["histogram"], record["published"],
+                                                 None if noise is None else noise["scale"],
+                                                 record["users"]),
+        }
 
     def begin(self, start: int) -> Emitted:
         """Fix the stream's first slot; returns the start record to emit."""
@@ -252,6 +273,8 @@ class Coordinator:
             "duplicates": self.duplicates,
             "input_offset": self.input_offset,
             "last_published": self.last_published,
+            **({} if self.postprocessor is None else
+               {"postprocessor": self.postprocessor.state()}),
         }
 
     def load_log(self, doc: dict) -> None:
@@ -264,6 +287,8 @@ class Coordinator:
         self.emitted_through = doc["emitted_through"]
         self.duplicates = int(doc["duplicates"])
         self.input_offset = doc.get("input_offset")
+        if self.postprocessor is not None and "postprocessor" in doc:
+            self.postprocessor.load(doc["postprocessor"])
         if "last_published" in doc:
             self.last_published = doc["last_published"]
         else:  # a state saved before it was kept: the latest publication still recorded

@@ -133,6 +133,26 @@ RELEASES: Final = Format(
             Field("approximates", Int(nullable=True, description="Not published: the slot whose "
                                       "publication the histogram repeats (null: none yet, the "
                                       "histogram is all zeros). Published: null.")),
+            Field(
+                "estimate",
+                Record(
+                    (
+                        Field("method", Str(min_length=1, description="\"round\" (the "
+                                            "histogram rounded and clipped at 0) or \"kalman\" "
+                                            "(a Kalman filter over this and the earlier "
+                                            "releases of the stream, then rounded).")),
+                        Field("histogram", Array(items=Int(minimum=0), min_items=1,
+                                                 description="The post-processed counts, in "
+                                                 "histogram order.")),
+                    ),
+                    additional=True,
+                    description="With --postprocess: the release post-processed, a function of "
+                    "the released histograms and public fields of this and earlier slots only "
+                    "(no privacy cost). It carries no error bars: the noise fields describe "
+                    "histogram, not this.",
+                ),
+                required=False,
+            ),
         ),
         additional=True,
         description="One private histogram per released slot (key = \"<stream>/<slot>\"; "

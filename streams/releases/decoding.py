@@ -66,6 +66,9 @@ class Release:
     upper: tuple[Number, ...] | None
     #: the Kafka record's timestamp (the job sets it to ``end``)
     timestamp_ms: int | None = None
+    #: the post-processed histogram (``--postprocess``) and its method; no error bars
+    estimate: tuple[int, ...] | None = None
+    estimate_method: str | None = None
 
     @property
     def status(self) -> str:
@@ -99,6 +102,8 @@ class Release:
             "threshold": self.threshold,
             "users": self.users,
             "schema_version": self.schema_version,
+            "estimate": None if self.estimate is None else {
+                "method": self.estimate_method, "histogram": list(self.estimate)},
         }
 
 
@@ -141,6 +146,19 @@ def _noise(doc: dict[str, Any], d: int) -> Noise | None:
     return Noise(noise["distribution"], tuple(float(x) for x in scale))
 
 
+def _estimate(doc: dict[str, Any], d: int) -> tuple[tuple[int, ...] | None, str | None]:
+    estimate = doc.get("estimate")
+    if estimate is None:
+        return None, None
+    if type(estimate) is not dict or type(estimate.get("method")) is not str:
+        raise UnreadableRelease("estimate has no method")
+    values = estimate.get("histogram")
+    if type(values) is not list or len(values) != d or \
+            not all(type(x) is int and x >= 0 for x in values):
+        raise UnreadableRelease(f"estimate.histogram is not {d} counts")
+    return tuple(values), estimate["method"]
+
+
 def parse_release(value: bytes | dict[str, Any], *, confidence: float = DEFAULT_CONFIDENCE,
                   timestamp_ms: int | None = None) -> Release:
     """One release record as a :class:`Release`; :class:`UnreadableRelease` when a field it
@@ -164,6 +182,7 @@ def parse_release(value: bytes | dict[str, Any], *, confidence: float = DEFAULT_
     lower = upper = None
     if noise is not None and noise.distribution in DISTRIBUTIONS:
         lower, upper = error_bars(histogram, noise, confidence)
+    estimate, method = _estimate(doc, len(histogram))
     approximates = doc.get("approximates")
     if approximates is not None and type(approximates) is not int:
         raise UnreadableRelease("approximates is not an integer")
@@ -175,7 +194,8 @@ def parse_release(value: bytes | dict[str, Any], *, confidence: float = DEFAULT_
         threshold=float(_get(doc, "threshold", (int, float))),
         users=_get(doc, "users", (int,)), schema_version=version, cells=cells, cells_ref=ref,
         noise=noise, approximates=None if published else approximates, confidence=confidence,
-        lower=lower, upper=upper, timestamp_ms=timestamp_ms,
+        lower=lower, upper=upper, timestamp_ms=timestamp_ms, estimate=estimate,
+        estimate_method=method,
     )
 
 

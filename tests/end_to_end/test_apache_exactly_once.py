@@ -15,16 +15,12 @@ identity of a repeat is what readers rely on either way (docs/design.md, "Runnin
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import os
 import signal
-import threading
 from pathlib import Path
 
-from aiokafka import AIOKafkaConsumer, TopicPartition
 from brokers import broker_fixture
 from jobkit import (
+    ReleaseKiller,
     close_through,
     config,
     in_process,
@@ -45,39 +41,6 @@ SLOTS = 14
 KILL_AT = {4: "same data directory", 9: "empty data directory"}
 
 broker = broker_fixture(("apache-kafka",))
-
-
-class ReleaseKiller(threading.Thread):
-    """SIGKILLs ``target()`` the moment the release of a slot in ``slots`` is on the topic."""
-
-    def __init__(self, bootstrap: str, topic: str, slots: set[int], target) -> None:
-        super().__init__(daemon=True)
-        self.bootstrap, self.topic, self.slots, self.target = bootstrap, topic, set(slots), target
-        self.killed: list[int] = []
-        self.stop = threading.Event()
-
-    def run(self) -> None:
-        asyncio.run(self._tail())
-
-    async def _tail(self) -> None:
-        consumer = AIOKafkaConsumer(bootstrap_servers=self.bootstrap, enable_auto_commit=False,
-                                    auto_offset_reset="earliest", fetch_max_wait_ms=20)
-        await consumer.start()
-        try:
-            tp = TopicPartition(self.topic, 0)
-            consumer.assign([tp])
-            await consumer.seek_to_beginning(tp)
-            while not self.stop.is_set():
-                batch = await consumer.getmany(tp, timeout_ms=100)
-                for record in batch.get(tp, []):
-                    slot = int(record.key.rsplit(b"/", 1)[1])
-                    if slot in self.slots:
-                        self.slots.discard(slot)
-                        with contextlib.suppress(ProcessLookupError):
-                            os.kill(self.target().pid, signal.SIGKILL)
-                        self.killed.append(slot)
-        finally:
-            await consumer.stop()
 
 
 def test_a_worker_killed_as_its_release_lands_repeats_it_byte_for_byte(broker,

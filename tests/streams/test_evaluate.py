@@ -75,8 +75,10 @@ def test_evaluate_command_writes_results_summary_and_plots(tmp_path):
     assert settings == {("0.4", "120"), ("1.0", "120"), ("0.6", "40"), ("0.6", "120")}
     assert len(rows) == 2 * 4 * 3 * 2
     assert set(rows[0]) == {"dataset", "mechanism", "E", "w", "repeat", "amre", "ajsd", "mae",
-                            "fresh", "slots", "seconds", "ratio"}
+                            "fresh", "slots", "seconds", "ratio", "amre_round", "amre_kalman"}
     assert {r["ratio"] for r in rows} == {""}
+    # every central run is scored post-processed too (no privacy cost: released values only)
+    assert all(float(r["amre_round"]) >= 0 and float(r["amre_kalman"]) >= 0 for r in rows)
     summary = (out / "summary.md").read_text()
     assert "AMRE with E varied (w = 120)" in summary and "| sin | E=0.4 |" in summary
     assert sorted(p.name for p in out.glob("*.png")) == [

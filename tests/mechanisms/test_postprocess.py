@@ -1,0 +1,139 @@
+"""Post-processing of releases (mechanisms/postprocess.py): a function of released values and
+public parameters only, causal, the same slot by slot as over a whole run, and it leaves the
+ledgers' charges alone."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from mechanisms import postprocess as pp
+from mechanisms.build import build
+from mechanisms.evaluation.runs import replay_batch, run_batch, synthetic_cells, true_histograms
+from mechanisms.requirements import FixedRequirements
+
+
+def releases(seed: int, T: int, d: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Random released histograms, publication flags and noise scales (nan: approximated)."""
+    rng = np.random.default_rng(seed)
+    published = rng.random(T) < 0.4
+    std = np.where(published, rng.uniform(0.5, 200.0, T), np.nan)
+    hist = np.zeros((T, d))
+    last = np.zeros(d)
+    for t in range(T):
+        if published[t]:
+            last = rng.normal(100.0, 80.0, d)
+        hist[t] = last
+    return hist, published, std
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(0, 2**31), st.integers(1, 40), st.integers(1, 5), st.integers(1, 10**6))
+def test_kalman_is_causal_and_the_same_slot_by_slot(seed, T, d, users):
+    hist, published, std = releases(seed, T, d)
+    whole = pp.postprocess("kalman", hist, published, std, users, d)
+    one = pp.Postprocessor("kalman", d)
+    steps = [one.step(hist[t], bool(published[t]), None if np.isnan(std[t])
+                      else np.full(d, std[t]), users) for t in range(T)]
+    assert np.array_equal(np.array(steps, dtype=np.float64), whole)
+    assert (whole >= 0).all() and np.array_equal(whole, np.rint(whole))
+    # later releases never change an earlier estimate
+    cut = T // 2
+    changed = hist.copy()
+    changed[cut:] += 1000.0
+    assert np.array_equal(pp.postprocess("kalman", changed, published, std, users, d)[:cut],
+                          whole[:cut])
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.integers(0, 2**31), st.integers(2, 30))
+def test_state_survives_a_restart(seed, T):
+    hist, published, std = releases(seed, T, 3)
+    cut = T // 2
+    a = pp.Postprocessor("kalman", 3)
+    first = [a.step(hist[t], bool(published[t]), None if np.isnan(std[t]) else [std[t]] * 3, 50)
+             for t in range(cut)]
+    b = pp.Postprocessor("kalman", 3)
+    b.load(a.state())
+    rest = [b.step(hist[t], bool(published[t]), None if np.isnan(std[t]) else [std[t]] * 3, 50)
+            for t in range(cut, T)]
+    again = pp.Postprocessor("kalman", 3)
+    assert first + rest == [again.step(hist[t], bool(published[t]),
+                                       None if np.isnan(std[t]) else [std[t]] * 3, 50)
+                            for t in range(T)]
+
+
+def test_projection_and_unknown_method():
+    assert pp.project(np.array([-3.2, 0.4, 2.5, 7.6])).tolist() == [0.0, 0.0, 2.0, 8.0]
+    with pytest.raises(ValueError, match="unknown post-processing"):
+        pp.postprocess("smooth", np.zeros((1, 1)), np.ones(1, bool), np.ones(1), 1, 1)
+    with pytest.raises(ValueError, match="unknown post-processing"):
+        pp.Postprocessor("smooth", 2)
+
+
+def test_an_approximated_slot_is_no_measurement():
+    """A slot that repeats a publication does not pull the estimate again."""
+    hist = np.array([[100.0], [100.0], [100.0], [40.0]])
+    published = np.array([True, False, False, True])
+    std = np.array([10.0, np.nan, np.nan, 10.0])
+    est, var = pp.kalman(hist, published, std, 1.0)
+    assert est[:3, 0].tolist() == [100.0, 100.0, 100.0]
+    assert var[:3, 0].tolist() == [100.0, 101.0, 102.0]
+    # the second publication weighs as its variance says: gain 103 / 203
+    assert est[3, 0] == pytest.approx(100.0 + 103.0 / 203.0 * (40.0 - 100.0))
+
+
+def test_process_variance_is_public():
+    assert pp.process_variance(10_000, 2).tolist() == pytest.approx((pp.DRIFT * 5000) ** 2)
+    assert pp.process_variance(3, 100).tolist() == 1.0
+
+
+def run(name: str, cells: np.ndarray, reqs: FixedRequirements, seed: int):
+    mech = build(name, reqs, 2, np.random.default_rng(seed))
+    return replay_batch([mech], [cells], d=2, T=cells.shape[0])
+
+
+@pytest.mark.parametrize("name", ["pbd", "pba", "bd", "ba", "uniform"])
+def test_estimates_depend_on_the_releases_only(name):
+    """Two different exact streams under the same seeds: wherever the releases agree slot for
+    slot the estimates agree, and the estimates are those of the releases alone."""
+    rng = np.random.default_rng(5)
+    reqs = FixedRequirements.from_arrays([f"u{i}" for i in range(300)],
+                                         rng.choice([4, 8], 300), rng.choice([1.0, 2.0], 300))
+    probs = np.linspace(0.2, 0.8, 60)
+    a = synthetic_cells(probs, 300, np.random.default_rng(1))
+    b = synthetic_cells(probs[::-1], 300, np.random.default_rng(2))
+    ra, rb = run(name, a, reqs, 9), run(name, b, reqs, 9)
+    ea = pp.postprocess("kalman", ra.released[0], ra.published[0], ra.std[0], 300, 2)
+    eb = pp.postprocess("kalman", rb.released[0], rb.published[0], rb.std[0], 300, 2)
+    same = np.all(ra.released[0] == rb.released[0], axis=1) & (ra.published[0] ==
+                                                                 rb.published[0])
+    prefix = int(np.argmin(same)) if not same.all() else same.size
+    assert np.array_equal(ea[:prefix], eb[:prefix])
+    # run_batch scores exactly these estimates
+    res = run_batch([build(name, reqs, 2, np.random.default_rng(9))], [a],
+                    [true_histograms(a, 2)], postprocess=("kalman",), users=[300])[0]
+    assert res.post["kalman"][0] == pytest.approx(np.mean((ea - true_histograms(a, 2)) ** 2))
+
+
+@pytest.mark.parametrize("name", ["pbd", "pba", "dpbd", "dpba"])
+def test_postprocessing_leaves_the_releases_and_charges_alone(name):
+    """The evaluation's raw columns and every release do not depend on post-processing."""
+    from mechanisms.evaluation.runs import make_step
+
+    rng = np.random.default_rng(3)
+    reqs = FixedRequirements.from_arrays([f"u{i}" for i in range(200)],
+                                         rng.choice([4, 8], 200), rng.choice([1.0, 2.0], 200))
+    cells = synthetic_cells(np.linspace(0.3, 0.6, 40), 200, np.random.default_rng(4))
+    true = true_histograms(cells, 2)
+
+    def results(post):
+        mech = make_step(name, reqs, 2, np.random.default_rng(11))
+        return run_batch([mech], [cells], [true], postprocess=post, users=[200])[0]
+
+    plain, post = results(()), results(("round", "kalman"))
+    assert (plain.amre, plain.ajsd, plain.mae, plain.fresh) == (post.amre, post.ajsd,
+                                                                 post.mae, post.fresh)
+    assert set(post.post) == {"round", "kalman"} and plain.post == {}
