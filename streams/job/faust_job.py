@@ -51,7 +51,7 @@ from streams.job.registry_store import key_partition_of
 from streams.job.roles import placement_type
 from streams.job.startup import TABLE_PARTITIONS
 from streams.job.worker_metrics import WorkerMetrics
-from streams.kafka.producer import key_partition
+from streams.kafka.producer import RawProducer, key_partition
 from streams.kafka.settings import current as current_settings
 from streams.kafka.settings import faust_options
 from streams.kafka.topics import Topics, min_insync_replicas
@@ -104,6 +104,7 @@ class Worker(faust.Worker):
     async def on_shutdown(self) -> None:
         await super().on_shutdown()
         job = self.job
+        await job.close_reports_out()
         error = await leave_group(job.broker, job.group_id, job.instance_id)
         if error is None:
             log.info("left group %s (instance %s)", job.group_id, job.instance_id)
@@ -179,11 +180,13 @@ class Job:
         BatchIngest(self.app, self.topics.slot_partials, self.coordination.on_partials)
         # source topics: mapped and re-keyed by user onto reports (streams/source/rekey.py)
         self.rekeyer: Rekeyer | None = None
+        self._reports_out: RawProducer | None = None
         if source is not None:
             self.rekeyer = Rekeyer(config, source, self.topics, self._send,
                                    self.partitions.dead_letters, self.counters, self.metrics,
                                    on_produced=self.partitions.took_source,
-                                   acknowledge=self._acknowledge)
+                                   acknowledge=self._acknowledge,
+                                   send_reports=self._send_reports)
             for topic in source.topics:
                 BatchIngest(self.app, topic, self.rekeyer.handler(topic), timestamps=True)
             self.app.task(self._follow_registrations)
@@ -201,6 +204,22 @@ class Job:
 
     async def _send(self, topic: str, key: bytes, value: bytes, partition: int) -> Any:
         return await self.app.producer.send(topic, key, value, partition, None, None)
+
+    async def _send_reports(self, records: list[tuple[bytes, bytes]]) -> int:
+        """Re-keyed reports onto ``reports`` in record batches, each on its key's partition
+        (murmur2, as the job's producer would put it), acknowledged when this returns: Faust's
+        producer takes about 50 us a record, a quarter of the source stage's budget."""
+        if self._reports_out is None:
+            out = RawProducer(self.broker, self.topics.reports, self.config.partitions)
+            await out.start()
+            self._reports_out = out
+        return await self._reports_out.send_many(records)
+
+    async def close_reports_out(self) -> None:
+        """Flush and close the re-keyed reports' producer, if it was started."""
+        if self._reports_out is not None:
+            await self._reports_out.stop(timeout=10)
+            self._reports_out = None
 
     def _acknowledge(self, topic: str, partition: int, stop: int) -> None:
         self.app.consumer.acknowledge(TP(topic, partition), stop)

@@ -33,7 +33,7 @@ import asyncio
 import logging
 import time
 from collections import Counter, deque
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -93,9 +93,12 @@ class Rekeyer:
                  send: Callable[..., Any], dead_letters: Any, counters: Counter[str],
                  metrics: Any = None, on_produced: Callable[[], None] | None = None,
                  acknowledge: Callable[[str, int, int], None] | None = None,
-                 clock_ms: Callable[[], int] = lambda: int(time.time() * 1000)) -> None:
+                 clock_ms: Callable[[], int] = lambda: int(time.time() * 1000),
+                 send_reports: Callable[[list[tuple[bytes, bytes]]], Awaitable[Any]] | None
+                 = None) -> None:
         self.config, self.settings, self.topics = config, settings, topics
         self.send, self.dead_letters = send, dead_letters
+        self.send_reports = send_reports
         self.counters, self.metrics = counters, metrics
         self.on_produced = on_produced or (lambda: None)
         self.acknowledge = acknowledge or (lambda topic, partition, stop: None)
@@ -177,13 +180,25 @@ class Rekeyer:
             await self.release_held()
             queue = self.held.get((topic, p))
             return queue[0].first_offset if queue else None
-        futures += [await self.send(self.topics.reports, k, v, part) for k, v, part in out]
         if futures:
             await asyncio.gather(*futures)
+        await self._produce(out)
         if out:
             self.counters["source_produced"] += len(out)
             self.on_produced()
         return None
+
+    async def _produce(self, records: list[tuple[bytes, bytes, int]]) -> None:
+        """Put mapped reports on ``reports`` (each on its user's partition) and wait until the
+        broker has them: in record batches through ``send_reports`` when the stage has it, else
+        one ``send`` a record."""
+        if not records:
+            return
+        if self.send_reports is not None:
+            await self.send_reports([(k, v) for k, v, _part in records])
+            return
+        futures = [await self.send(self.topics.reports, k, v, part) for k, v, part in records]
+        await asyncio.gather(*futures)
 
     async def release_held(self) -> None:
         """Produce held reports whose users are registered now (or waited too long), oldest
@@ -201,10 +216,7 @@ class Rekeyer:
                     log.error("default requirements on %d requirements partitions were not "
                               "applied within %g s; the reports waiting for them go on as they "
                               "are", len(head.waiting), REGISTRATION_WAIT_S)
-                futures = [await self.send(self.topics.reports, k, v, part)
-                           for k, v, part in head.records]
-                if futures:
-                    await asyncio.gather(*futures)
+                await self._produce(head.records)
                 self.counters["source_produced"] += len(head.records)
                 self.on_produced()
                 queue.popleft()

@@ -1,0 +1,166 @@
+"""The source stage's rate: existing telemetry mapped and re-keyed by user, next to raw aiokafka.
+
+Starts the embedded broker (or, with ``--broker apache-kafka``, a one-node Apache Kafka from the
+jars ``./setup.sh test`` fetched) and fills a keyless source topic of ``--source-partitions``
+partitions with ``--events`` app events shaped as in the README's example
+(``{"device": {"id": ...}, "ts": ISO 8601, "country": ...}``, ``--devices`` devices). It
+measures a bare aiokafka consumer (``getmany`` + ``orjson.loads``) on that topic, then one real
+worker (``pwevent worker --source-topic ... --user-field device.id --time-field ts
+--value-field country``) reading the same backlog: the worker maps every event, re-keys it by
+user and produces it to the job's ``reports`` topic, so its rate counts the re-keying produce.
+The worker's rate is the reports it produced over the span of their Kafka timestamps. Every
+device declared a requirement beforehand (``--defaults`` lets the stage write defaults instead,
+which adds the wait for their registration to the first events of each device). Run::
+
+    .venv/bin/python benchmarks/bench_source.py [--events 500000] [--devices 20000] \\
+        [--broker embedded|apache-kafka] [--defaults]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+import orjson
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from aiokafka import AIOKafkaConsumer, TopicPartition  # noqa: E402
+from bench_ingest import measure_raw  # noqa: E402
+
+from streams.kafka.apache import ApacheKafka  # noqa: E402
+from streams.kafka.broker import EmbeddedBroker  # noqa: E402
+from streams.kafka.producer import RawProducer, produce_raw  # noqa: E402
+from streams.kafka.topics import Topics, TopicSpec, create_topics  # noqa: E402
+
+ORIGIN = int(datetime(2026, 12, 3, 10, 0, tzinfo=UTC).timestamp() * 1000)
+SLOT_MS = 60_000
+COUNTRIES = ["DE", "FR", "IT", "ES", "NL", "PL", "SE", "other"]
+DOMAIN = {"kind": "labels", "labels": COUNTRIES, "other": "other"}
+
+
+def iso(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+
+
+def events(n: int, devices: int, span_ms: int) -> list[bytes]:
+    """``n`` app events of ``devices`` devices, in time order over ``span_ms``."""
+    return [orjson.dumps({"device": {"id": f"d{i % devices}"},
+                          "ts": iso(ORIGIN + i * span_ms // n),
+                          "country": COUNTRIES[(i * 7) % len(COUNTRIES)], "app": "7.2"})
+            for i in range(n)]
+
+
+async def fill_source(bootstrap: str, topic: str, values: list[bytes], parts: int) -> None:
+    producer = RawProducer(bootstrap, topic, parts)
+    await producer.start()
+    try:
+        for p in range(parts):
+            await producer.send_many([(None, v) for v in values[p::parts]], partition=p)
+    finally:
+        await producer.stop()
+
+
+async def reports_span(bootstrap: str, topic: str, parts: int, want: int,
+                       timeout: float) -> tuple[int, float]:
+    """(keyed records, seconds between the first and the last one's Kafka timestamp) of
+    ``topic``, read until it holds ``want`` of them or ``timeout`` passes."""
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False,
+                                auto_offset_reset="earliest",
+                                max_partition_fetch_bytes=16 * 1024 * 1024)
+    await consumer.start()
+    first, last, n = None, None, 0
+    try:
+        tps = [TopicPartition(topic, p) for p in range(parts)]
+        consumer.assign(tps)
+        await consumer.seek_to_beginning(*tps)
+        deadline = time.monotonic() + timeout
+        while n < want and time.monotonic() < deadline:
+            got = await consumer.getmany(timeout_ms=500, max_records=50_000)
+            for recs in got.values():
+                for r in recs:
+                    if r.key is None:
+                        continue  # a watermark of the job's own, not a re-keyed event
+                    first = r.timestamp if first is None else min(first, r.timestamp)
+                    last = r.timestamp if last is None else max(last, r.timestamp)
+                    n += 1
+    finally:
+        await consumer.stop()
+    return n, ((last - first) / 1000.0 if first is not None else float("nan"))
+
+
+def measure(bootstrap: str, n: int, devices: int, source_parts: int, parts: int,
+            defaults: bool) -> dict:
+    prefix = f"benchsrc{'d' if defaults else ''}"
+    source = f"{prefix}-telemetry"
+    topics = Topics(prefix=prefix, partitions=parts)
+    asyncio.run(create_topics(bootstrap, [*topics.specs(),
+                                          TopicSpec("source", source, source_parts)]))
+    values = events(n, devices, 10 * SLOT_MS)
+    asyncio.run(fill_source(bootstrap, source, values, source_parts))
+    raw = asyncio.run(measure_raw(bootstrap, source, n))
+    if not defaults:
+        reqs = [(f"d{i}".encode(), orjson.dumps({"user": f"d{i}", "w": 10, "E": 1.0}))
+                for i in range(devices)]
+        asyncio.run(produce_raw(bootstrap, topics.requirements, reqs, partitions=parts))
+    workdir = Path(tempfile.mkdtemp(prefix="pwevent-bench-source-"))
+    cmd = [sys.executable, "-m", "streams.cli", "worker", "--broker", bootstrap, "--prefix",
+           prefix, "--partitions", str(parts), "--stream", "app", "--mechanism", "pbd",
+           "--domain", orjson.dumps(DOMAIN).decode(), "--slot-ms", str(SLOT_MS),
+           "--origin-ms", str(ORIGIN), "--event-time", "history", "--lateness-ms",
+           str(10 * SLOT_MS), "--idle-close-ms", "600000", "--source-topic", source,
+           "--user-field", "device.id", "--time-field", "ts", "--value-field", "country",
+           *(["--default-requirement", "w=10,E=1"] if defaults else []),
+           "--data-dir", str(workdir / "data"), "--loglevel", "warning", "--metrics-port", "0"]
+    worker = subprocess.Popen(cmd, stdout=(workdir / "log").open("wb"), stderr=subprocess.STDOUT,
+                              env=dict(os.environ, PWEVENT_SECRET="bench"))
+    try:
+        got, seconds = asyncio.run(reports_span(bootstrap, topics.reports, parts, n, 600))
+    finally:
+        worker.terminate()
+        try:
+            worker.wait(30)
+        except subprocess.TimeoutExpired:
+            worker.kill()
+            worker.wait()
+    assert got == n, f"{got} of {n} events re-keyed; log in {workdir}"
+    rate = got / seconds
+    return {"defaults": defaults, "events": n, "devices": devices,
+            "source_partitions": source_parts, "partitions": parts,
+            "raw_rate": raw["rate"], "stage_rate": rate, "of_raw": rate / raw["rate"]}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--events", type=int, default=500_000)
+    parser.add_argument("--devices", type=int, default=20_000)
+    parser.add_argument("--source-partitions", type=int, default=3)
+    parser.add_argument("--partitions", type=int, default=4)
+    parser.add_argument("--defaults", action="store_true",
+                        help="devices declare nothing: the stage writes default requirements")
+    parser.add_argument("--broker", choices=("embedded", "apache-kafka"), default="embedded")
+    args = parser.parse_args()
+    cluster = EmbeddedBroker() if args.broker == "embedded" else ApacheKafka(1, heap_mb=1024)
+    with cluster as broker:
+        row = measure(broker.bootstrap, args.events, args.devices, args.source_partitions,
+                      args.partitions, args.defaults)
+    print(orjson.dumps(row).decode())
+    print(f"broker: {args.broker}")
+    print("| events | devices | defaults | raw aiokafka /s | source stage /s | of raw |")
+    print("|---:|---:|---|---:|---:|---:|")
+    print(f"| {row['events']:,} | {row['devices']:,} | {'yes' if row['defaults'] else 'no'} | "
+          f"{row['raw_rate']:,.0f} | {row['stage_rate']:,.0f} | {row['of_raw']:.0%} |")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
