@@ -205,15 +205,17 @@ class Job:
     async def _send(self, topic: str, key: bytes, value: bytes, partition: int) -> Any:
         return await self.app.producer.send(topic, key, value, partition, None, None)
 
-    async def _send_reports(self, records: list[tuple[bytes, bytes]]) -> int:
+    async def _send_reports(self, records: list[tuple[bytes, bytes]], partitions: list[int],
+                            ) -> int:
         """Re-keyed reports onto ``reports`` in record batches, each on its key's partition
-        (murmur2, as the job's producer would put it), acknowledged when this returns: Faust's
+        (``partitions``: murmur2 of the keys, as the stage hashed them), acknowledged when this
+        returns: Faust's
         producer takes about 50 us a record, a quarter of the source stage's budget."""
         if self._reports_out is None:
             out = RawProducer(self.broker, self.topics.reports, self.config.partitions)
             await out.start()
             self._reports_out = out
-        return await self._reports_out.send_many(records)
+        return await self._reports_out.send_many(records, partitions=partitions)
 
     async def close_reports_out(self) -> None:
         """Flush and close the re-keyed reports' producer, if it was started."""

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from aiokafka import AIOKafkaProducer
@@ -102,6 +102,7 @@ class RawProducer:
         partition: int | None = None,
         *,
         into: list[RawProducer.Submitted] | None = None,
+        partitions: Sequence[int] | None = None,
     ) -> list[RawProducer.Submitted]:
         """Enqueue records in per-partition batches without waiting for the broker.
 
@@ -111,16 +112,17 @@ class RawProducer:
         cannot be enqueued (metadata or buffer space not available in time, a closed or broken
         producer), nothing more is enqueued and the last entry holds every record not enqueued,
         in their original order within each partition, with that exception; those records were
-        not sent.
+        not sent. ``partitions``: each record's partition, computed by the caller (as
+        :meth:`partition_of` would, or otherwise).
         """
         out: list[RawProducer.Submitted] = [] if into is None else into
         builders: dict[int, tuple[Any, list[tuple[bytes | None, bytes]]]] = {}
         items = iter(records)
         current: list[tuple[bytes | None, bytes]] = []  # a record taken but not yet batched
         try:
-            for key, value in items:
+            for i, (key, value) in enumerate(items):
                 current = [(key, value)]
-                part = self.partition_of(key, partition)
+                part = self.partition_of(key, partition) if partitions is None else partitions[i]
                 entry = builders.get(part)
                 if entry is None:
                     entry = builders[part] = (self.producer.create_batch(), [])
@@ -151,11 +153,13 @@ class RawProducer:
         return out
 
     async def send_many(
-        self, records: Iterable[tuple[bytes | None, bytes]], partition: int | None = None
+        self, records: Iterable[tuple[bytes | None, bytes]], partition: int | None = None,
+        partitions: Sequence[int] | None = None,
     ) -> int:
         """Send records and wait until the broker has them; returns how many were sent.
-        Raises the first error if any batch could not be enqueued or was not acknowledged."""
-        submitted = await self.submit(records, partition)
+        Raises the first error if any batch could not be enqueued or was not acknowledged.
+        ``partitions``: each record's partition, as for :meth:`submit`."""
+        submitted = await self.submit(records, partition, partitions=partitions)
         for _recs, outcome in submitted:
             if isinstance(outcome, BaseException):
                 raise outcome

@@ -41,8 +41,8 @@ import orjson
 
 from streams.job.batch_handling import RawRecord
 from streams.job.config import JobConfig
+from streams.job.key_hashing import key_partitions
 from streams.job.partition import DeadLetter
-from streams.kafka.producer import key_partition
 from streams.kafka.settings import client_options
 from streams.kafka.topics import Topics
 from streams.source.defaults import DefaultRequirements
@@ -94,8 +94,8 @@ class Rekeyer:
                  metrics: Any = None, on_produced: Callable[[], None] | None = None,
                  acknowledge: Callable[[str, int, int], None] | None = None,
                  clock_ms: Callable[[], int] = lambda: int(time.time() * 1000),
-                 send_reports: Callable[[list[tuple[bytes, bytes]]], Awaitable[Any]] | None
-                 = None) -> None:
+                 send_reports: Callable[[list[tuple[bytes, bytes]], list[int]], Awaitable[Any]]
+                 | None = None) -> None:
         self.config, self.settings, self.topics = config, settings, topics
         self.send, self.dead_letters = send, dead_letters
         self.send_reports = send_reports
@@ -145,19 +145,21 @@ class Rekeyer:
         times = batch.times.tolist()
         offsets = batch.index.tolist()
         sent: list[tuple[str, Any]] = []
+        keys = [user.encode() for user in batch.users]
+        parts = key_partitions(keys, n_parts).tolist() if keys else []
         for j, user in enumerate(batch.users):
             rec = records[offsets[j]]
-            key = user.encode()
+            key = keys[j]
             if self.defaults and user not in self.declared and user not in self.defaulted:
                 rule = self.defaults.choose(batch.extras[j] if batch.extras else ())
                 if rule is not None:
                     fut = await self.send(self.topics.requirements, key,
-                                          rule.requirement(user), key_partition(key, n_parts))
+                                          rule.requirement(user), parts[j])
                     self.defaulted[user] = fut  # its offset, once the broker acknowledged it
                     sent.append((user, fut))
                     self.counters["default_requirements"] += 1
             out.append((key, report_value(user, times[j], batch.values[j],
-                                          (ti, p, int(rec[3]))), key_partition(key, n_parts)))
+                                          (ti, p, int(rec[3]))), parts[j]))
         for user, meta in zip([u for u, _f in sent],
                               await asyncio.gather(*(f for _u, f in sent)), strict=True):
             self.defaulted[user] = (meta.partition, meta.offset)
@@ -195,7 +197,8 @@ class Rekeyer:
         if not records:
             return
         if self.send_reports is not None:
-            await self.send_reports([(k, v) for k, v, _part in records])
+            await self.send_reports([(k, v) for k, v, _part in records],
+                                    [part for _k, _v, part in records])
             return
         futures = [await self.send(self.topics.reports, k, v, part) for k, v, part in records]
         await asyncio.gather(*futures)
