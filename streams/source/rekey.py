@@ -256,10 +256,24 @@ class Rekeyer:
             del self.defaulted[user]
             self.declared.add(user)
 
+    def take_requirements(self, partition: int, records: Sequence[Any]) -> None:
+        """Records read from ``requirements``: a user whose record the group has committed is
+        declared; one whose record it has not committed yet (a default written before a
+        restart, or a declaration just made) waits like a default this stage wrote."""
+        applied = self.applied.get(partition, 0)
+        for rec in records:
+            if rec.key is None:
+                continue
+            user = rec.key.decode(errors="replace")
+            if rec.offset < applied:
+                self.declared.add(user)
+            elif user not in self.declared:
+                self.defaulted[user] = (partition, rec.offset)
+
     async def follow(self, broker: str, group: str) -> None:
         """Follow ``requirements`` from its beginning (a consumer of this worker's own), and
-        the commits ``group`` makes on it while defaults wait; :attr:`ready` once the topic was
-        read to the end it had at start."""
+        the commits ``group`` makes on it while records wait to be applied; :attr:`ready` once
+        the topic was read to the end it had at start."""
         from aiokafka import AIOKafkaConsumer, TopicPartition
 
         from streams.kafka.offsets import committed_offsets
@@ -276,12 +290,12 @@ class Rekeyer:
             consumer.assign(tps)
             await consumer.seek_to_beginning(*tps)
             ends = await consumer.end_offsets(tps)
+            self.take_commits(await committed_offsets(broker, group, self.topics.requirements))
             next_look = 0.0
             while True:
                 batches = await consumer.getmany(timeout_ms=100, max_records=10_000)
-                for recs in batches.values():
-                    self.declared.update(rec.key.decode(errors="replace") for rec in recs
-                                         if rec.key is not None)
+                for tp, recs in batches.items():
+                    self.take_requirements(tp.partition, recs)
                 if not self.ready.is_set():
                     positions = {tp: await consumer.position(tp) for tp in tps}
                     if all(positions[tp] >= ends[tp] for tp in tps):

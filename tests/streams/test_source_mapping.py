@@ -267,3 +267,32 @@ def test_source_flags_from_the_command_line_and_the_config_file(tmp_path):
                         "--value-field", "v"], "never the job's own")):
         with pytest.raises(ValueError, match=why):
             source_settings(parse(argv), JobConfig(prefix="pwevent"))
+
+
+def test_requirements_not_yet_applied_hold_their_users_until_the_group_commits_them() -> None:
+    """After a restart the stage reads ``requirements`` again: a record the job's group has
+    committed is applied (its user is declared); one past the commit (a default written just
+    before the restart) is not yet, and its user's reports wait as for a default just written."""
+    from collections import Counter
+    from types import SimpleNamespace
+
+    from streams.job.config import JobConfig
+    from streams.kafka.topics import Topics
+    from streams.source.rekey import Rekeyer, SourceSettings
+
+    cfg = JobConfig(stream="s", mechanism="pbd", domain={"kind": "cells", "size": 2},
+                    secret="x", partitions=2)
+    settings = SourceSettings(("t",), SourceMapping.from_flags("u", None, ["v"], cfg.domain),
+                              ("w=3,E=1",))
+    stage = Rekeyer(cfg, settings, Topics(prefix="p", partitions=2), None, None, Counter())
+    stage.take_commits({0: 2})
+
+    def rec(user: str | None, offset: int) -> SimpleNamespace:
+        return SimpleNamespace(key=None if user is None else user.encode(), offset=offset)
+
+    stage.take_requirements(0, [rec("a", 0), rec(None, 1), rec("b", 2), rec("c", 3)])
+    stage.take_requirements(1, [rec("d", 0)])  # nothing committed on partition 1
+    assert stage.declared == {"a"}
+    assert stage.defaulted == {"b": (0, 2), "c": (0, 3), "d": (1, 0)}
+    stage.take_commits({0: 3, 1: 1})
+    assert stage.declared == {"a", "b", "d"} and stage.defaulted == {"c": (0, 3)}
