@@ -87,15 +87,17 @@ class _Held:
 
 class Rekeyer:
     """The re-keying stage of one worker (module doc). ``send(topic, key, value, partition)``
-    is the producer's send, returning an awaitable of the broker's acknowledgement."""
+    is the producer's send, returning an awaitable of the broker's acknowledgement (for default
+    requirements); ``send_reports(records, partitions)`` puts a batch of re-keyed reports on
+    ``reports`` and returns once the broker has them."""
 
     def __init__(self, config: JobConfig, settings: SourceSettings, topics: Topics,
                  send: Callable[..., Any], dead_letters: Any, counters: Counter[str],
                  metrics: Any = None, on_produced: Callable[[], None] | None = None,
                  acknowledge: Callable[[str, int, int], None] | None = None,
-                 clock_ms: Callable[[], int] = lambda: int(time.time() * 1000),
-                 send_reports: Callable[[list[tuple[bytes, bytes]], list[int]], Awaitable[Any]]
-                 | None = None) -> None:
+                 clock_ms: Callable[[], int] = lambda: int(time.time() * 1000), *,
+                 send_reports: Callable[[list[tuple[bytes, bytes]], list[int]], Awaitable[Any]],
+                 ) -> None:
         self.config, self.settings, self.topics = config, settings, topics
         self.send, self.dead_letters = send, dead_letters
         self.send_reports = send_reports
@@ -191,17 +193,11 @@ class Rekeyer:
         return None
 
     async def _produce(self, records: list[tuple[bytes, bytes, int]]) -> None:
-        """Put mapped reports on ``reports`` (each on its user's partition) and wait until the
-        broker has them: in record batches through ``send_reports`` when the stage has it, else
-        one ``send`` a record."""
-        if not records:
-            return
-        if self.send_reports is not None:
+        """Put mapped reports on ``reports`` (each on its user's partition) in record batches
+        and wait until the broker has them."""
+        if records:
             await self.send_reports([(k, v) for k, v, _part in records],
                                     [part for _k, _v, part in records])
-            return
-        futures = [await self.send(self.topics.reports, k, v, part) for k, v, part in records]
-        await asyncio.gather(*futures)
 
     async def release_held(self) -> None:
         """Produce held reports whose users are registered now (or waited too long), oldest

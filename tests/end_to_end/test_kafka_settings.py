@@ -362,7 +362,7 @@ async def build_every_client(bootstrap: str, tmp_path: Path) -> None:
     cfg = JobConfig(stream="s", mechanism="pbd", domain={"kind": "cells", "size": 2}, secret="x")
     source = SourceSettings(("t",), SourceMapping.from_flags("u", None, ["v"], cfg.domain),
                             ("w=3,E=1",))
-    rekeyer = Rekeyer(cfg, source, topics, None, None, Counter())
+    rekeyer = Rekeyer(cfg, source, topics, None, None, Counter(), send_reports=None)
     producer = RawProducer(bootstrap, topics.reports, 1)
     attempts = [
         fetch_topics(bootstrap, [topics.releases], timeout=2),

@@ -284,7 +284,8 @@ def test_requirements_not_yet_applied_hold_their_users_until_the_group_commits_t
                     secret="x", partitions=2)
     settings = SourceSettings(("t",), SourceMapping.from_flags("u", None, ["v"], cfg.domain),
                               ("w=3,E=1",))
-    stage = Rekeyer(cfg, settings, Topics(prefix="p", partitions=2), None, None, Counter())
+    stage = Rekeyer(cfg, settings, Topics(prefix="p", partitions=2), None, None, Counter(),
+                    send_reports=None)
     stage.take_commits({0: 2})
 
     def rec(user: str | None, offset: int) -> SimpleNamespace:
