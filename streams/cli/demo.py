@@ -287,7 +287,6 @@ def run(args: argparse.Namespace) -> int:  # noqa: C901 - one orchestration, ste
                       file=sys.stderr)
                 return 2
             stack.callback(server.stop)
-            print(f"dashboard: {url}", flush=True)
         # the worker connects as this command does (TLS, SASL, replication of the topics it
         # creates), through the environment: the password stays out of its argument list
         env = dict(os.environ, PWEVENT_SECRET=secret, **kafka_settings.environment())
@@ -306,6 +305,8 @@ def run(args: argparse.Namespace) -> int:  # noqa: C901 - one orchestration, ste
                     worker.wait()
 
         stack.callback(stop_worker)
+        if url is not None:  # once the worker behind the page's metrics runs too
+            print(f"dashboard: {url}", flush=True)
         if show:
             print(f"worker started (pid {worker.pid}); registering {len(source.users)} users",
                   flush=True)
