@@ -7,6 +7,7 @@ until the page shows the released slots, then check the screenshot it renders, p
 from __future__ import annotations
 
 import base64
+import contextlib
 import io
 import json
 import os
@@ -222,6 +223,21 @@ def _interrupt(proc: subprocess.Popen, timeout: float = 30) -> int:
         raise
 
 
+def _stop_demo(demo: subprocess.Popen) -> None:
+    """Stop a demo still running (a failed test): Ctrl-C, on which it stops its broker and
+    worker itself; whichever of those still runs after that is killed, by its pid."""
+    if demo.poll() is not None:
+        return
+    left = _children(demo.pid)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        _interrupt(demo)
+    for pid, args in left.items():
+        with contextlib.suppress(OSError):
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")
+            if cmdline.decode().strip() == args:  # the same process, not a reused pid
+                os.kill(pid, signal.SIGKILL)
+
+
 SLOTS = 12
 USERS = 1500
 #: reports per second of the demo's replay: its slots are released over about four seconds,
@@ -277,9 +293,7 @@ def test_demo_dashboard_renders_the_releases_and_the_workers_metrics(browser: Br
         _check_render(browser.screenshot(), state, tmp_path / "dashboard.png")
         assert _interrupt(demo) == 0, err.read_text()[-3000:]
     finally:
-        if demo.poll() is None:
-            demo.kill()
-            demo.wait()
+        _stop_demo(demo)
     summary = json.loads(out.read_text().strip().splitlines()[-1])
     assert summary["slots_released"] == summary["slots_expected"] == SLOTS
     gone = subprocess.run(["ps", "-o", "pid=", "-p", ",".join(map(str, started))],
