@@ -55,7 +55,7 @@ from aiokafka.client import AIOKafkaClient  # noqa: E402
 sys.path.insert(0, str(ROOT / "tests"))
 from jobkit import ReleaseKiller  # noqa: E402
 
-from streams.job.partition import watermark_record  # noqa: E402
+from streams.job.partitions.accumulator import watermark_record  # noqa: E402
 from streams.kafka.apache import ApacheKafka  # noqa: E402
 from streams.kafka.offsets import wait_consumed  # noqa: E402
 from streams.kafka.producer import RawProducer, produce_raw  # noqa: E402

@@ -7,8 +7,8 @@ partitions, then measures, on the same topic:
 * ``faust-agent``: a plain Faust agent, ``async for value in stream`` over raw bytes;
 * ``faust-take``: a Faust agent using ``stream.take(10000, within=0.2)`` with a large
   ``stream_buffer_maxsize`` and ``broker_max_poll_records``;
-* ``faust-batch``: :class:`streams.job.ingest.BatchIngest` (``orjson.loads`` per record, a RocksDB
-  table updated per batch);
+* ``faust-batch``: :class:`streams.job.worker.ingest.BatchIngest` (``orjson.loads`` per record, a
+  RocksDB table updated per batch);
 * ``faust-batch-parse``: the same with full validation
   (:func:`streams.records.report_parsing.parse_reports`).
 
@@ -44,7 +44,7 @@ if str(ROOT) not in sys.path:
 
 from aiokafka import AIOKafkaConsumer  # noqa: E402
 
-from streams.job.ingest import (  # noqa: E402
+from streams.job.worker.ingest import (  # noqa: E402
     BatchIngest,
     committed_offsets,
     ingest_settings,

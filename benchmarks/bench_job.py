@@ -43,7 +43,7 @@ if str(ROOT) not in sys.path:
 from aiokafka import AIOKafkaConsumer, TopicPartition  # noqa: E402
 from bench_ingest import measure_raw  # noqa: E402
 
-from streams.job.membership import describe_group  # noqa: E402
+from streams.job.worker.membership import describe_group  # noqa: E402
 from streams.kafka.apache import ApacheKafka  # noqa: E402
 from streams.kafka.broker import EmbeddedBroker  # noqa: E402
 from streams.kafka.offsets import wait_consumed  # noqa: E402

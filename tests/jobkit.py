@@ -19,9 +19,9 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 
 from streams.job.config import JobConfig
-from streams.job.membership import describe_group
-from streams.job.partition import watermark_record
+from streams.job.partitions.accumulator import watermark_record
 from streams.job.pipeline import InProcessJob
+from streams.job.worker.membership import describe_group
 from streams.kafka.broker import broker_binary, free_port
 from streams.kafka.offsets import read_topic, wait_consumed
 from streams.kafka.producer import RawProducer, key_partition

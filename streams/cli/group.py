@@ -52,7 +52,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Describe the group or remove a member; status 2 and one line on any error."""
-    from streams.job.membership import GroupError, describe_group, remove_member
+    from streams.job.worker.membership import GroupError, describe_group, remove_member
 
     logging.getLogger("aiokafka").addHandler(logging.NullHandler())  # failures: one line
     broker = args.broker

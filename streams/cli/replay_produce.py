@@ -58,7 +58,7 @@ async def produce(args: argparse.Namespace, source: Source, broker: str,
     ends with the progress and how to resume."""
     from tqdm import tqdm
 
-    from streams.job.partition import watermark_record
+    from streams.job.partitions.accumulator import watermark_record
     from streams.kafka.topics import Topics
 
     topics = Topics(prefix=args.prefix, partitions=args.partitions)

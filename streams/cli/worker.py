@@ -9,8 +9,8 @@ from pathlib import Path
 
 from streams.cli.job_args import add_broker, add_job, job_config, need_broker
 from streams.cli.options import add_options, option
-from streams.job.observe import METRICS_HOST, METRICS_PORT
-from streams.source.options import SOURCE_OPTIONS
+from streams.job.operations.observe import METRICS_HOST, METRICS_PORT
+from streams.job.source.options import SOURCE_OPTIONS
 
 #: The flags of ``pwevent worker`` after those of the job.
 WORKER_OPTIONS = (
@@ -58,7 +58,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     """Check the deployment (exit status 2 with a one-line error), then run until stopped
     (SIGTERM or Ctrl-C)."""
-    from streams.job.startup import (
+    from streams.job.source.options import check_source_topics, source_settings
+    from streams.job.worker.startup import (
         StartupError,
         bind_data_dir,
         changelog_specs,
@@ -71,7 +72,6 @@ def run(args: argparse.Namespace) -> int:
     )
     from streams.kafka.settings import current as current_settings
     from streams.kafka.topics import Topics
-    from streams.source.options import check_source_topics, source_settings
 
     try:
         broker = need_broker(args, "worker")
@@ -114,8 +114,8 @@ def run(args: argparse.Namespace) -> int:
     except StartupError as exc:
         print(f"pwevent worker: error: {exc}", file=sys.stderr)
         return 2
-    from streams.job.faust_job import Job, Worker
-    from streams.job.json_logs import json_logging_config
+    from streams.job.operations.json_logs import json_logging_config
+    from streams.job.worker.faust_job import Job, Worker
 
     job = Job(config, broker, args.data_dir, args.instance_id,
               metrics_host=args.metrics_host, metrics_port=args.metrics_port, source=source)

@@ -1,4 +1,4 @@
-"""A batch handler's side of the batched ingest (:mod:`streams.job.ingest`): the records it
+"""A batch handler's side of the batched ingest (:mod:`streams.job.worker.ingest`): the records it
 receives (:data:`RawRecord`), what it may answer (:data:`BatchHandler`, :class:`Rewind`), and
 :class:`ContinuityGuard`, which tells a handler when a batch skipped records and must be
 answered with a rewind. Nothing here touches Faust."""

@@ -13,7 +13,7 @@ import orjson
 
 from streams.job.batch_handling import RawRecord
 from streams.job.config import JobConfig
-from streams.job.partition import DeadLetter
+from streams.job.partitions.accumulator import DeadLetter
 from streams.job.roles import make_accumulator, make_coordinator, make_registry
 from streams.job.slot_protocol import control, encode, kind
 from streams.kafka.producer import key_partition

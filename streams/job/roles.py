@@ -5,11 +5,11 @@ dynamic ones, DPBD and DPBA)."""
 from __future__ import annotations
 
 from streams.job.config import JobConfig
-from streams.job.coordinator import Coordinator
-from streams.job.partition import PartitionAccumulator
-from streams.job.partition_ledger import PartitionLedger
-from streams.job.placement import CoordinatorLedger, Placement
-from streams.job.registries import DynamicRegistry, Registry, UserRegistry
+from streams.job.coordination.coordinator import Coordinator
+from streams.job.partitions.accumulator import PartitionAccumulator
+from streams.job.partitions.ledger import PartitionLedger
+from streams.job.partitions.placement import CoordinatorLedger, Placement
+from streams.job.partitions.registries import DynamicRegistry, Registry, UserRegistry
 
 
 def make_registry(config: JobConfig, partition: int) -> UserRegistry:

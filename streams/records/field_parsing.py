@@ -13,7 +13,7 @@ Conventions:
   is given it must equal the user id (UTF-8), because the key decides the partition and a user's
   reports must meet in one partition worker; a mismatch is ``bad_type``. In the job every report
   and requirement must carry its key (``missing_key`` otherwise) and sit on the partition Kafka's
-  default partitioner assigns to it (``wrong_partition``, :mod:`streams.job.admission`).
+  default partitioner assigns to it (``wrong_partition``, :mod:`streams.job.partitions.admission`).
 * ``time`` is the event time: integer epoch milliseconds in ``[0, 2**53)``, or an ISO 8601 string
   *with* a UTC offset (``Z`` or ``+hh:mm``); a string without one is ambiguous and ``bad_type``. A
   string must have the form of :data:`streams.records.field_formats.TIME_PATTERN` (``YYYY-MM-DD``,

@@ -55,7 +55,7 @@ SOURCE_TOPICS, SOURCE_PARTITIONS, SOURCE_OFFSETS = 2**7, 2**16, 2**40
 
 def source_order(source: object) -> int:
     """A report's ``source`` position ``[topic index, partition, offset]`` (written by the
-    source stage, :mod:`streams.source.rekey`) packed into one non-negative integer that orders
+    source stage, :mod:`streams.job.source.rekey`) packed into one non-negative integer that orders
     positions as tuples; raises :class:`RecordError` (``bad_type``) for anything else."""
     if (type(source) is list and len(source) == 3 and all(type(x) is int for x in source)
             and 0 <= source[0] < SOURCE_TOPICS and 0 <= source[1] < SOURCE_PARTITIONS

@@ -38,7 +38,7 @@ from mechanisms.ledgers.plan import SlotPlan
 from mechanisms.noise import noise_std
 from mechanisms.release import ReleaseRule
 from streams.job.config import JobConfig
-from streams.job.coordinator import cell_labels
+from streams.job.coordination.coordinator import cell_labels
 from streams.job.pipeline import InProcessJob
 from streams.records.domains import BinDomain, CategoryDomain, CellDomain, GridDomain
 from streams.records.formats import load_schema

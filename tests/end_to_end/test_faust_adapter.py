@@ -1,11 +1,13 @@
-"""The Faust internals that ``streams/job/ingest.py`` relies on are still there, in the same shape.
+"""The Faust internals that ``streams/job/worker/ingest.py`` relies on are still there, in the same
+shape.
 
-``streams/job/ingest.py`` is the one module of ``streams`` allowed to touch Faust's private
+``streams/job/worker/ingest.py`` is the one module of ``streams`` allowed to touch Faust's private
 internals: it replaces the fetch loop of faust-streaming's aiokafka consumer and keeps Faust's
 ack bookkeeping itself. Faust may change any of that in any release, so ``pyproject.toml`` pins
 faust-streaming below its next minor version, and this file is the check that goes with the pin:
-run it against a new version (and adapt ``streams/job/ingest.py``) before moving the pin. Every
-failure names the installed faust-streaming version and the internal that is missing or changed.
+run it against a new version (and adapt ``streams/job/worker/ingest.py``) before moving the pin.
+Every failure names the installed faust-streaming version and the internal that is missing or
+changed.
 """
 
 from __future__ import annotations
@@ -40,22 +42,22 @@ from packaging.version import Version
 FAUST = version("faust-streaming")
 
 try:
-    from streams.job import ingest
-except ImportError as exc:  # a Faust internal that streams/job/ingest.py imports is gone
-    pytest.fail(f"faust-streaming {FAUST}: streams/job/ingest.py no longer imports ({exc}); "
+    from streams.job.worker import ingest
+except ImportError as exc:  # a Faust internal that streams/job/worker/ingest.py imports is gone
+    pytest.fail(f"faust-streaming {FAUST}: streams/job/worker/ingest.py no longer imports ({exc}); "
                 "adapt it and this test before moving the faust-streaming pin in pyproject.toml",
                 pytrace=False)
 ROOT = Path(__file__).resolve().parents[2]
-INGEST = ROOT / "streams" / "job" / "ingest.py"
+INGEST = ROOT / "streams" / "job" / "worker" / "ingest.py"
 Consumer = faust_aiokafka.Consumer
 
 
 def broken(internal: str, problem: str) -> None:
     """Fail with the installed Faust version and the internal the adapter can no longer use."""
     pytest.fail(
-        f"faust-streaming {FAUST}: {internal} {problem}. streams/job/ingest.py relies on it (see "
-        "'Faust internals' in its module docstring): adapt streams/job/ingest.py and this test "
-        "before moving the faust-streaming pin in pyproject.toml",
+        f"faust-streaming {FAUST}: {internal} {problem}. streams/job/worker/ingest.py relies on it "
+        "(see 'Faust internals' in its module docstring): adapt streams/job/worker/ingest.py and "
+        "this test before moving the faust-streaming pin in pyproject.toml",
         pytrace=False,
     )
 
@@ -70,8 +72,8 @@ def new_app(name: str, **settings: Any) -> faust.App:
 
 # -- methods --------------------------------------------------------------------------------
 
-#: (class, method, awaited by streams/job/ingest.py, parameters it passes or overrides, in order;
-#: "*" for a method called with any number of positional arguments).
+#: (class, method, awaited by streams/job/worker/ingest.py, parameters it passes or overrides, in
+#: order; "*" for a method called with any number of positional arguments).
 METHODS: list[tuple[type, str, bool, list[str] | str]] = [
     (Consumer, "_drain_messages", True, ["fetcher"]),  # overridden: the fetch loop
     (Consumer, "_wait_next_records", True, ["timeout"]),
@@ -90,7 +92,8 @@ METHODS: list[tuple[type, str, bool, list[str] | str]] = [
     (Event, "__init__", False, ["app", "key", "value", "headers", "message"]),
 ]
 
-#: Methods of :class:`streams.job.ingest.BatchConsumer` that Faust calls: the same parameters.
+#: Methods of :class:`streams.job.worker.ingest.BatchConsumer` that Faust calls: the same
+#: parameters.
 OVERRIDES = ("_drain_messages", "_getmany", "on_start", "on_partitions_revoked")
 
 
@@ -127,7 +130,7 @@ def test_overrides_keep_faust_signatures(name: str) -> None:
     theirs = list(inspect.signature(getattr(Consumer, name)).parameters)
     if ours != theirs:
         broken(f"{Consumer.__qualname__}.{name}", f"has parameters {theirs}, the override in "
-               f"streams.job.ingest.BatchConsumer has {ours}")
+               f"streams.job.worker.ingest.BatchConsumer has {ours}")
 
 
 def test_fetcher_drives_the_consumer_through_drain_messages() -> None:
@@ -343,7 +346,8 @@ def _checked_names() -> set[str]:
 
 
 def _own_names(tree: ast.AST) -> set[str]:
-    """Private names ``streams/job/ingest.py`` defines itself and Faust's consumer does not have."""
+    """Private names ``streams/job/worker/ingest.py`` defines itself and Faust's consumer does not
+    have."""
     own: set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
@@ -373,7 +377,7 @@ def test_every_faust_private_the_adapter_uses_is_checked_here() -> None:
             used.add(node.name)
     unchecked = sorted(used - _own_names(tree) - _checked_names())
     assert not unchecked, (
-        f"streams/job/ingest.py uses private name(s) {unchecked} that "
+        f"streams/job/worker/ingest.py uses private name(s) {unchecked} that "
         f"tests/end_to_end/test_faust_adapter.py does not check (faust-streaming {FAUST}): "
         "add them to METHODS or CONSUMER_ATTRIBUTES"
     )
@@ -413,8 +417,9 @@ def test_no_faust_private_outside_the_adapter() -> None:
                   and not (isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"))):
                 found.append(f"{path.name}:{node.lineno} uses .{node.attr}")
     assert not found, (
-        f"Faust private internals used outside streams/job/ingest.py (faust-streaming {FAUST}): "
-        f"{found}; add a public function to streams/job/ingest.py and call that instead"
+        f"Faust private internals used outside streams/job/worker/ingest.py "
+        f"(faust-streaming {FAUST}): {found}; add a public function to "
+        "streams/job/worker/ingest.py and call that instead"
     )
 
 

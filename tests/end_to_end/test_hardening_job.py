@@ -30,8 +30,8 @@ from jobkit import (
 )
 
 from streams.cli.main import main
+from streams.job.partitions.registries import Registry
 from streams.job.pipeline import InProcessJob
-from streams.job.registries import Registry
 from streams.kafka.broker import EmbeddedBroker
 from streams.kafka.offsets import read_topic
 from streams.kafka.producer import key_partition

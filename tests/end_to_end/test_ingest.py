@@ -15,7 +15,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from brokers import broker_fixture
 
 from streams.job.batch_handling import ContinuityGuard, RawRecord, Rewind
-from streams.job.ingest import BatchIngest, ingest_settings
+from streams.job.worker.ingest import BatchIngest, ingest_settings
 from streams.kafka.broker import EmbeddedBroker
 from streams.kafka.offsets import end_offsets
 from streams.kafka.producer import key_partition, produce_raw
@@ -210,7 +210,7 @@ def test_a_fetch_that_never_returns_stops_the_worker(monkeypatch: pytest.MonkeyP
     (the worker then exits and is restarted) instead of holding its partitions for ever."""
     from faust.transport.drivers import aiokafka as faust_aiokafka
 
-    from streams.job import ingest
+    from streams.job.worker import ingest
 
     async def never(self: Any, active_partitions: Any, timeout: float) -> dict:
         await asyncio.sleep(3600)
@@ -238,7 +238,7 @@ def test_a_group_membership_that_died_stops_the_worker(monkeypatch: pytest.Monke
     cancellation, is fine."""
     from types import SimpleNamespace
 
-    from streams.job import ingest
+    from streams.job.worker import ingest
 
     app = faust.App("ingest-membership", broker="kafka://127.0.0.1:9", web_enabled=False,
                     **ingest_settings())

@@ -269,7 +269,7 @@ def test_commands_report_a_refused_login_in_one_line(tmp_path: Path):
 def test_the_readiness_probe_logs_in_with_the_process_settings(settings: None):
     """The broker probe behind /readyz connects like every other client: with SASL settings it
     authenticates, and a refused login is the reason /readyz gives."""
-    from streams.job.observe import Observer
+    from streams.job.operations.observe import Observer
 
     kafka_settings.configure(SASL)
     with LoginRefusingBroker() as broker:
@@ -346,16 +346,16 @@ async def build_every_client(bootstrap: str, tmp_path: Path) -> None:
     from streams.cli.audit import fetch_topics
     from streams.cli.demo import _follow_releases
     from streams.job.config import JobConfig
-    from streams.job.membership import leave_group
-    from streams.job.observe import Observer
-    from streams.job.partition_runner import PartitionRunner
-    from streams.job.startup import _changelog_ends, _partition_counts, _send_records
+    from streams.job.operations.observe import Observer
+    from streams.job.source.mapping import SourceMapping
+    from streams.job.source.rekey import Rekeyer, SourceSettings
+    from streams.job.worker.membership import leave_group
+    from streams.job.worker.partition_runner import PartitionRunner
+    from streams.job.worker.startup import _changelog_ends, _partition_counts, _send_records
     from streams.kafka.offsets import committed_offsets, end_offsets, read_topic
     from streams.kafka.producer import RawProducer
     from streams.kafka.topics import Topics, create_topics, describe_topics
     from streams.releases.client import _start_record, aiter_releases
-    from streams.source.mapping import SourceMapping
-    from streams.source.rekey import Rekeyer, SourceSettings
 
     topics = Topics(prefix="settings")
     observer = Observer(SimpleNamespace(broker=bootstrap), port=0)
@@ -427,7 +427,7 @@ def test_the_workers_faust_clients_get_the_connection_settings(settings: None, t
     replication factor."""
     from faust.transport.drivers.aiokafka import credentials_to_aiokafka_auth
 
-    from streams.job.faust_job import Job
+    from streams.job.worker.faust_job import Job
 
     kafka_settings.configure(KafkaSettings(**{**vars(SASL), "replication_factor": 3}))
     job = Job(config("faust-settings"), "127.0.0.1:1", tmp_path / "data")

@@ -1,7 +1,7 @@
-"""Operating a worker (streams/job/observe.py, worker_metrics.py, json_logs.py): /metrics,
-/healthz and /readyz of a live worker against the embedded broker, readiness through a broker
-outage, the JSON log format, and the counts and budgets the metrics are made of, on the job's own
-classes."""
+"""Operating a worker (streams/job/operations/observe.py, worker_metrics.py, json_logs.py):
+/metrics, /healthz and /readyz of a live worker against the embedded broker, readiness through a
+broker outage, the JSON log format, and the counts and budgets the metrics are made of, on the
+job's own classes."""
 
 from __future__ import annotations
 
@@ -41,14 +41,14 @@ from mechanisms.ledgers.fixed import (
     SampleLedger,
     UniformLedger,
 )
-from streams.job.json_logs import JsonFormatter, json_logging_config
-from streams.job.pipeline import InProcessJob
-from streams.job.worker_metrics import (
+from streams.job.operations.json_logs import JsonFormatter, json_logging_config
+from streams.job.operations.worker_metrics import (
     SlotCloseTimes,
     WorkerMetrics,
     accepted_since,
     window_spend,
 )
+from streams.job.pipeline import InProcessJob
 from streams.kafka.broker import EmbeddedBroker, free_port
 
 USERS = [f"u{i}" for i in range(20)]

@@ -159,13 +159,13 @@ def test_a_restored_coordinator_emits_again_what_the_topics_lost(monkeypatch, ke
     import asyncio
     from collections import Counter
 
-    from streams.job import coordinator_runner
-    from streams.job.coordinator_runner import (
+    from streams.job.operations.worker_metrics import WorkerMetrics
+    from streams.job.worker import coordinator_runner
+    from streams.job.worker.coordinator_runner import (
         COORDINATOR_KEY,
         CoordinatorRunner,
         emitted_records,
     )
-    from streams.job.worker_metrics import WorkerMetrics
     from streams.kafka.topics import Topics
 
     config, data, _whole, job = whole_and_restarted("pbd")

@@ -28,7 +28,7 @@ from jobkit import (
 )
 
 from streams.data.sources import make_source
-from streams.job.partition import watermark_of
+from streams.job.partitions.accumulator import watermark_of
 from streams.job.pipeline import InProcessJob
 from streams.kafka.broker import EmbeddedBroker, free_port
 from streams.kafka.topics import Topics, create_topics

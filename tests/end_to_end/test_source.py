@@ -20,11 +20,11 @@ from brokers import broker_fixture
 
 from streams.cli.main import main
 from streams.job.pipeline import InProcessJob
+from streams.job.source.mapping import SourceMapping
+from streams.job.source.rekey import report_value
 from streams.kafka.offsets import read_topic, wait_consumed
 from streams.kafka.producer import RawProducer
 from streams.kafka.topics import TopicSpec, create_topics
-from streams.source.mapping import SourceMapping
-from streams.source.rekey import report_value
 from tests.jobkit import config, job_nonce, setup_topics, stop_worker, wait_for_slots
 
 ORIGIN = int(datetime(2026, 12, 3, 10, 0, tzinfo=UTC).timestamp() * 1000)

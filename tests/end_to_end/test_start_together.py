@@ -6,7 +6,7 @@ Starting together is where the embedded broker is weakest: when the second worke
 reaches it as it completes the first one's (a fraction of a second after), the broker may hold
 both joins until the rebalance timeout (60 s) and then give the group leader an empty
 assignment. aiokafka's membership task dies on it, and the worker's consumer stops the worker
-with status 1 (``streams.job.ingest.CoordinationFailed``); a worker whose consumer stops
+with status 1 (``streams.job.worker.ingest.CoordinationFailed``); a worker whose consumer stops
 answering fetches exits with status 1 too (``FetchStalled``). Workers run under a supervisor
 that starts them again; so does this test, and it reports how often it had to (seen in about
 1 round of 15, which then takes about 75 s)."""

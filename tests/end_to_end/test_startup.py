@@ -16,7 +16,7 @@ import pytest
 from aiokafka.admin import AIOKafkaAdminClient
 from brokers import broker_fixture
 
-from streams.job.startup import (
+from streams.job.worker.startup import (
     BINDING_FILE,
     RESET,
     StartupError,
@@ -203,7 +203,7 @@ def test_another_secret_than_the_stream_started_with_is_one_line(broker, tmp_pat
     that could say otherwise): a new secret takes a new stream, not a fresh coordinator state.
     With the right secret it passes this check."""
     from streams.job.config import JobConfig
-    from streams.job.coordinator import Coordinator
+    from streams.job.coordination.coordinator import Coordinator
     from streams.kafka.producer import produce_raw
 
     topics = Topics(prefix="secret", partitions=2)
@@ -219,7 +219,7 @@ def test_another_secret_than_the_stream_started_with_is_one_line(broker, tmp_pat
     assert lines == [f"pwevent worker: error: the secret differs from the one stream 's' started "
                      f"with (its start record on {topics.decisions}): give every worker the "
                      f"deployment's secret (--secret or PWEVENT_SECRET)"]
-    from streams.job.startup import check_secret
+    from streams.job.worker.startup import check_secret
 
     # the right secret passes, and so does a stream that has not started
     check_secret(broker.bootstrap, topics.decisions, "s", b"another-secret", 10)

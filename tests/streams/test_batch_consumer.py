@@ -10,7 +10,7 @@ import faust
 from aiokafka.structs import ConsumerRecord
 from faust.types import TP
 
-from streams.job import ingest
+from streams.job.worker import ingest
 
 
 def record(tp: TP, offset: int) -> ConsumerRecord:

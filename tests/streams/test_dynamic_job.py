@@ -12,9 +12,9 @@ from jobkit import spy_deliveries
 from mechanisms.dynamic import DynamicMechanism, DynamicRequirements
 from mechanisms.randomness import slot_generator
 from streams.job.config import JobConfig
-from streams.job.coordinator import Coordinator
+from streams.job.coordination.coordinator import Coordinator
+from streams.job.partitions.registries import SUSPENDED, DynamicRegistry
 from streams.job.pipeline import InProcessJob
-from streams.job.registries import SUSPENDED, DynamicRegistry
 from streams.job.roles import make_accumulator
 from streams.job.slot_protocol import secret_check
 from streams.records.formats import load_schema
@@ -130,7 +130,7 @@ def test_restart_from_checkpoints_resends_and_changes_nothing(
     """Partitions and coordinator restored from their snapshots mid-stream, with the messages
     a partition checkpointed but never sent, go on to release the same bytes (with the ledger
     compacted every 2 slots, and with the whole run in the journal)."""
-    monkeypatch.setattr("streams.job.partition_ledger.JOURNAL_SLOTS", journal)
+    monkeypatch.setattr("streams.job.partitions.ledger.JOURNAL_SLOTS", journal)
     rng = np.random.default_rng(7)
     n, T, cut = 30, 24, 11
     users = [f"u{i}" for i in range(n)]
@@ -282,7 +282,7 @@ def test_coordinator_starts_only_when_no_partition_can_report_earlier() -> None:
 
 
 def test_checkpoints_are_cut_into_records_and_replaced_whole() -> None:
-    from streams.job.checkpoint_store import read_chunked, write_chunked
+    from streams.job.partitions.checkpoint_store import read_chunked, write_chunked
 
     table: dict[bytes, bytes] = {}
     assert read_chunked(table, 3) is None

@@ -22,7 +22,7 @@ from mechanisms.ledgers.plan import SlotPlan
 from mechanisms.noise import DISCRETE_MAX_EPS, DISCRETE_MIN_EPS
 from mechanisms.release import ReleaseRule
 from streams.job.config import JOB_MECHANISMS, JobConfig
-from streams.job.partition import watermark_record
+from streams.job.partitions.accumulator import watermark_record
 from streams.job.pipeline import InProcessJob
 from streams.kafka.producer import key_partition
 

@@ -6,10 +6,10 @@ import orjson
 import pytest
 
 from streams.job.config import JobConfig
-from streams.job.coordinator import Coordinator
-from streams.job.partition import PartitionAccumulator, watermark_of, watermark_record
-from streams.job.placement import CoordinatorLedger
-from streams.job.registries import Registry
+from streams.job.coordination.coordinator import Coordinator
+from streams.job.partitions.accumulator import PartitionAccumulator, watermark_of, watermark_record
+from streams.job.partitions.placement import CoordinatorLedger
+from streams.job.partitions.registries import Registry
 from streams.records.field_parsing import RecordError
 
 CFG = JobConfig(mechanism="pba", domain={"kind": "cells", "size": 3}, slot_ms=100, partitions=1,

@@ -17,11 +17,11 @@ import orjson
 from faust.types import TP
 from jobkit import dynamic_requirements, slot_reports
 
-from streams.job.checkpoint_store import write_chunked
 from streams.job.config import JobConfig
-from streams.job.partition_runner import PartitionRunner
+from streams.job.operations.worker_metrics import WorkerMetrics
+from streams.job.partitions.checkpoint_store import write_chunked
 from streams.job.roles import make_accumulator, make_registry
-from streams.job.worker_metrics import WorkerMetrics
+from streams.job.worker.partition_runner import PartitionRunner
 from streams.kafka.producer import key_partition
 from streams.kafka.topics import Topics
 

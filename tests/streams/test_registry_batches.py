@@ -1,7 +1,7 @@
 """Requirement records applied a batch at a time (:meth:`Registry.apply_batch`,
 :meth:`DynamicRegistry.apply_batch`) give what applying them one by one gives, which is what a
 plain model of the rules says; the registry's bulk form in the ``users`` table
-(:mod:`streams.job.registry_store`) gives back the same registry."""
+(:mod:`streams.job.partitions.registry_store`) gives back the same registry."""
 
 from __future__ import annotations
 
@@ -12,18 +12,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mechanisms.engine import level_key
-from streams.job.admission import (
+from streams.job.config import JobConfig
+from streams.job.partitions.admission import (
     DYNAMIC,
     FIXED,
     REMOVAL,
     admit_requirement,
     admit_requirements,
 )
-from streams.job.config import JobConfig
-from streams.job.faust_job import _owner
-from streams.job.key_hashing import key_partitions
-from streams.job.registries import DynamicRegistry, Registry
-from streams.job.registry_store import (
+from streams.job.partitions.key_hashing import key_partitions
+from streams.job.partitions.registries import DynamicRegistry, Registry
+from streams.job.partitions.registry_store import (
     PREFIX,
     append_segment,
     key_partition_of,
@@ -32,6 +31,7 @@ from streams.job.registry_store import (
     wants_snapshot,
     write_snapshot,
 )
+from streams.job.worker.faust_job import _owner
 from streams.kafka.producer import key_partition
 from streams.records.field_parsing import RecordError
 from streams.records.requirement_parsing import (

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from streams.job.slotting import DUPLICATE, FUTURE, LATE, OK, SlotClock, Slotter
+from streams.job.partitions.slotting import DUPLICATE, FUTURE, LATE, OK, SlotClock, Slotter
 
 T0 = 1_700_000_000_000
 MIN = 60_000

@@ -11,9 +11,9 @@ import pytest
 
 from streams.job.config import JobConfig
 from streams.job.pipeline import InProcessJob
-from streams.source.defaults import DefaultRequirements
-from streams.source.mapping import MappingWatch, SourceMapping
-from streams.source.rekey import report_value
+from streams.job.source.defaults import DefaultRequirements
+from streams.job.source.mapping import MappingWatch, SourceMapping
+from streams.job.source.rekey import report_value
 
 LABELS = {"kind": "labels", "labels": ["DE", "FR", "other"], "other": "other"}
 
@@ -237,7 +237,7 @@ def test_source_flags_from_the_command_line_and_the_config_file(tmp_path):
 
     from streams.cli import defaults
     from streams.cli.worker import add_parser
-    from streams.source.options import source_settings
+    from streams.job.source.options import source_settings
 
     def parse(argv, conf=None):
         top = argparse.ArgumentParser()
@@ -277,8 +277,8 @@ def test_requirements_not_yet_applied_hold_their_users_until_the_group_commits_t
     from types import SimpleNamespace
 
     from streams.job.config import JobConfig
+    from streams.job.source.rekey import Rekeyer, SourceSettings
     from streams.kafka.topics import Topics
-    from streams.source.rekey import Rekeyer, SourceSettings
 
     cfg = JobConfig(stream="s", mechanism="pbd", domain={"kind": "cells", "size": 2},
                     secret="x", partitions=2)

@@ -10,10 +10,10 @@ A registry is columns, not an object per user: ``index_of`` (user id -> index, t
 and ``users`` (index -> id) share one string per user, and everything else is a numpy array
 indexed by user (docs/performance.md gives the bytes per user). Requirement records are applied
 a batch at a time (:meth:`Registry.apply_batch`): admitted with
-:func:`~streams.job.admission.admit_requirements`, then applied with numpy over the batch, with
-the outcome of applying them one by one, in order. :meth:`Registry.dump` and
+:func:`~streams.job.partitions.admission.admit_requirements`, then applied with numpy over the
+batch, with the outcome of applying them one by one, in order. :meth:`Registry.dump` and
 :meth:`Registry.load_blocks` are its bulk form in the ``users`` table
-(:mod:`streams.job.registry_store`).
+(:mod:`streams.job.partitions.registry_store`).
 """
 
 from __future__ import annotations
@@ -26,9 +26,15 @@ from typing import Protocol
 import numpy as np
 
 from mechanisms.engine import level_key
-from streams.job.admission import DYNAMIC, FIXED, REMOVAL, AdmittedBatch, admit_requirements
 from streams.job.config import JobConfig
-from streams.job.registry_store import decode_block, encode_block
+from streams.job.partitions.admission import (
+    DYNAMIC,
+    FIXED,
+    REMOVAL,
+    AdmittedBatch,
+    admit_requirements,
+)
+from streams.job.partitions.registry_store import decode_block, encode_block
 from streams.records.field_formats import Reason
 
 Declaration = tuple[int, float, int, float]  # wB, EB, wF, EF
@@ -312,7 +318,7 @@ class Registry:
 
     def dump(self, indices: np.ndarray | None = None) -> bytes:
         """The bulk form of the users ``indices`` (all by default): ids, declared levels and
-        whether active, with the level names (:mod:`streams.job.registry_store`)."""
+        whether active, with the level names (:mod:`streams.job.partitions.registry_store`)."""
         n = len(self.users)
         if indices is None:
             idx, users = np.arange(n, dtype=np.int64), self.users
@@ -495,7 +501,7 @@ class DynamicRegistry:
 
     def dump(self, indices: np.ndarray | None = None) -> bytes:
         """The bulk form of the users ``indices`` (all by default): ids, latest declarations
-        and whether active (:mod:`streams.job.registry_store`)."""
+        and whether active (:mod:`streams.job.partitions.registry_store`)."""
         n = len(self.users)
         if indices is None:
             idx, users = np.arange(n, dtype=np.int64), self.users

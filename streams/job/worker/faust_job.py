@@ -1,14 +1,15 @@
 """The Faust job: one worker's app, its topics and RocksDB-backed tables, and what runs on them.
 
 Data path (docs/design.md): ``requirements`` -> the ``users`` table and each partition's registry;
-``reports`` -> :class:`~streams.job.partition.PartitionAccumulator` per partition (batched ingest),
-which sends the messages of :mod:`streams.job.slot_protocol` to ``slot-partials`` whenever slots
-close; the :class:`~streams.job.coordinator.Coordinator` reads ``slot-partials`` (batched ingest as
-well, each record once by offset) and releases each slot once to ``releases`` (with its
-``decisions``). Where the budget ledger lives (:mod:`streams.job.placement`) decides what the
-messages hold and in which order a partition checkpoints and sends. :class:`Job` wires the app:
-the partitions' side runs in :class:`~streams.job.partition_runner.PartitionRunner`, the
-coordinator's in :class:`~streams.job.coordinator_runner.CoordinatorRunner`.
+``reports`` -> :class:`~streams.job.partitions.accumulator.PartitionAccumulator` per partition
+(batched ingest), which sends the messages of :mod:`streams.job.slot_protocol` to ``slot-partials``
+whenever slots close; the :class:`~streams.job.coordination.coordinator.Coordinator` reads
+``slot-partials`` (batched ingest as well, each record once by offset) and releases each slot once
+to ``releases`` (with its ``decisions``). Where the budget ledger lives
+(:mod:`streams.job.partitions.placement`) decides what the messages hold and in which order a
+partition checkpoints and sends. :class:`Job` wires the app: the partitions' side runs in
+:class:`~streams.job.worker.partition_runner.PartitionRunner`, the coordinator's in
+:class:`~streams.job.worker.coordinator_runner.CoordinatorRunner`.
 
 Durability. A partition's accumulator is checkpointed into the ``checkpoints`` table (RocksDB,
 with a changelog) whenever it has messages for the coordinator (under the coordinator's ledger
@@ -22,7 +23,7 @@ but for those the broker refuses (logged and counted; their batch is acknowledge
 
 Under the partitions' ledgers (dynamic mechanisms, DPBD, DPBA) each partition keeps its users'
 ledger in its checkpoint and converses with the coordinator slot by slot
-(:class:`~streams.job.partition_ledger.PartitionLedger`): every worker reads the whole
+(:class:`~streams.job.partitions.ledger.PartitionLedger`): every worker reads the whole
 ``decisions`` topic with a consumer of its own and hands each record to its partitions. Their
 state is checkpointed before the messages it implies are sent, and those messages are sent
 again when a partition resumes.
@@ -40,30 +41,30 @@ import faust
 from faust.types import TP, EventT
 
 from streams.job.config import JobConfig
-from streams.job.coordinator import Coordinator
-from streams.job.coordinator_runner import CoordinatorRunner
-from streams.job.ingest import BatchIngest, ingest_settings
-from streams.job.membership import default_instance_id, leave_group
-from streams.job.observe import METRICS_HOST, Observer
-from streams.job.partition_runner import PartitionRunner
-from streams.job.recovery_watch import RecoveryWatch
-from streams.job.registry_store import key_partition_of
+from streams.job.coordination.coordinator import Coordinator
+from streams.job.operations.observe import METRICS_HOST, Observer
+from streams.job.operations.worker_metrics import WorkerMetrics
+from streams.job.partitions.registry_store import key_partition_of
 from streams.job.roles import placement_type
-from streams.job.startup import TABLE_PARTITIONS
-from streams.job.worker_metrics import WorkerMetrics
+from streams.job.source.rekey import Rekeyer, SourceSettings
+from streams.job.worker.coordinator_runner import CoordinatorRunner
+from streams.job.worker.ingest import BatchIngest, ingest_settings
+from streams.job.worker.membership import default_instance_id, leave_group
+from streams.job.worker.partition_runner import PartitionRunner
+from streams.job.worker.recovery_watch import RecoveryWatch
+from streams.job.worker.startup import TABLE_PARTITIONS
 from streams.kafka.producer import RawProducer, key_partition
 from streams.kafka.settings import current as current_settings
 from streams.kafka.settings import faust_options
 from streams.kafka.topics import Topics, min_insync_replicas
-from streams.source.rekey import Rekeyer, SourceSettings
 
 log = logging.getLogger("pwevent.job")
 
 
 class UsersTable(faust.Table):
     """The ``users`` table: each partition's registry in bulk
-    (:mod:`streams.job.registry_store`), under keys that name the partition, and, as stored
-    before that form, one entry per user, under the user's key. A record belongs to the
+    (:mod:`streams.job.partitions.registry_store`), under keys that name the partition, and, as
+    stored before that form, one entry per user, under the user's key. A record belongs to the
     partition its key names, or its user's key maps to, which is the partition of its
     requirements (a requirement on another one is dead-lettered, never written): restoring the
     table from its changelog takes a record only from that partition, so that no worker
@@ -166,8 +167,8 @@ class Job:
         self.checkpoints = self.app.Table("checkpoints", partitions=parts["checkpoints"], **table)
         self.state = self.app.Table("coordinator", partitions=parts["coordinator"], **table)
         self.counters: Counter[str] = Counter()
-        # operating the worker: metrics (streams/job/worker_metrics.py), updated where
-        # ``counters`` are, and /metrics, /healthz, /readyz (streams/job/observe.py)
+        # operating the worker: metrics (streams/job/operations/worker_metrics.py), updated where
+        # ``counters`` are, and /metrics, /healthz, /readyz (streams/job/operations/observe.py)
         self.metrics = WorkerMetrics(self.topics.reports)
         self.partitions = PartitionRunner(self.app, config, broker, self.topics, self.users,
                                           self.checkpoints, self.counters, self.metrics)
@@ -178,7 +179,7 @@ class Job:
         # the coordinator takes slot-partials as raw batches with their offsets, like the
         # reports: a record the consumer skipped is noticed and read again (ContinuityGuard)
         BatchIngest(self.app, self.topics.slot_partials, self.coordination.on_partials)
-        # source topics: mapped and re-keyed by user onto reports (streams/source/rekey.py)
+        # source topics: mapped and re-keyed by user onto reports (streams/job/source/rekey.py)
         self.rekeyer: Rekeyer | None = None
         self._reports_out: RawProducer | None = None
         if source is not None:

@@ -26,9 +26,9 @@ class RecoveryWatch:
         """Resume a table recovery that no longer receives its changelog's records.
 
         A batch fetched while a rebalance stops the flow is dropped, and its partitions are
-        rewound to their committed offsets (Faust's rule, which :mod:`streams.job.ingest` keeps). A
-        changelog partition has no committed offset, so when such a batch holds the records of
-        a changelog partition the worker has just been given, they are lost with it: the
+        rewound to their committed offsets (Faust's rule, which :mod:`streams.job.worker.ingest`
+        keeps). A changelog partition has no committed offset, so when such a batch holds the
+        records of a changelog partition the worker has just been given, they are lost with it: the
         consumer stands past them and the table's recovery waits for them for ever (measured on
         the embedded broker in about 1 of 15 hand-overs after a worker left the group). When a
         partition's recovery has applied nothing for ``RECOVERY_STALL_S`` seconds while the

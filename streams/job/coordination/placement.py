@@ -1,16 +1,16 @@
 """Where the budget ledger lives, seen from the coordinator: the strategy of its slot release.
 
-The :class:`~streams.job.coordinator.Coordinator` checks and orders the partitions' messages, keeps
-the release log and emits; its placement takes the messages' contents, says when the stream
-starts and when a slot is ready, and releases it through the mechanism:
+The :class:`~streams.job.coordination.coordinator.Coordinator` checks and orders the partitions'
+messages, keeps the release log and emits; its placement takes the messages' contents, says when
+the stream starts and when a slot is ready, and releases it through the mechanism:
 
 - :class:`CoordinatorLedgerRelease` (fixed requirements, partitions under
-  :class:`~streams.job.placement.CoordinatorLedger`): the ledger per requirement level is here, a
-  :class:`~mechanisms.engine.LevelEngine`. Slot t is released once every partition has closed
-  it, from the sum of the partials' counts and the users per level each partition had when it
+  :class:`~streams.job.partitions.placement.CoordinatorLedger`): the ledger per requirement level
+  is here, a :class:`~mechanisms.engine.LevelEngine`. Slot t is released once every partition has
+  closed it, from the sum of the partials' counts and the users per level each partition had when it
   closed t. The stream starts at the earliest slot any partition counted a report in.
 - :class:`PartitionLedgerRelease` (dynamic requirements, partitions under
-  :class:`~streams.job.partition_ledger.PartitionLedger`): the ledgers are in the partitions. The
+  :class:`~streams.job.partitions.ledger.PartitionLedger`): the ledgers are in the partitions. The
   stream starts once every partition has closed past its first slot with a report; slot t is
   released when every partition has sent its plan of t: the
   :class:`~mechanisms.mechanism.Mechanism` (the release rule over a

@@ -20,7 +20,7 @@ import numpy as np
 import orjson
 
 from streams.job.config import JobConfig
-from streams.job.key_hashing import key_partitions
+from streams.job.partitions.key_hashing import key_partitions
 from streams.kafka.producer import key_partition
 from streams.records.field_formats import USER_MAX_LENGTH, WINDOW_MIN, Reason
 from streams.records.field_parsing import RecordError
@@ -101,8 +101,8 @@ def admit_requirements(keys: Sequence[bytes | None], values: Sequence[bytes | No
     """:func:`admit_requirement` over a batch: the same outcome for every record.
 
     The keys' partitions are computed for the whole batch at once
-    (:func:`~streams.job.key_hashing.key_partitions`); a record of the common shapes (exactly
-    the fields of a fixed or of a dynamic requirement, within bounds, or a tombstone) is
+    (:func:`~streams.job.partitions.key_hashing.key_partitions`); a record of the common shapes
+    (exactly the fields of a fixed or of a dynamic requirement, within bounds, or a tombstone) is
     admitted on a short path, and any other record goes through :func:`admit_requirement`,
     which says why it is rejected.
     """

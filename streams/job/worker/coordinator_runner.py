@@ -1,11 +1,11 @@
 """The coordinator of a Faust worker: step 3 of the path of one report (docs/design.md).
 
 :class:`CoordinatorRunner` takes the batches of ``slot-partials`` that the batched ingest
-(:mod:`streams.job.ingest`) hands it, each record once and in offset order, gives each message to
-the :class:`~streams.job.coordinator.Coordinator`, records the coordinator's state in the
-``coordinator`` table before it emits what the coordinator released to ``releases`` and
-``decisions``, and rebuilds the coordinator from that table and those topics when this worker
-takes the coordinator over, emitting again what its state recorded and the topics lost
+(:mod:`streams.job.worker.ingest`) hands it, each record once and in offset order, gives each
+message to the :class:`~streams.job.coordination.coordinator.Coordinator`, records the
+coordinator's state in the ``coordinator`` table before it emits what the coordinator released to
+``releases`` and ``decisions``, and rebuilds the coordinator from that table and those topics when
+this worker takes the coordinator over, emitting again what its state recorded and the topics lost
 (:func:`emitted_records` says what it emits, :func:`stream_records` what it reads back). It
 holds no logic of its own about slots or budgets.
 """
@@ -22,11 +22,11 @@ import orjson
 
 from streams.job.batch_handling import ContinuityGuard, RawRecord, Rewind
 from streams.job.config import JobConfig
-from streams.job.coordinator import Coordinator, Emitted
-from streams.job.partition import wall_clock_ms
+from streams.job.coordination.coordinator import Coordinator, Emitted
+from streams.job.operations.worker_metrics import SlotCloseTimes, WorkerMetrics
+from streams.job.partitions.accumulator import wall_clock_ms
 from streams.job.roles import make_coordinator
 from streams.job.slot_protocol import decode
-from streams.job.worker_metrics import SlotCloseTimes, WorkerMetrics
 from streams.kafka.topics import Topics
 
 log = logging.getLogger("pwevent.job")

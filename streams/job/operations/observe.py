@@ -5,8 +5,8 @@ server inside the worker's event loop (a request never blocks the loop, and an a
 it runs), and a timer that measures the consumer lag and whether the broker answers. It serves
 
 ``GET /metrics``
-    the registry of :class:`~streams.job.worker_metrics.WorkerMetrics` in Prometheus' text
-    format;
+    the registry of :class:`~streams.job.operations.worker_metrics.WorkerMetrics` in Prometheus'
+    text format;
 ``GET /healthz``
     200 while the worker's event loop answers (liveness);
 ``GET /readyz``
@@ -17,7 +17,7 @@ The broker probe connects like every other Kafka client of the process
 (:func:`streams.kafka.settings.client_options`: TLS, SASL), and a refused login is reported as
 such, not as an unreachable broker (:mod:`streams.kafka.errors`).
 
-The worker's JSON log lines are made in :mod:`streams.job.json_logs`.
+The worker's JSON log lines are made in :mod:`streams.job.operations.json_logs`.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from aiohttp import web
 from mode import Service
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from streams.job.worker_metrics import WorkerMetrics
+from streams.job.operations.worker_metrics import WorkerMetrics
 from streams.kafka.errors import authentication_failed, authentication_failure
 from streams.kafka.settings import client_options
 
@@ -46,7 +46,7 @@ BROKER_FRESH_S: Final = 5.0  # ... for this long makes the worker not ready
 
 
 class ObservedJob(Protocol):
-    """What :class:`Observer` reads of a :class:`~streams.job.faust_job.Job`."""
+    """What :class:`Observer` reads of a :class:`~streams.job.worker.faust_job.Job`."""
 
     app: Any
     broker: str

@@ -1,10 +1,10 @@
 """The partitions of a Faust worker: step 1 of the path of one report (docs/design.md).
 
 :class:`PartitionRunner` takes the batches of ``requirements`` and ``reports`` that the batched
-ingest (:mod:`streams.job.ingest`) hands it, gives each to its partition's
-:class:`~streams.job.registries.UserRegistry` or
-:class:`~streams.job.partition.PartitionAccumulator`, and sends what the accumulator returns: its
-messages to ``slot-partials`` (declarations to ``decisions``), its dead letters to
+ingest (:mod:`streams.job.worker.ingest`) hands it, gives each to its partition's
+:class:`~streams.job.partitions.registries.UserRegistry` or
+:class:`~streams.job.partitions.accumulator.PartitionAccumulator`, and sends what the accumulator
+returns: its messages to ``slot-partials`` (declarations to ``decisions``), its dead letters to
 ``dead-letters``; it checkpoints the accumulator into the ``checkpoints`` table and acknowledges
 only the records the checkpoint covers. Under the partitions' ledgers it reads the whole
 ``decisions`` topic and hands each record to its partitions. It holds no logic of its own about
@@ -25,13 +25,12 @@ import numpy as np
 import orjson
 
 from streams.job.batch_handling import ContinuityGuard, RawRecord, Rewind
-from streams.job.checkpoint_store import read_chunked, write_chunked
 from streams.job.config import JobConfig
-from streams.job.dead_letters import DeadLetterSender
-from streams.job.ingest import partition_context
-from streams.job.partition import DeadLetter, PartitionAccumulator, watermark_record
-from streams.job.registries import UserRegistry
-from streams.job.registry_store import (
+from streams.job.operations.worker_metrics import WorkerMetrics, accepted_since
+from streams.job.partitions.accumulator import DeadLetter, PartitionAccumulator, watermark_record
+from streams.job.partitions.checkpoint_store import read_chunked, write_chunked
+from streams.job.partitions.registries import UserRegistry
+from streams.job.partitions.registry_store import (
     append_segment,
     key_partition_of,
     read_blocks,
@@ -40,7 +39,8 @@ from streams.job.registry_store import (
 )
 from streams.job.roles import make_accumulator, make_registry
 from streams.job.slot_protocol import Control, control, declaration_key, encode, kind, partials_key
-from streams.job.worker_metrics import WorkerMetrics, accepted_since
+from streams.job.worker.dead_letters import DeadLetterSender
+from streams.job.worker.ingest import partition_context
 from streams.kafka.producer import key_partition
 from streams.kafka.settings import client_options
 from streams.kafka.topics import Topics
@@ -92,8 +92,8 @@ class PartitionRunner:
 
     def registry(self, p: int) -> UserRegistry:
         """Partition ``p``'s registered users, rebuilt from the ``users`` table when first used:
-        from its bulk form (:mod:`streams.job.registry_store`), or, for a partition stored
-        before that form, from its users' entries (written as a snapshot at its next
+        from its bulk form (:mod:`streams.job.partitions.registry_store`), or, for a partition
+        stored before that form, from its users' entries (written as a snapshot at its next
         registration)."""
         reg = self.registries.get(p)
         if reg is None:

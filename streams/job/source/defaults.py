@@ -16,15 +16,15 @@ from typing import Any
 
 import orjson
 
-from streams.job.admission import check_bounds
 from streams.job.config import JobConfig
+from streams.job.partitions.admission import check_bounds
+from streams.job.source.mapping import parse_path
 from streams.records.field_parsing import RecordError
 from streams.records.requirement_parsing import (
     DynamicRequirement,
     FixedRequirement,
     parse_requirement,
 )
-from streams.source.mapping import parse_path
 
 __all__ = ["DefaultRule", "DefaultRequirements"]
 

@@ -3,9 +3,9 @@
 A :class:`PartitionAccumulator` turns batches of raw report records into dead letters (with
 their reasons) and, whenever slots close, the messages of :mod:`streams.job.slot_protocol` for the
 coordinator. What those messages hold depends on where the budget ledger lives, which its
-placement strategy (:mod:`streams.job.placement`) decides: counts per (requirement level, cell)
-when the coordinator keeps the ledger (fixed requirements), a closure and the plans of the
-partition's own ledger otherwise (dynamic requirements). Its state is a function of the records
+placement strategy (:mod:`streams.job.partitions.placement`) decides: counts per (requirement
+level, cell) when the coordinator keeps the ledger (fixed requirements), a closure and the plans of
+the partition's own ledger otherwise (dynamic requirements). Its state is a function of the records
 and control messages it was given, in order, so replaying from a checkpoint reproduces the same
 messages byte for byte, but for the worker's clock reading in a closure's ``closed_at_ms``
 (when the watermark passed the slots' end), which only the release-latency metric reads. All
@@ -27,17 +27,17 @@ from dataclasses import dataclass
 import numpy as np
 import orjson
 
-from streams.job.admission import check_placement
 from streams.job.batch_handling import RawRecord
 from streams.job.config import JobConfig
-from streams.job.placement import Placement
-from streams.job.registries import UserRegistry
+from streams.job.partitions.admission import check_placement
+from streams.job.partitions.ordering import Replaced, SlotOrder
+from streams.job.partitions.placement import Placement
+from streams.job.partitions.registries import UserRegistry
+from streams.job.partitions.slotting import DUPLICATE, OK, STATUS_REASON, Slotter
 from streams.job.slot_protocol import Control
-from streams.job.slotting import DUPLICATE, OK, STATUS_REASON, Slotter
 from streams.records.field_formats import Reason
 from streams.records.field_parsing import RecordError
 from streams.records.report_parsing import parse_reports
-from streams.source.ordering import Replaced, SlotOrder
 
 NO_HORIZON = 2**62  # the horizon when none is configured
 WATERMARK_PREFIX = b'{"watermark":'
@@ -100,7 +100,7 @@ class DeadLetter:
 
 class PartitionAccumulator:
     """Slotting and the messages to the coordinator of one partition of the reports topic;
-    ``placement`` decides what is counted and said (:mod:`streams.job.placement`)."""
+    ``placement`` decides what is counted and said (:mod:`streams.job.partitions.placement`)."""
 
     def __init__(self, partition: int, config: JobConfig, placement: Placement,
                  clock_ms: Callable[[], int] = wall_clock_ms) -> None:
@@ -285,8 +285,9 @@ class PartitionAccumulator:
                offsets: np.ndarray, status: np.ndarray, some: RawRecord, topic: str,
                dead: list[DeadLetter]) -> None:
         """Reports with a source position (``where``, into the registered reports): per (user,
-        slot) the smallest (event time, source position) counts (:mod:`streams.source.ordering`);
-        a counted report it replaces is taken back from its placement and dead-lettered."""
+        slot) the smallest (event time, source position) counts
+        (:mod:`streams.job.partitions.ordering`); a counted report it replaces is taken back from
+        its placement and dead-lettered."""
         size = max(len(self.registry.users), 1)
         for slot in np.unique(slots[where]).tolist():
             pos = where[slots[where] == slot]

@@ -1,6 +1,6 @@
 """Which report of a user counts in a slot when reports come through the source stage.
 
-Reports the source stage writes carry their source position (:mod:`streams.source.rekey`). One
+Reports the source stage writes carry their source position (:mod:`streams.job.source.rekey`). One
 user's events may sit on several source partitions, read by different workers at different
 speeds, so the order in which they reach the user's partition of ``reports`` is not a property of
 the source. Among such reports of one (user, slot) the partition counts the one with the

@@ -4,8 +4,8 @@ The :class:`Coordinator` reads the messages of :mod:`streams.job.slot_protocol`,
 and releases slots in order from the stream's first slot on, including slots nobody reported in
 (every registered user is charged at every slot, docs/design.md, privacy decision 2). When the
 stream starts, when a slot is ready and how it is released depend on where the budget ledger
-lives, which its placement (:mod:`streams.job.coordinator_placement`) decides. Randomness for slot t
-comes from generators keyed by the secret and (stream, nonce, t) (privacy decision 5). A release
+lives, which its placement (:mod:`streams.job.coordination.placement`) decides. Randomness for slot
+t comes from generators keyed by the secret and (stream, nonce, t) (privacy decision 5). A release
 is recorded in the state before it is emitted, and a slot already released is never computed
 again.
 """
@@ -23,7 +23,7 @@ import orjson
 from mechanisms.postprocess import Postprocessor
 from mechanisms.randomness import slot_generator
 from streams.job.config import JobConfig
-from streams.job.coordinator_placement import ReleasePlacement, release_placement
+from streams.job.coordination.placement import ReleasePlacement, release_placement
 from streams.job.slot_protocol import Decision, PartitionMessage, Start, kind, secret_check
 from streams.records.domains import BinDomain, CategoryDomain, Domain, GridDomain
 from streams.records.output_formats import CELLS_INLINE_MAX, NOISE_DISTRIBUTIONS, RELEASE_VERSION

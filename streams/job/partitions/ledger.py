@@ -1,7 +1,7 @@
 """The placement of the budget ledger in the partitions (dynamic requirements, DPBD, DPBA).
 
 :class:`PartitionLedger` keeps the ledger of a partition's users and plans each closed slot
-with the coordinator (:mod:`streams.job.placement`, docs/design.md, the slot protocol).
+with the coordinator (:mod:`streams.job.partitions.placement`, docs/design.md, the slot protocol).
 
 A declaration takes effect at the first slot the partition plans after accepting it. The users
 counted at a slot (and so its levels and counts) are those registered when it is planned: a
@@ -28,8 +28,8 @@ import numpy as np
 from mechanisms.dynamic import dynamic_ledger
 from mechanisms.ledgers.dynamic import DynamicLedger
 from streams.job.config import JobConfig
-from streams.job.placement import Placement
-from streams.job.registries import SUSPENDED, Declaration, DynamicRegistry
+from streams.job.partitions.placement import Placement
+from streams.job.partitions.registries import SUSPENDED, Declaration, DynamicRegistry
 from streams.job.slot_protocol import (
     DECLARED_CHUNK,
     GRID_BITS,

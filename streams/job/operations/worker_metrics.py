@@ -1,8 +1,8 @@
 """A worker's Prometheus metrics: :class:`WorkerMetrics` holds its registry (names in README.md,
 "Operating a worker"), which the job's runners update where they count records, once per batch
 (never once per record); :func:`accepted_since` and :func:`window_spend` compute what they count,
-:class:`SlotCloseTimes` when each slot closed. :class:`~streams.job.observe.Observer` serves the
-registry."""
+:class:`SlotCloseTimes` when each slot closed. :class:`~streams.job.operations.observe.Observer`
+serves the registry."""
 
 from __future__ import annotations
 
@@ -187,7 +187,7 @@ class WorkerMetrics:
                 self.reports.labels(reason).inc(n)
 
     def source_problem(self, problem: str) -> None:
-        """A source mapping looks wrong (:class:`streams.source.mapping.MappingWatch`)."""
+        """A source mapping looks wrong (:class:`streams.job.source.mapping.MappingWatch`)."""
         self.source_problems.labels(problem).inc()
 
     def dead_letter_failed(self) -> None:

@@ -93,7 +93,7 @@ def check_topics(bootstrap: str, topics: Topics, timeout: float) -> None:
         raise StartupError(problem)
 
 
-#: The job's tables (``streams/job/faust_job.py``) and their partition counts; ``None``: one
+#: The job's tables (``streams/job/worker/faust_job.py``) and their partition counts; ``None``: one
 #: per partition of the job.
 TABLE_PARTITIONS: Final[Mapping[str, int | None]] = {
     "users": None, "checkpoints": None, "coordinator": 1}
@@ -378,8 +378,8 @@ async def _changelog_ends(bootstrap: str, app_id: str, tables: list[str],
 def restore_lost_releases(data_dir: Path, config: JobConfig, topics: Topics, bootstrap: str,
                           timeout: float) -> int:
     """Put back on ``decisions`` and ``releases`` what the coordinator store in ``data_dir``
-    recorded and the broker lost (:meth:`~streams.job.coordinator.Coordinator.lost`: the
-    stream's start record, its last releases and decisions), byte for byte, before
+    recorded and the broker lost (:meth:`~streams.job.coordination.coordinator.Coordinator.lost`:
+    the stream's start record, its last releases and decisions), byte for byte, before
     :func:`reset_local_state` deletes the store; returns how many records were sent.
 
     Without this, a broker that lost the stream's start record would have the coordinator draw
@@ -389,8 +389,12 @@ def restore_lost_releases(data_dir: Path, config: JobConfig, topics: Topics, boo
     (the stream was started again without this state)."""
     import orjson
 
-    from streams.job.coordinator import Coordinator
-    from streams.job.coordinator_runner import COORDINATOR_KEY, emitted_records, stream_records
+    from streams.job.coordination.coordinator import Coordinator
+    from streams.job.worker.coordinator_runner import (
+        COORDINATOR_KEY,
+        emitted_records,
+        stream_records,
+    )
 
     path = data_dir / TABLES_DIR / "coordinator-0.db"
     if not path.is_dir():

@@ -9,9 +9,9 @@ from typing import Any
 
 from streams.cli.options import option
 from streams.job.config import JobConfig
-from streams.source.defaults import DefaultRequirements
-from streams.source.mapping import SourceMapping
-from streams.source.rekey import SourceSettings
+from streams.job.source.defaults import DefaultRequirements
+from streams.job.source.mapping import SourceMapping
+from streams.job.source.rekey import SourceSettings
 
 __all__ = ["SOURCE_OPTIONS", "source_settings"]
 
@@ -97,7 +97,7 @@ def check_source_topics(bootstrap: str, names: Sequence[str], timeout: float) ->
     not exist (a source topic is never created)."""
     import asyncio
 
-    from streams.job.startup import StartupError, _partition_counts
+    from streams.job.worker.startup import StartupError, _partition_counts
 
     with asyncio.Runner(loop_factory=asyncio.new_event_loop) as runner:
         found = runner.run(_partition_counts(bootstrap, timeout))

@@ -11,8 +11,8 @@ from typing import Any
 
 import faust
 
-from streams.job.partition import DeadLetter
-from streams.job.worker_metrics import WorkerMetrics
+from streams.job.operations.worker_metrics import WorkerMetrics
+from streams.job.partitions.accumulator import DeadLetter
 from streams.records.dead_letters import dead_letter
 from streams.records.input_formats import DEAD_LETTER_PAYLOAD_BYTES
 

@@ -1,8 +1,8 @@
 """Where the budget ledger lives, seen from a partition: the strategy of its worker.
 
-A :class:`~streams.job.partition.PartitionAccumulator` does what every partition does (admission,
-slotting, one report per user and slot, watermarks, checkpoints) and leaves to its placement
-what depends on where the users' budget ledger lives:
+A :class:`~streams.job.partitions.accumulator.PartitionAccumulator` does what every partition does
+(admission, slotting, one report per user and slot, watermarks, checkpoints) and leaves to its
+placement what depends on where the users' budget ledger lives:
 
 - :class:`CoordinatorLedger` (fixed requirements): users with the same ``(w, E)`` share a
   ledger row, so the coordinator keeps the ledger per requirement level. The partition counts
@@ -16,7 +16,7 @@ what depends on where the users' budget ledger lives:
   slot, the partition plans each closed slot (:class:`~streams.job.slot_protocol.Plan`: counts per
   budget level ``"<c1>:<c2>"``, users per level, nullified, projected), the coordinator decides
   and the partition commits the decision and plans the next slot. It lives in
-  :mod:`streams.job.partition_ledger`.
+  :mod:`streams.job.partitions.ledger`.
 """
 
 from __future__ import annotations
@@ -26,14 +26,14 @@ from typing import Protocol
 
 import numpy as np
 
-from streams.job.registries import Registry, UserRegistry
+from streams.job.partitions.registries import Registry, UserRegistry
+from streams.job.partitions.slotting import Slotter
 from streams.job.slot_protocol import Closure, Control, Declared, Partial, Plan
-from streams.job.slotting import Slotter
 
 
 class PartitionState(Protocol):
     """What a placement reads of the partition accumulator it works for
-    (:class:`streams.job.partition.PartitionAccumulator`)."""
+    (:class:`streams.job.partitions.accumulator.PartitionAccumulator`)."""
 
     partition: int
     d: int
@@ -66,7 +66,7 @@ class Placement:
     def uncount(self, slots: np.ndarray, users: np.ndarray, levels: np.ndarray,
                 cells: np.ndarray) -> None:
         """Take back reports counted before, which later ones replace
-        (:mod:`streams.source.ordering`); a placement that keeps one cell per user and slot
+        (:mod:`streams.job.partitions.ordering`); a placement that keeps one cell per user and slot
         overwrites it at :meth:`count` and has nothing to do here."""
 
     def closure(self, last: int, closed_at_ms: int) -> Partial | Closure:

@@ -1,12 +1,12 @@
 """The re-keying stage: source topics in, the job's ``reports`` topic out, keyed by user.
 
 Each worker reads its share of the source topics' partitions through the batched ingest (the same
-consumer group as the rest of the job; :mod:`streams.job.ingest`), maps every batch
-(:mod:`streams.source.mapping`), dead-letters what it cannot map (with the source topic, partition
-and offset) and produces the mapped reports to ``reports`` keyed by user, on the partition Kafka's
-default partitioner gives that key (murmur2): ``reports`` becomes the job's repartition topic, so
-one identity per user and one report per user and slot hold whatever the source's keys and
-partition count. Source topics are only read, never written.
+consumer group as the rest of the job; :mod:`streams.job.worker.ingest`), maps every batch
+(:mod:`streams.job.source.mapping`), dead-letters what it cannot map (with the source topic,
+partition and offset) and produces the mapped reports to ``reports`` keyed by user, on the
+partition Kafka's default partitioner gives that key (murmur2): ``reports`` becomes the job's
+repartition topic, so one identity per user and one report per user and slot hold whatever the
+source's keys and partition count. Source topics are only read, never written.
 
 Delivery is at least once: a batch's source offsets are acknowledged (and then committed) only
 once the broker acknowledged every report produced from it. A batch read again after a crash
@@ -14,9 +14,9 @@ produces its reports again, with the same source position (``"source": [topic in
 offset]``), and the partition keeps one report per (user, slot): the one with the smallest
 (event time, source topic index, source partition, source offset), so a repeat or a report of
 the same user from another source partition changes nothing whatever the order they arrive in
-(:mod:`streams.source.ordering`).
+(:mod:`streams.job.partitions.ordering`).
 
-Default requirements (:mod:`streams.source.defaults`). The stage follows the whole
+Default requirements (:mod:`streams.job.source.defaults`). The stage follows the whole
 ``requirements`` topic (which users declared anything, an opt-out tombstone included). At a
 user's first mapped report, when the user has no record on ``requirements``, it writes the
 default requirement there, keyed by the user, and holds that user's reports until the job's
@@ -41,12 +41,12 @@ import orjson
 
 from streams.job.batch_handling import RawRecord
 from streams.job.config import JobConfig
-from streams.job.key_hashing import key_partitions
-from streams.job.partition import DeadLetter
+from streams.job.partitions.accumulator import DeadLetter
+from streams.job.partitions.key_hashing import key_partitions
+from streams.job.source.defaults import DefaultRequirements
+from streams.job.source.mapping import MappingWatch, SourceMapping
 from streams.kafka.settings import client_options
 from streams.kafka.topics import Topics
-from streams.source.defaults import DefaultRequirements
-from streams.source.mapping import MappingWatch, SourceMapping
 
 log = logging.getLogger("pwevent.source")
 

@@ -1,0 +1,1 @@
+"""Operating a worker: its health and readiness endpoints, Prometheus metrics and JSON logs."""

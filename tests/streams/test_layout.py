@@ -1,0 +1,50 @@
+"""The job's folders follow a record's path (docs/design.md, "Layers"): the partition and
+coordinator sides run without Kafka, in one process as well, so they import neither the
+Kafka/Faust adapter nor the source stage, and ``mechanisms/`` imports nothing of ``streams``."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def imported_modules(path: Path) -> set[str]:
+    """Every module a file imports by absolute name (``from x import y`` counts as ``x.y`` too)."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module)
+            found.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return found
+
+
+def offending(folder: str, forbidden: tuple[str, ...]) -> list[str]:
+    """``file: module`` for each import under ``folder`` of a module in ``forbidden``."""
+    bad = []
+    for path in sorted((ROOT / folder).rglob("*.py")):
+        for module in sorted(imported_modules(path)):
+            if module.startswith(forbidden) or module in {f.rstrip(".") for f in forbidden}:
+                bad.append(f"{path.relative_to(ROOT)}: {module}")
+    return bad
+
+
+@pytest.mark.parametrize("folder", ["streams/job/partitions", "streams/job/coordination"])
+def test_the_sides_do_not_import_the_adapter_or_the_source_stage(folder: str) -> None:
+    assert not offending(folder, ("streams.job.worker.", "streams.job.source.",
+                                  "streams.job.operations.", "faust", "aiokafka"))
+
+
+def test_mechanisms_import_nothing_of_streams() -> None:
+    assert not offending("mechanisms", ("streams.",))
+
+
+def test_the_check_sees_an_offending_import(tmp_path: Path) -> None:
+    sample = tmp_path / "sample.py"
+    sample.write_text("from streams.job.worker import ingest\nimport faust\n")
+    assert imported_modules(sample) >= {"streams.job.worker", "streams.job.worker.ingest", "faust"}
