@@ -121,5 +121,24 @@ def run(args: argparse.Namespace) -> int:
               metrics_host=args.metrics_host, metrics_port=args.metrics_port, source=source)
     logging_config = json_logging_config(args.loglevel) if args.log_format == "json" else None
     worker = Worker(job, loglevel=args.loglevel, quiet=True, logging_config=logging_config)
+    tune_collector()
     worker.execute_from_commandline()
     return 0
+
+
+#: Allocations between two young-generation collections of Python's cycle collector (its
+#: default is 700). A batch allocates a few objects per record, so at the default the collector
+#: ran dozens of times a batch, each pass also walking the survivors of the last; with 50,000 a
+#: batch of the source stage took about 30% less time in process (docs/performance.md). The
+#: collector still runs, so garbage cycles are freed as before, a little later.
+YOUNG_COLLECTION_EVERY = 50_000
+
+
+def tune_collector() -> None:
+    """Set the cycle collector's thresholds for a worker's batches, and move what was
+    allocated at start-up (modules, the app) out of its way."""
+    import gc
+
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(YOUNG_COLLECTION_EVERY, 20, 100)

@@ -23,9 +23,11 @@ from typing import Any, Final
 import numpy as np
 import orjson
 
+from streams.job.source.typed_paths import PathDecoder
 from streams.records.domains import CategoryDomain, Domain, GridDomain
-from streams.records.field_formats import TIME_LIMIT_MS, Reason
+from streams.records.field_formats import TIME_LIMIT_MS, USER_MAX_LENGTH, Reason
 from streams.records.field_parsing import RecordError, Rejection, json_type, parse_time, parse_user
+from streams.records.time_columns import iso_times_ms
 
 __all__ = ["MappedBatch", "SourceMapping", "TIME_UNITS", "parse_path"]
 
@@ -34,6 +36,7 @@ TIME_UNITS: Final = ("auto", "s", "ms", "us", "iso")
 _SECONDS_BELOW: Final = 1e11
 _MILLIS_BELOW: Final = 1e14
 _MISSING: Final = object()
+_MAX_USER: Final = USER_MAX_LENGTH
 #: One source record: ``(key, value, partition, offset, timestamp_ms)``.
 SourceRecord = tuple[bytes | None, bytes | None, int, int, int]
 
@@ -111,6 +114,7 @@ class SourceMapping:
                                       and other in domain.labels):
             raise ValueError("a domain's 'other' must be one of its labels (a labels domain)")
         object.__setattr__(self, "_domain", domain)
+        object.__setattr__(self, "_decoders", {})
         object.__setattr__(self, "_paths", (parse_path(self.user_field),
                                             None if self.time_field is None
                                             else parse_path(self.time_field),
@@ -143,20 +147,105 @@ class SourceMapping:
         return out
 
     def map(self, records: Sequence[SourceRecord],
-            extra: Sequence[tuple[str, ...]] = ()) -> MappedBatch:
+            extra: Sequence[tuple[str, ...]] = (), typed: bool = True) -> MappedBatch:
         """Map one batch (module doc); never raises on bad input. ``extra``: further paths
-        (as :func:`parse_path` gives them) whose values to return per mapped record."""
+        (as :func:`parse_path` gives them) whose values to return per mapped record.
+
+        The records go through :class:`~streams.job.source.typed_paths.PathDecoder` first;
+        those it leaves, and those whose user is not a plain string id, through
+        :meth:`_map_general`, one by one. Both give the same result for a record;
+        ``typed=False`` sends every record through the general path."""
+        if typed:
+            pos, users, raw_times, values, extras, left = self._map_typed(records, tuple(extra))
+        else:
+            pos, users, raw_times, values, extras = [], [], [], [], []
+            left = list(range(len(records)))
+        seen = dict.fromkeys(self.fields, len(pos))
+        rejected: list[Rejection] = []
+        if left:
+            slow = self._map_general(records, left, tuple(extra), seen, rejected)
+            if pos:
+                pos, users, raw_times, values, extras = _merge(
+                    (pos, users, raw_times, values, extras), slow)
+            else:
+                pos, users, raw_times, values, extras = slow
+        times, bad = self._times(raw_times)
+        cells, domain_rejected = self.domain.map_values(values)
+        keep = (cells >= 0) & (times >= 0)
+        other = self.domain_config.get("other")
+        if domain_rejected:
+            for r in domain_rejected:
+                if other is not None and r.reason is Reason.OUT_OF_DOMAIN and times[r.index] >= 0:
+                    cells[r.index] = self.domain.labels.index(other)  # type: ignore[attr-defined]
+                    values[r.index] = other
+                    keep[r.index] = True
+                elif times[r.index] >= 0:
+                    rejected.append(Rejection(pos[r.index], r.reason, r.detail))
+        rejected.extend(Rejection(pos[j], Reason.BAD_TYPE, detail) for j, detail in bad)
+        rejected.sort(key=lambda r: r.index)
+        if bool(keep.all()):
+            return MappedBatch(np.asarray(pos, dtype=np.int64), users, times, values, cells,
+                               rejected, seen, extras if extra else [])
+        where = np.flatnonzero(keep)
+        index = np.asarray(pos, dtype=np.int64)[where]
+        kept = where.tolist()
+        return MappedBatch(index, [users[j] for j in kept], times[where],
+                           [values[j] for j in kept], cells[where], rejected, seen,
+                           [extras[j] for j in kept] if extra else [])
+
+    def _map_typed(self, records: Sequence[SourceRecord], extra: tuple[tuple[str, ...], ...]
+                   ) -> tuple[list[int], list[str], list[Any], list[Any], list[tuple[Any, ...]],
+                              list[int]]:
+        """The records the typed decoder takes, as columns (position, user, raw time, value,
+        extras), and the positions of the others."""
+        decoder = self._decoders.get(extra)  # type: ignore[attr-defined]
+        if decoder is None:
+            user_keys, time_keys, value_keys = self._paths  # type: ignore[attr-defined]
+            required = [user_keys, *([] if time_keys is None else [time_keys]), *value_keys]
+            decoder = PathDecoder(required, extra)
+            self._decoders[extra] = decoder  # type: ignore[attr-defined]
+        if not decoder.usable:
+            return [], [], [], [], [], list(range(len(records)))
+        taken, columns, opt, left = decoder.decode([rec[1] for rec in records])
+        users = columns[0]
+        kinds = set(map(type, users))
+        if kinds != {str} or not all(0 < len(u) <= _MAX_USER for u in users):
+            fine = [type(u) is str and 0 < len(u) <= _MAX_USER for u in users]
+            keep = [j for j, ok in enumerate(fine) if ok]
+            left = sorted(left + [taken[j] for j, ok in enumerate(fine) if not ok])
+            taken = [taken[j] for j in keep]
+            columns = [[col[j] for j in keep] for col in columns]
+            opt = [opt[j] for j in keep] if opt else []
+            users = columns[0]
+        if self.time_field is None:
+            raw_times = [records[i][4] for i in taken]
+            first_value = 1
+        else:
+            raw_times = columns[1]
+            first_value = 2
+        if len(self._paths[2]) == 2:  # type: ignore[attr-defined]
+            values = [list(pair) for pair in zip(columns[first_value], columns[first_value + 1],
+                                                 strict=True)]
+        else:
+            values = columns[first_value]
+        return taken, users, raw_times, values, opt if extra else [], left
+
+    def _map_general(self, records: Sequence[SourceRecord], positions: list[int],
+                     extra: tuple[tuple[str, ...], ...], seen: dict[str, int],
+                     rejected: list[Rejection]
+                     ) -> tuple[list[int], list[str], list[Any], list[Any], list[tuple[Any, ...]]]:
+        """The records at ``positions`` one by one: each parsed whole, its rejection if any
+        added to ``rejected`` and its present fields to ``seen``."""
         user_keys, time_keys, value_keys = self._paths  # type: ignore[attr-defined]
         loads, decode_error = orjson.loads, orjson.JSONDecodeError
-        rejected: list[Rejection] = []
         pos: list[int] = []
         users: list[str] = []
         raw_times: list[Any] = []
         values: list[Any] = []
         extras: list[tuple[Any, ...]] = []
-        seen = dict.fromkeys(self.fields, 0)
         grid = len(value_keys) == 2
-        for i, rec in enumerate(records):
+        for i in positions:
+            rec = records[i]
             raw = rec[1]
             if raw is None:
                 rejected.append(Rejection(i, Reason.MALFORMED_JSON, "empty value (tombstone)"))
@@ -187,7 +276,7 @@ class SourceMapping:
                 paths = ", ".join(self.fields.get(m, "the record timestamp") for m in missing)
                 rejected.append(Rejection(i, Reason.MISSING_FIELD, f"no {paths}"))
                 continue
-            if type(user) is not str or not 0 < len(user) <= 256:
+            if type(user) is not str or not 0 < len(user) <= _MAX_USER:
                 try:
                     user = parse_user(user)
                 except RecordError as exc:
@@ -200,48 +289,38 @@ class SourceMapping:
             if extra:
                 extras.append(tuple(None if (v := _get(doc, keys)) is _MISSING else v
                                     for keys in extra))
-        times, bad = self._times(raw_times)
-        cells, domain_rejected = self.domain.map_values(values)
-        keep = (cells >= 0) & (times >= 0)
-        other = self.domain_config.get("other")
-        if domain_rejected:
-            for r in domain_rejected:
-                if other is not None and r.reason is Reason.OUT_OF_DOMAIN and times[r.index] >= 0:
-                    cells[r.index] = self.domain.labels.index(other)  # type: ignore[attr-defined]
-                    values[r.index] = other
-                    keep[r.index] = True
-                elif times[r.index] >= 0:
-                    rejected.append(Rejection(pos[r.index], r.reason, r.detail))
-        rejected.extend(Rejection(pos[j], Reason.BAD_TYPE, detail) for j, detail in bad)
-        rejected.sort(key=lambda r: r.index)
-        where = np.flatnonzero(keep)
-        index = np.asarray(pos, dtype=np.int64)[where]
-        kept = where.tolist()
-        return MappedBatch(index, [users[j] for j in kept], times[where],
-                           [values[j] for j in kept], cells[where], rejected, seen,
-                           [extras[j] for j in kept] if extra else [])
+        return pos, users, raw_times, values, extras
 
     def _times(self, raw: list[Any]) -> tuple[np.ndarray, list[tuple[int, str]]]:
         """Epoch ms per raw time (-1 where it is bad), and the bad ones' details by position:
-        numbers are converted in one vectorised step, strings parsed as ISO 8601."""
+        numbers are converted in one vectorised step, ISO 8601 strings of the usual shapes as
+        columns (:func:`~streams.records.time_columns.iso_times_ms`), other strings one by one."""
         n = len(raw)
         out = np.full(n, -1, dtype=np.int64)
         bad: list[tuple[int, str]] = []
         unit = "ms" if self.time_field is None else self.time_unit  # record timestamps: ms
-        numeric = [j for j, t in enumerate(raw)
-                   if (type(t) is int or type(t) is float) and unit != "iso"]
+        kinds = [type(t) for t in raw]
+        if unit == "iso":
+            numeric: list[int] = []
+        else:
+            numeric = [j for j, k in enumerate(kinds) if k is int or k is float]
         if len(numeric) < n:
-            for j, t in enumerate(raw):
-                if (type(t) is int or type(t) is float) and unit != "iso":
-                    continue
-                if type(t) is str and unit in ("auto", "iso"):
+            strings = ([j for j, k in enumerate(kinds) if k is str]
+                       if unit in ("auto", "iso") else [])
+            if strings:
+                ms, done = iso_times_ms([raw[j] for j in strings])
+                where = np.asarray(strings, dtype=np.int64)
+                out[where[done]] = ms[done]
+                for j in where[~done].tolist():
                     try:
-                        out[j] = parse_time(t)
+                        out[j] = parse_time(raw[j])
                     except RecordError as exc:
                         bad.append((j, exc.detail))
-                else:
-                    want = "an ISO 8601 string" if unit == "iso" else "a number"
-                    bad.append((j, f"time must be {want}, not {json_type(t)}"))
+            if len(numeric) + len(strings) < n:
+                taken = set(numeric) | set(strings)
+                want = "an ISO 8601 string" if unit == "iso" else "a number"
+                bad.extend((j, f"time must be {want}, not {json_type(t)}")
+                           for j, t in enumerate(raw) if j not in taken)
         if numeric:
             where = np.asarray(numeric, dtype=np.int64)
             x = np.asarray([raw[j] for j in numeric], dtype=np.float64)
@@ -258,6 +337,16 @@ class SourceMapping:
                 bad.append((j, f"time {raw[j]!r} is not an epoch time in [1970, 2**53 ms)"))
         bad.sort()
         return out, bad
+
+
+def _merge(a: tuple[list[Any], ...], b: tuple[list[Any], ...]) -> tuple[list[Any], ...]:
+    """Two column sets (positions first) as one, in position order."""
+    order = np.argsort(np.asarray(a[0] + b[0], dtype=np.int64), kind="stable").tolist()
+    out = []
+    for col_a, col_b in zip(a, b, strict=True):
+        both = col_a + col_b
+        out.append([both[j] for j in order] if both else [])
+    return tuple(out)
 
 
 class MappingWatch:

@@ -35,7 +35,7 @@ import time
 from collections import Counter, deque
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
 import orjson
 
@@ -50,7 +50,7 @@ from streams.kafka.topics import Topics
 
 log = logging.getLogger("pwevent.source")
 
-__all__ = ["Rekeyer", "SourceSettings", "report_value"]
+__all__ = ["Rekeyer", "SourceSettings", "report_value", "report_values"]
 
 #: Seconds a user's reports wait for its default requirement to be registered before they are
 #: produced all the same (and counted, or dead-lettered as unregistered_user, by the partition).
@@ -59,10 +59,26 @@ REGISTRATION_WAIT_S = 30.0
 #: Seconds between two look-ups of the group's commits on ``requirements`` while defaults wait.
 COMMIT_LOOK_S = 0.25
 
+#: Batches of one source partition whose reports may be on their way to the broker at once.
+IN_FLIGHT = 4
+
 
 def report_value(user: str, time_ms: int, value: Any, source: tuple[int, int, int]) -> bytes:
     """The value of a mapped report: the report's fields and its source position."""
     return orjson.dumps({"user": user, "time": time_ms, "value": value, "source": source})
+
+
+_REPORT: Final = b'{"user":%b,"time":%d,"value":%b,"source":[%d,%d,%d]}'
+
+
+def report_values(users: Sequence[str], times: Sequence[int], values: Sequence[Any],
+                  topic_index: int, partition: int, offsets: Sequence[int]) -> list[bytes]:
+    """:func:`report_value` of a batch of one source partition, byte for byte, without a
+    document per report: each field serialised on its own and the record formatted once."""
+    dumps = orjson.dumps
+    return [_REPORT % (u, t, v, topic_index, partition, o)
+            for u, t, v, o in zip(map(dumps, users), times, map(dumps, values), offsets,
+                                  strict=True)]
 
 
 @dataclass(frozen=True)
@@ -76,20 +92,28 @@ class SourceSettings:
 
 @dataclass
 class _Held:
-    """Reports of one batch waiting for their users' default requirements."""
+    """The reports of one source batch not yet acknowledged by the broker: waiting for their
+    users' default requirements (``waiting``), then on their way (``sending``)."""
 
     first_offset: int
     end_offset: int  # the offset after the batch's last record
     records: list[tuple[bytes, bytes, int]]  # key, value, reports partition
     waiting: dict[int, int]  # requirements partition -> offset its commit must pass
     since: float = field(default_factory=time.monotonic)
+    sending: asyncio.Future[Any] | None = None  # resolved when the broker has them all
 
 
 class Rekeyer:
     """The re-keying stage of one worker (module doc). ``send(topic, key, value, partition)``
     is the producer's send, returning an awaitable of the broker's acknowledgement (for default
-    requirements); ``send_reports(records, partitions)`` puts a batch of re-keyed reports on
-    ``reports`` and returns once the broker has them."""
+    requirements); ``send_reports(records, partitions)`` enqueues a batch of re-keyed reports
+    for ``reports`` in order and returns an awaitable resolved once the broker has them all.
+
+    A batch's reports are enqueued while the next batch is fetched and mapped, and its source
+    offsets acknowledged once the broker has them (in source order: an earlier batch still on
+    its way holds the later ones back). At most :data:`IN_FLIGHT` batches per source partition
+    are on their way; a send that fails is raised at the stage's next batch, which stops the
+    fetch loop as a failing handler always did."""
 
     def __init__(self, config: JobConfig, settings: SourceSettings, topics: Topics,
                  send: Callable[..., Any], dead_letters: Any, counters: Counter[str],
@@ -115,6 +139,8 @@ class Rekeyer:
         self.defaulted: dict[str, Any] = {}
         self.applied: dict[int, int] = {}  # the group's committed offsets on requirements
         self.held: dict[tuple[str, int], deque[_Held]] = {}
+        self.failed: BaseException | None = None  # a send of reports the broker refused
+        self._enqueue = asyncio.Lock()  # batches are enqueued one after the other, in order
         self.ready = asyncio.Event()
         if not self.defaults:
             self.ready.set()
@@ -142,26 +168,26 @@ class Rekeyer:
         self.counters["source_records"] += len(records)
         self.counters["source_rejected"] += len(dead)
         futures = await self.dead_letters.send(dead, wait=False)
-        n_parts = self.config.partitions
-        out: list[tuple[bytes, bytes, int]] = []
-        times = batch.times.tolist()
-        offsets = batch.index.tolist()
+        users = batch.users
+        keys = [user.encode() for user in users]
+        parts = key_partitions(keys, self.config.partitions).tolist() if keys else []
+        offsets = [records[j][3] for j in batch.index.tolist()]
+        out = list(zip(keys, report_values(users, batch.times.tolist(), batch.values, ti, p,
+                                           offsets), parts, strict=True))
         sent: list[tuple[str, Any]] = []
-        keys = [user.encode() for user in batch.users]
-        parts = key_partitions(keys, n_parts).tolist() if keys else []
-        for j, user in enumerate(batch.users):
-            rec = records[offsets[j]]
-            key = keys[j]
-            if self.defaults and user not in self.declared and user not in self.defaulted:
+        if self.defaults:
+            fresh = set(users).difference(self.declared, self.defaulted)
+            for j, user in enumerate(users) if fresh else ():
+                if user not in fresh:
+                    continue
                 rule = self.defaults.choose(batch.extras[j] if batch.extras else ())
-                if rule is not None:
-                    fut = await self.send(self.topics.requirements, key,
+                if rule is not None:  # else a later report of the user may match a rule
+                    fresh.discard(user)
+                    fut = await self.send(self.topics.requirements, keys[j],
                                           rule.requirement(user), parts[j])
                     self.defaulted[user] = fut  # its offset, once the broker acknowledged it
                     sent.append((user, fut))
                     self.counters["default_requirements"] += 1
-            out.append((key, report_value(user, times[j], batch.values[j],
-                                          (ti, p, int(rec[3]))), parts[j]))
         for user, meta in zip([u for u, _f in sent],
                               await asyncio.gather(*(f for _u, f in sent)), strict=True):
             self.defaulted[user] = (meta.partition, meta.offset)
@@ -175,55 +201,95 @@ class Rekeyer:
                 part, offset = where
                 if self.applied.get(part, 0) <= offset:
                     waiting[part] = max(waiting.get(part, 0), offset)
-        queue = self.held.get((topic, p))
-        if waiting or queue:
-            queue = self.held.setdefault((topic, p), deque())
-            queue.append(_Held(int(records[0][3]), int(records[-1][3]) + 1, out, waiting))
-            if futures:
-                await asyncio.gather(*futures)
-            await self.release_held()
-            queue = self.held.get((topic, p))
-            return queue[0].first_offset if queue else None
+        self.held.setdefault((topic, p), deque()).append(
+            _Held(int(records[0][3]), int(records[-1][3]) + 1, out, waiting))
         if futures:
             await asyncio.gather(*futures)
-        await self._produce(out)
-        if out:
-            self.counters["source_produced"] += len(out)
-            self.on_produced()
-        return None
+        await self._advance((topic, p))
+        queue = self.held.get((topic, p))
+        return queue[0].first_offset if queue else None
 
-    async def _produce(self, records: list[tuple[bytes, bytes, int]]) -> None:
-        """Put mapped reports on ``reports`` (each on its user's partition) in record batches
-        and wait until the broker has them."""
-        if records:
-            await self.send_reports([(k, v) for k, v, _part in records],
-                                    [part for _k, _v, part in records])
-
-    async def release_held(self) -> None:
-        """Produce held reports whose users are registered now (or waited too long), oldest
-        first per source partition, and acknowledge their source offsets."""
-        now = time.monotonic()
-        for where in list(self.held):
-            queue = self.held[where]
-            while queue:
-                head = queue[0]
-                head.waiting = {part: offset for part, offset in head.waiting.items()
-                                if self.applied.get(part, 0) <= offset}
-                if head.waiting and now - head.since < REGISTRATION_WAIT_S:
+    async def _advance(self, where: tuple[str, int]) -> None:
+        """Send the batches of a source partition whose users are registered now (or waited
+        too long), oldest first, while fewer than :data:`IN_FLIGHT` are on their way; then
+        acknowledge those the broker has."""
+        self._raise_failure()
+        async with self._enqueue:
+            while True:
+                queue = self.held.get(where)
+                entry = next((e for e in queue or () if e.sending is None), None)
+                if entry is None:
                     break
-                if head.waiting:
+                entry.waiting = {part: offset for part, offset in entry.waiting.items()
+                                 if self.applied.get(part, 0) <= offset}
+                if entry.waiting and time.monotonic() - entry.since < REGISTRATION_WAIT_S:
+                    break
+                if entry.waiting:
                     log.error("default requirements on %d requirements partitions were not "
                               "applied within %g s; the reports waiting for them go on as they "
-                              "are", len(head.waiting), REGISTRATION_WAIT_S)
-                await self._produce(head.records)
-                self.counters["source_produced"] += len(head.records)
-                self.on_produced()
-                queue.popleft()
-                # its source offsets may be committed now (the ingest held them back)
-                self.acknowledge(where[0], where[1],
-                                 queue[0].first_offset if queue else head.end_offset)
-            if not queue:
-                del self.held[where]
+                              "are", len(entry.waiting), REGISTRATION_WAIT_S)
+                    entry.waiting = {}
+                busy = [e.sending for e in queue if e.sending is not None  # type: ignore[union-attr]
+                        and not e.sending.done()]
+                if len(busy) >= IN_FLIGHT:
+                    await asyncio.wait(busy[:1 + len(busy) - IN_FLIGHT])
+                    continue  # the queue may have changed meanwhile
+                entry.sending = await self._produce(entry.records)
+                entry.sending.add_done_callback(lambda _f, where=where: self._settle(where))
+        self._settle(where)
+        self._raise_failure()
+
+    def _settle(self, where: tuple[str, int]) -> None:
+        """Take off a source partition's queue the batches the broker has, oldest first, and
+        acknowledge their source offsets."""
+        queue = self.held.get(where)
+        while queue and queue[0].sending is not None and queue[0].sending.done():
+            head = queue[0]
+            if head.sending.cancelled() or head.sending.exception() is not None:
+                if self.failed is None:
+                    self.failed = (head.sending.exception() if not head.sending.cancelled()
+                                   else RuntimeError("a send of re-keyed reports was cancelled"))
+                    log.error("re-keyed reports of %s[%d] from offset %d were not acknowledged "
+                              "by the broker: %r", where[0], where[1], head.first_offset,
+                              self.failed)
+                return
+            queue.popleft()
+            self.counters["source_produced"] += len(head.records)
+            self.on_produced()
+            # its source offsets may be committed now (the ingest held them back)
+            self.acknowledge(where[0], where[1],
+                             queue[0].first_offset if queue else head.end_offset)
+        if queue is not None and not queue:
+            del self.held[where]
+
+    def _raise_failure(self) -> None:
+        if self.failed is not None:
+            raise self.failed
+
+    async def _produce(self, records: list[tuple[bytes, bytes, int]]) -> asyncio.Future[Any]:
+        """Enqueue mapped reports for ``reports`` (each on its user's partition) in record
+        batches; the future resolves once the broker has them all."""
+        if not records:
+            done: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+            done.set_result(0)
+            return done
+        return asyncio.ensure_future(await self.send_reports(
+            [(k, v) for k, v, _part in records], [part for _k, _v, part in records]))
+
+    async def release_held(self) -> None:
+        """Send what waited for default requirements once they are registered (or waited too
+        long), oldest first per source partition."""
+        for where in list(self.held):
+            await self._advance(where)
+
+    async def drain(self) -> None:
+        """Wait until every batch on its way is acknowledged by the broker (or failed)."""
+        busy = [e.sending for queue in list(self.held.values()) for e in queue
+                if e.sending is not None and not e.sending.done()]
+        if busy:
+            await asyncio.wait(busy)
+        for where in list(self.held):
+            self._settle(where)
 
     def forget(self, topic: str, partition: int) -> None:
         """A source partition went to another worker: what it held is read again there."""

@@ -1,0 +1,287 @@
+"""The source stage's columnar fast paths give what the general per-record code gives.
+
+:func:`~streams.records.time_columns.iso_times_ms` converts a time string only where
+:func:`~streams.records.field_parsing.parse_time` gives that very value, and converts every
+string of the usual shapes; :meth:`SourceMapping.map` gives the same batch, rejections and
+counts with its typed decoder as with every record parsed whole (``typed=False``)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from datetime import UTC, datetime, timedelta
+
+import orjson
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from streams.job.source.mapping import SourceMapping
+from streams.job.source.rekey import report_value, report_values
+from streams.records.field_parsing import RecordError, parse_time
+from streams.records.time_columns import iso_times_ms
+
+DIGIT = st.sampled_from("0123456789")
+
+
+@st.composite
+def near_iso(draw: st.DrawFn) -> str:
+    """Strings of the fast shapes with any digits (months 13, 30 February, hour 24...), and
+    small mutations of them."""
+    def digits(k: int) -> str:
+        return "".join(draw(DIGIT) for _ in range(k))
+    frac = draw(st.sampled_from(["", "." + digits(3), "." + digits(6), "." + digits(1)]))
+    tz = draw(st.sampled_from(["Z", "+" + digits(2) + ":" + digits(2),
+                               "-" + digits(2) + ":" + digits(2), "+0100", "z", ""]))
+    year = draw(st.sampled_from(["19", "20", "00", "99"])) + digits(2)
+    text = f"{year}-{digits(2)}-{digits(2)}T{digits(2)}:{digits(2)}:{digits(2)}{frac}{tz}"
+    if draw(st.booleans()):
+        i = draw(st.integers(0, len(text) - 1))
+        text = text[:i] + draw(st.sampled_from("-T: 0x.Z+é")) + text[i + 1:]
+    return text
+
+
+@st.composite
+def real_iso(draw: st.DrawFn) -> str:
+    """Valid times of 1970 or later in the usual shapes."""
+    moment = draw(st.datetimes(min_value=datetime(1970, 1, 2), max_value=datetime(9999, 12, 30),
+                               timezones=st.just(UTC)))
+    frac = draw(st.sampled_from(["", "ms", "us"]))
+    text = moment.strftime("%Y-%m-%dT%H:%M:%S")
+    if frac == "ms":
+        text += f".{moment.microsecond // 1000:03d}"
+    elif frac == "us":
+        text += f".{moment.microsecond:06d}"
+    minutes = draw(st.integers(-23 * 60 - 59, 23 * 60 + 59))
+    if minutes == 0 and draw(st.booleans()):
+        return text + "Z"
+    local = datetime.fromisoformat(text) + timedelta(minutes=minutes)
+    if local.year < 1 or local.year > 9999:
+        return text + "Z"
+    sign = "-" if minutes < 0 else "+"
+    text = local.strftime("%Y-%m-%dT%H:%M:%S") + text[19:]
+    return f"{text}{sign}{abs(minutes) // 60:02d}:{abs(minutes) % 60:02d}"
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.one_of(near_iso(), real_iso(), st.text(max_size=30)), max_size=40))
+def test_iso_columns_convert_only_what_parse_time_gives(values: list[str]) -> None:
+    ms, done = iso_times_ms(values)
+    for text, got, converted in zip(values, ms.tolist(), done.tolist(), strict=True):
+        if converted:
+            assert got == parse_time(text), text
+        else:
+            assert got == -1
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(real_iso(), min_size=1, max_size=40))
+def test_iso_columns_take_every_valid_time_of_the_usual_shapes(values: list[str]) -> None:
+    ms, done = iso_times_ms(values)
+    assert done.all()
+    assert ms.tolist() == [parse_time(v) for v in values]
+
+
+def test_iso_columns_refuse_impossible_dates_and_times_before_1970() -> None:
+    values = ["2026-02-29T00:00:00Z", "2024-02-29T00:00:00Z", "2026-13-01T00:00:00Z",
+              "2026-12-03T24:00:00Z", "1969-12-31T23:59:59.999Z", "1970-01-01T00:30:00+01:00",
+              "2026-12-03T10:15:00.123Z", "2026-12-03t10:15:00Z"]
+    ms, done = iso_times_ms(values)
+    assert done.tolist() == [False, True, False, False, False, False, True, False]
+    for text in ("2026-02-29T00:00:00Z", "1970-01-01T00:30:00+01:00"):
+        try:
+            parse_time(text)
+        except RecordError:
+            continue
+        raise AssertionError(f"{text} should be refused by parse_time too")
+
+
+LEAF = st.one_of(
+    st.text(max_size=6), st.sampled_from(["DE", "FR", "other", "d1", "d2", ""]),
+    st.integers(-5, 5), st.integers(2**62, 2**66), st.integers(-(2**66), -(2**62)),
+    st.floats(allow_nan=False, allow_infinity=False), st.booleans(), st.none(),
+    st.lists(st.integers(0, 3), max_size=2),
+    st.dictionaries(st.sampled_from("ab"), st.integers(), max_size=1),
+    near_iso(), real_iso(), st.integers(0, 2**53), st.floats(0, 1e16),
+)
+
+
+@st.composite
+def source_value(draw: st.DrawFn) -> bytes | None:
+    """A source record's value: mostly app events with the mapped fields in any shape."""
+    kind = draw(st.sampled_from(["event"] * 6 + ["missing", "garbage", "none", "array",
+                                                  "duplicate"]))
+    if kind == "none":
+        return None
+    if kind == "garbage":
+        return draw(st.binary(max_size=20))
+    if kind == "array":
+        return b"[1, 2]"
+    doc: dict = {"app": draw(LEAF)}
+    device = draw(st.sampled_from(["object", "leaf", "absent"]) if kind == "missing"
+                  else st.just("object"))
+    if device == "object":
+        doc["device"] = {"id": draw(LEAF), "tier": draw(LEAF)} if draw(st.booleans()) else \
+            {"id": draw(LEAF)}
+    elif device == "leaf":
+        doc["device"] = draw(LEAF)
+    for key in ("ts", "country", "lon", "lat", "consent"):
+        if kind != "missing" or draw(st.booleans()):
+            doc[key] = draw(LEAF) if key != "consent" else draw(
+                st.one_of(LEAF, st.fixed_dictionaries({"tier": LEAF})))
+    raw = json.dumps(doc, ensure_ascii=draw(st.booleans())).encode()  # integers beyond 64 bits
+    if kind == "duplicate":
+        raw = raw[:-1] + b',"country":"FR","device":{"id":"dup"}}'
+    return raw
+
+
+MAPPINGS = [
+    SourceMapping.from_flags("device.id", "ts", ["country"],
+                             {"kind": "labels", "labels": ["DE", "FR", "other"], "other": "other"}),
+    SourceMapping.from_flags("device.id", "ts:ms", ["country"],
+                             {"kind": "labels", "labels": ["DE", "FR"]}),
+    SourceMapping.from_flags("device.id", None, ["country"], {"kind": "cells", "size": 4}),
+    SourceMapping.from_flags("device.id", "ts:iso", ["lon", "lat"],
+                             {"kind": "grid", "lon_min": 0, "lon_max": 10, "lat_min": 0,
+                              "lat_max": 10, "cols": 2, "rows": 2}),
+    SourceMapping.from_flags("app", "ts:s", ["country"], {"kind": "bins", "low": 0, "high": 1,
+                                                         "bins": 3}),
+]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.sampled_from(range(len(MAPPINGS))), st.lists(source_value(), max_size=30),
+       st.sampled_from([(), (("consent", "tier"),), (("device", "tier"), ("app",))]))
+def test_typed_mapping_equals_the_general_path(which: int, values: list[bytes | None],
+                                                extra: tuple) -> None:
+    mapping = MAPPINGS[which]
+    records = [(None, v, 0, i, 1_764_756_900_000 + i) for i, v in enumerate(values)]
+    fast, general = mapping.map(records, extra), mapping.map(records, extra, typed=False)
+    assert fast.index.tolist() == general.index.tolist()
+    assert fast.users == general.users
+    assert fast.times.tolist() == general.times.tolist()
+    assert json.dumps(fast.values) == json.dumps(general.values)
+    assert fast.cells.tolist() == general.cells.tolist()
+    assert fast.rejected == general.rejected
+    assert fast.seen == general.seen
+    assert json.dumps(fast.extras) == json.dumps(general.extras)
+
+
+def test_the_typed_path_takes_the_usual_events() -> None:
+    mapping = MAPPINGS[0]
+    events = [orjson.dumps({"device": {"id": f"d{i}"}, "ts": "2026-12-03T10:15:00.123Z",
+                            "country": "DE", "app": {"v": [1, 2]}}) for i in range(50)]
+    taken, _users, _times, _values, _extras, left = mapping._map_typed(
+        [(None, v, 0, i, 0) for i, v in enumerate(events)], ())
+    assert (len(taken), left) == (50, [])
+    batch = mapping.map([(None, v, 0, i, 0) for i, v in enumerate(events)])
+    assert batch.times.tolist() == [parse_time("2026-12-03T10:15:00.123Z")] * 50
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.text(min_size=1, max_size=8), st.integers(0, 2**53 - 1),
+                          st.one_of(st.text(max_size=5), st.integers(-(2**63), 2**63 - 1),
+                                    st.floats(allow_nan=False, allow_infinity=False),
+                                    st.lists(st.floats(-180, 180), min_size=2, max_size=2)),
+                          st.integers(0, 2**62)), max_size=20),
+       st.integers(0, 100), st.integers(0, 1000))
+def test_report_values_are_report_value_byte_for_byte(rows: list, topic: int, part: int) -> None:
+    users, times, values, offsets = (list(col) for col in zip(*rows, strict=True)) if rows \
+        else ([], [], [], [])
+    assert report_values(users, times, values, topic, part, offsets) == [
+        report_value(u, t, v, (topic, part, o)) for u, t, v, o in rows]
+
+
+class _Letters:
+    """Dead letters as the stage hands them over (none in these batches)."""
+
+    def __init__(self) -> None:
+        self.sent: list = []
+
+    async def send(self, dead: list, wait: bool = False) -> list:
+        self.sent.extend(dead)
+        return []
+
+
+def _stage(sends: list, acks: list):
+    from collections import Counter
+
+    from streams.job.config import JobConfig
+    from streams.job.source.rekey import Rekeyer, SourceSettings
+    from streams.kafka.topics import Topics
+
+    cfg = JobConfig(stream="s", mechanism="pbd", domain={"kind": "cells", "size": 2},
+                    secret="x", partitions=2)
+    settings = SourceSettings(("t",), SourceMapping.from_flags("u", None, ["v"], cfg.domain))
+
+    async def send_reports(records: list, partitions: list):
+        done = asyncio.get_running_loop().create_future()
+        sends.append((records, done))
+        return done
+
+    return Rekeyer(cfg, settings, Topics(prefix="p", partitions=2), None, _Letters(), Counter(),
+                   acknowledge=lambda topic, p, stop: acks.append((topic, p, stop)),
+                   send_reports=send_reports)
+
+
+def _batch(first: int, n: int) -> list:
+    return [(None, orjson.dumps({"u": f"u{first + i}", "v": 1}), 0, first + i, 1000)
+            for i in range(n)]
+
+
+def test_batches_on_their_way_are_acknowledged_in_source_order() -> None:
+    """The stage maps the next batch while the last one's reports travel; a batch's source
+    offsets are acknowledged only once the broker has its reports and every earlier batch's."""
+    async def run() -> None:
+        sends: list = []
+        acks: list = []
+        stage = _stage(sends, acks)
+        assert await stage.on_batch("t", _batch(0, 3)) == 0  # on its way: hold from 0
+        assert await stage.on_batch("t", _batch(3, 2)) == 0
+        assert [len(r) for r, _f in sends] == [3, 2]
+        sends[1][1].set_result(2)  # the later batch first: nothing may be acknowledged yet
+        await asyncio.sleep(0)
+        assert acks == []
+        sends[0][1].set_result(3)
+        await asyncio.sleep(0)
+        assert acks == [("t", 0, 3), ("t", 0, 5)]
+        assert stage.counters["source_produced"] == 5 and stage.held == {}
+
+    asyncio.run(run())
+
+
+def test_a_refused_send_stops_the_stage_at_its_next_batch() -> None:
+    async def run() -> None:
+        sends: list = []
+        acks: list = []
+        stage = _stage(sends, acks)
+        await stage.on_batch("t", _batch(0, 2))
+        sends[0][1].set_exception(RuntimeError("broker said no"))
+        await asyncio.sleep(0)
+        try:
+            await stage.on_batch("t", _batch(2, 2))
+        except RuntimeError as exc:
+            assert "broker said no" in str(exc)
+        else:
+            raise AssertionError("the next batch should raise the refused send")
+        assert acks == [] and len(sends) == 1  # nothing acknowledged, nothing more sent
+
+    asyncio.run(run())
+
+
+def test_no_more_than_in_flight_batches_travel_at_once() -> None:
+    from streams.job.source import rekey
+
+    async def run() -> None:
+        sends: list = []
+        acks: list = []
+        stage = _stage(sends, acks)
+        for k in range(rekey.IN_FLIGHT):
+            await stage.on_batch("t", _batch(2 * k, 2))
+        nxt = asyncio.ensure_future(stage.on_batch("t", _batch(2 * rekey.IN_FLIGHT, 2)))
+        await asyncio.sleep(0.01)
+        assert len(sends) == rekey.IN_FLIGHT and not nxt.done()  # waits for the oldest
+        sends[0][1].set_result(2)
+        assert await nxt == 2  # the oldest is through: acknowledged up to the second batch
+        assert len(sends) == rekey.IN_FLIGHT + 1 and acks == [("t", 0, 2)]
+
+    asyncio.run(run())
