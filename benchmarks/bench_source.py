@@ -14,6 +14,15 @@ which adds the wait for their registration to the first events of each device). 
 
     .venv/bin/python benchmarks/bench_source.py [--events 500000] [--devices 20000] \\
         [--broker embedded|apache-kafka] [--defaults]
+
+``--latency`` measures instead how long a slot's release waits for the repartition hop: events
+are produced live (event time = now) for ``--live-slots`` slots of 2 s, once to the source
+topic through the stage and once, mapped by the benchmark, straight to ``reports`` in the job's
+own format, each to its own worker (``--event-time live``, lateness 0, ``--idle-close-ms``
+1000). Per slot, the release's Kafka timestamp minus the slot's end is its wait; the two routes'
+waits compare in one run::
+
+    .venv/bin/python benchmarks/bench_source.py --latency [--rate 5000] [--live-slots 10]
 """
 
 from __future__ import annotations
@@ -139,6 +148,120 @@ def measure(bootstrap: str, n: int, devices: int, source_parts: int, parts: int,
             "raw_rate": raw["rate"], "stage_rate": rate, "of_raw": rate / raw["rate"]}
 
 
+LIVE_SLOT_MS = 2_000
+IDLE_CLOSE_MS = 1_000
+
+
+async def produce_live(bootstrap: str, topic: str, parts: int, route: str, devices: int,
+                       rate: int, until_ms: int) -> int:
+    """Events with event time = now, ``rate`` a second, until the clock reaches ``until_ms``:
+    keyless app events round the source partitions (``source``), or reports keyed by device
+    on their murmur2 partition (``reports``). Returns how many were sent."""
+    producer = RawProducer(bootstrap, topic, parts, linger_ms=1)
+    await producer.start()
+    sent, i = 0, 0
+    start = time.time()
+    try:
+        while (now := int(time.time() * 1000)) < until_ms:
+            due = int((time.time() - start) * rate)
+            batch = []
+            for _ in range(max(due - sent, 0)):
+                device, country = f"d{i % devices}", COUNTRIES[(i * 7) % len(COUNTRIES)]
+                if route == "source":
+                    batch.append((None, orjson.dumps({"device": {"id": device}, "ts": iso(now),
+                                                      "country": country})))
+                else:
+                    batch.append((device.encode(), orjson.dumps({"user": device, "time": now,
+                                                                 "value": country})))
+                i += 1
+            if batch:
+                if route == "source":
+                    for p in range(parts):
+                        await producer.send_many(batch[p::parts], partition=p)
+                else:
+                    await producer.send_many(batch)
+                sent += len(batch)
+            await asyncio.sleep(0.02)
+    finally:
+        await producer.stop()
+    return sent
+
+
+async def release_times(bootstrap: str, topic: str, want: set[int], timeout: float
+                        ) -> dict[int, int]:
+    """Slot -> wall-clock ms at which its release was read from ``topic`` (read while it is
+    written, every 10 ms; a release's own timestamp is its slot's end), for the slots in
+    ``want``."""
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False,
+                                auto_offset_reset="earliest")
+    await consumer.start()
+    out: dict[int, int] = {}
+    try:
+        tp = TopicPartition(topic, 0)
+        consumer.assign([tp])
+        await consumer.seek_to_beginning(tp)
+        deadline = time.monotonic() + timeout
+        while not want <= out.keys() and time.monotonic() < deadline:
+            for recs in (await consumer.getmany(timeout_ms=10)).values():
+                seen = int(time.time() * 1000)
+                for r in recs:
+                    out.setdefault(orjson.loads(r.value)["slot"], seen)
+    finally:
+        await consumer.stop()
+    return out
+
+
+def measure_latency(bootstrap: str, route: str, devices: int, rate: int, slots: int,
+                    parts: int) -> dict:
+    """One route's per-slot waits from the slot's end to its release (module doc)."""
+    prefix = f"benchlat{route}"
+    source = f"{prefix}-telemetry"
+    topics = Topics(prefix=prefix, partitions=parts)
+    asyncio.run(create_topics(bootstrap, [*topics.specs(), TopicSpec("source", source, 3)]))
+    reqs = [(f"d{i}".encode(), orjson.dumps({"user": f"d{i}", "w": 10, "E": 1.0}))
+            for i in range(devices)]
+    asyncio.run(produce_raw(bootstrap, topics.requirements, reqs, partitions=parts))
+    workdir = Path(tempfile.mkdtemp(prefix="pwevent-bench-latency-"))
+    cmd = [sys.executable, "-m", "streams.cli", "worker", "--broker", bootstrap, "--prefix",
+           prefix, "--partitions", str(parts), "--stream", "app", "--mechanism", "pbd",
+           "--domain", orjson.dumps(DOMAIN).decode(), "--slot-ms", str(LIVE_SLOT_MS),
+           "--event-time", "live", "--idle-close-ms", str(IDLE_CLOSE_MS),
+           *(["--source-topic", source, "--user-field", "device.id", "--time-field", "ts",
+               "--value-field", "country"] if route == "source" else []),
+           "--data-dir", str(workdir / "data"), "--loglevel", "warning", "--metrics-port", "0"]
+    worker = subprocess.Popen(cmd, stdout=(workdir / "log").open("wb"), stderr=subprocess.STDOUT,
+                              env=dict(os.environ, PWEVENT_SECRET="bench"))
+    try:
+        time.sleep(8)  # the worker joins its group and takes its partitions
+        now = int(time.time() * 1000)
+        first = now // LIVE_SLOT_MS + 1
+        until = (first + slots) * LIVE_SLOT_MS
+        # the first slot with events is partial and the last ends with the production
+        want = set(range(first, first + slots - 1))
+
+        async def both() -> dict[int, int]:
+            reading = asyncio.ensure_future(release_times(bootstrap, topics.releases, want,
+                                                          slots * LIVE_SLOT_MS / 1000 + 30))
+            await produce_live(bootstrap, source if route == "source" else topics.reports,
+                               3 if route == "source" else parts, route, devices, rate, until)
+            return await reading
+
+        released = asyncio.run(both())
+    finally:
+        worker.terminate()
+        try:
+            worker.wait(30)
+        except subprocess.TimeoutExpired:
+            worker.kill()
+            worker.wait()
+    missing = want - released.keys()
+    assert not missing, f"slots {sorted(missing)} not released; log in {workdir}"
+    by_slot = [released[s] - (s + 1) * LIVE_SLOT_MS for s in sorted(want)]
+    waits = sorted(by_slot)
+    return {"route": route, "slots": len(waits), "wait_p50_ms": waits[len(waits) // 2],
+            "wait_max_ms": waits[-1], "idle_close_ms": IDLE_CLOSE_MS, "waits_ms": by_slot}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--events", type=int, default=500_000)
@@ -148,8 +271,29 @@ def main() -> int:
     parser.add_argument("--defaults", action="store_true",
                         help="devices declare nothing: the stage writes default requirements")
     parser.add_argument("--broker", choices=("embedded", "apache-kafka"), default="embedded")
+    parser.add_argument("--latency", action="store_true",
+                        help="measure the wait of a slot's release through the stage instead")
+    parser.add_argument("--rate", type=int, default=5_000, help="--latency: events a second")
+    parser.add_argument("--live-slots", type=int, default=10, help="--latency: slots produced")
     args = parser.parse_args()
     cluster = EmbeddedBroker() if args.broker == "embedded" else ApacheKafka(1, heap_mb=1024)
+    if args.latency:
+        with cluster as broker:
+            rows = [measure_latency(broker.bootstrap, route, args.devices, args.rate,
+                                    args.live_slots, args.partitions)
+                    for route in ("reports", "source")]
+        for row in rows:
+            print(orjson.dumps(row).decode())
+        print(f"broker: {args.broker}; {args.rate:,} events/s, slots of {LIVE_SLOT_MS} ms, "
+              f"idle close {IDLE_CLOSE_MS} ms")
+        print("| route | slots | release after the slot's end, p50 ms | max ms |")
+        print("|---|---:|---:|---:|")
+        for row in rows:
+            name = ("through the source stage" if row["route"] == "source"
+                    else "straight to reports")
+            print(f"| {name} | {row['slots']} | {row['wait_p50_ms']:,} | "
+                  f"{row['wait_max_ms']:,} |")
+        return 0
     with cluster as broker:
         row = measure(broker.bootstrap, args.events, args.devices, args.source_partitions,
                       args.partitions, args.defaults)
