@@ -16,7 +16,7 @@ string with a UTC offset. Declared with a suffix of the path (``ts:s``, ``ts:ms`
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -44,6 +44,10 @@ def parse_path(text: str) -> tuple[str, ...]:
     if not text or any(not k for k in keys):
         raise ValueError(f"field path {text!r} has an empty part")
     return keys
+
+
+def _as_is(doc: Any) -> Any:
+    return doc
 
 
 def _get(doc: Any, keys: tuple[str, ...]) -> Any:
@@ -142,12 +146,19 @@ class SourceMapping:
             out[role] = path
         return out
 
+    def map_decoded(self, records: Sequence[tuple[Any, ...]],
+                    extra: Sequence[tuple[str, ...]] = ()) -> MappedBatch:
+        """Map one batch whose values another source format decoded already (dicts, e.g.
+        :mod:`streams.source.avro`), as :meth:`map` maps JSON records."""
+        return self.map(records, extra, loads=_as_is)  # type: ignore[arg-type]
+
     def map(self, records: Sequence[SourceRecord],
-            extra: Sequence[tuple[str, ...]] = ()) -> MappedBatch:
+            extra: Sequence[tuple[str, ...]] = (), *,
+            loads: Callable[[Any], Any] = orjson.loads) -> MappedBatch:
         """Map one batch (module doc); never raises on bad input. ``extra``: further paths
         (as :func:`parse_path` gives them) whose values to return per mapped record."""
         user_keys, time_keys, value_keys = self._paths  # type: ignore[attr-defined]
-        loads, decode_error = orjson.loads, orjson.JSONDecodeError
+        decode_error = orjson.JSONDecodeError
         rejected: list[Rejection] = []
         pos: list[int] = []
         users: list[str] = []

@@ -72,6 +72,8 @@ class SourceSettings:
     topics: tuple[str, ...]
     mapping: SourceMapping
     defaults: tuple[str, ...] = ()
+    source_format: str = "json"  # or "avro" (streams/source/avro.py)
+    schema_registry: str | None = None  # the registry's URL, for avro
 
 
 @dataclass
@@ -109,6 +111,7 @@ class Rekeyer:
         self.defaults = DefaultRequirements(settings.defaults, config)
         self.index = {t: i for i, t in enumerate(settings.topics)}
         self.watch = MappingWatch(self._problem)
+        self.avro = self._avro_source() if settings.source_format == "avro" else None
         self.declared: set[str] = set()  # users with a record on requirements
         # users this stage wrote a default for: (requirements partition, offset), or the send's
         # future until the broker answers; dropped once the group's commit passed it
@@ -134,7 +137,10 @@ class Rekeyer:
         self.on_produced()  # the stage is busy: the stream is not idle
         p = records[0][2]
         ti = self.index[topic]
-        batch = self.mapping.map(records, self.defaults.paths)
+        if self.avro is None:
+            batch = self.mapping.map(records, self.defaults.paths)
+        else:
+            batch = await self.avro.map(self.mapping, records, self.defaults.paths)
         self.watch.take(topic, batch, len(records), self.clock_ms())
         dead = [DeadLetter(topic, p, records[r.index][3], records[r.index][0],
                            records[r.index][1], r.reason.value, r.detail)
@@ -233,6 +239,16 @@ class Rekeyer:
         """The first source offset of ``topic``'s ``partition`` still held, if any."""
         queue = self.held.get((topic, partition))
         return queue[0].first_offset if queue else None
+
+    def _avro_source(self) -> Any:
+        """The decoder of Avro source records, its registry reporting an outage once."""
+        from streams.source.avro import AvroSource
+        from streams.source.schema_registry import SchemaRegistry
+
+        assert self.settings.schema_registry is not None
+        return AvroSource(SchemaRegistry(
+            self.settings.schema_registry,
+            report=lambda message: self._problem("", "schema_registry_unreachable", message)))
 
     def _problem(self, topic: str, problem: str, message: str) -> None:
         log.error(message)
