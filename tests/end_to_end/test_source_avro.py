@@ -8,6 +8,7 @@ lost or counted twice, the releases equal the in-process run of the same mapped 
 from __future__ import annotations
 
 import asyncio
+import base64
 import io
 import json
 import os
@@ -25,6 +26,7 @@ from schema_registry import SchemaRegistryServer, wire
 
 from streams.cli.main import main
 from streams.job.pipeline import InProcessJob
+from streams.kafka.broker import free_port
 from streams.kafka.offsets import read_topic, wait_consumed
 from streams.kafka.producer import RawProducer
 from streams.kafka.topics import TopicSpec, create_topics
@@ -221,3 +223,41 @@ def test_avro_app_events_plugged_in(broker, registry, tmp_path: Path, capsys):
     out = json.loads(capsys.readouterr().out)
     assert status == 0 and out["violations"] == [], out
     assert out["slots_audited"] == SLOTS
+
+
+def test_a_registry_that_cannot_be_reached_costs_dead_letters_and_one_error(broker, tmp_path):
+    """Nobody listens at ``--schema-registry``: the worker keeps running, every record becomes a
+    ``schema_unavailable`` dead letter with its original bytes, and the outage is logged as an
+    error once."""
+    prefix, source = "avrodown", "app-events-avro-down"
+    cfg = config(prefix, stream="app", domain=DOMAIN, slot_ms=SLOT, origin_ms=ORIGIN,
+                 lateness_ms=4 * SLOT, secret="test-secret")
+    topics = setup_topics(broker.bootstrap, cfg)
+    asyncio.run(create_topics(broker.bootstrap, [TopicSpec("app", source, SOURCE_PARTS)]))
+    events = [(p, avro(EVENT, 1, {"device": {"id": f"d{i}"}, "ts": ORIGIN + i,
+                                  "country": "DE", "consent": "basic"}))
+              for i in range(30) for p in [i % SOURCE_PARTS]]
+    produce_source(broker.bootstrap, source, events)
+    conf = tmp_path / "pwevent.toml"
+    down = f"http://127.0.0.1:{free_port()}/apis/ccompat/v7"
+    conf.write_text(CONFIG.format(origin=ORIGIN, source=source, registry=down))
+    cmd = [sys.executable, "-m", "streams.cli", "--config", str(conf), "worker",
+           "--broker", broker.bootstrap, "--prefix", prefix, "--partitions", "2",
+           "--idle-close-ms", "1500", "--data-dir", str(tmp_path / "data"),
+           "--metrics-port", "0"]
+    log_file = tmp_path / "worker.log"
+    worker = subprocess.Popen(cmd, stdout=log_file.open("ab"), stderr=subprocess.STDOUT,
+                              env=dict(os.environ, PWEVENT_SECRET="test-secret"))
+    try:
+        assert asyncio.run(wait_consumed(broker.bootstrap, cfg.app_id(), source, SOURCE_PARTS,
+                                         90, alive=lambda: worker.poll() is None))
+        assert worker.poll() is None
+    finally:
+        stop_worker(worker)
+    log = log_file.read_text()
+    dead = [orjson.loads(v) for _k, v in read_all(broker.bootstrap, topics.dead_letters, 1)]
+    assert sorted(base64.b64decode(d["value"]) for d in dead) == sorted(v for _p, v in events)
+    assert {d["reason"] for d in dead} == {"schema_unavailable"}, dead
+    assert log.count(f"schema registry {down} cannot be reached") == 1, log[-3000:]
+    assert [k for k, _v in read_all(broker.bootstrap, topics.reports, cfg.partitions)
+            if k is not None] == []
