@@ -31,11 +31,14 @@ from streams.records.field_parsing import Rejection, json_type
 from streams.source.mapping import MappedBatch, SourceMapping, SourceRecord
 from streams.source.schema_registry import SchemaError, SchemaRegistry
 
-__all__ = ["AVRO_EXTRA", "AvroSource", "DecodedBatch", "check_avro_installed"]
+__all__ = ["AVRO_EXTRA", "UNDECODED", "AvroSource", "DecodedBatch", "check_avro_installed"]
 
 #: The wire format's magic byte and header length.
 MAGIC: Final = 0
 HEADER: Final = 5
+#: The reasons of records that were never decoded (so the mapping never saw them).
+UNDECODED: Final = frozenset({Reason.MALFORMED_AVRO, Reason.UNKNOWN_SCHEMA,
+                              Reason.SCHEMA_UNAVAILABLE})
 #: What to install for ``--source-format avro``.
 AVRO_EXTRA: Final = "the avro extra: pip install 'pwevent[avro]'"
 

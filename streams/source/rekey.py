@@ -141,7 +141,7 @@ class Rekeyer:
             batch = self.mapping.map(records, self.defaults.paths)
         else:
             batch = await self.avro.map(self.mapping, records, self.defaults.paths)
-        self.watch.take(topic, batch, len(records), self.clock_ms())
+        self.watch.take(topic, batch, self._mapped_count(records, batch), self.clock_ms())
         dead = [DeadLetter(topic, p, records[r.index][3], records[r.index][0],
                            records[r.index][1], r.reason.value, r.detail)
                 for r in batch.rejected]
@@ -197,6 +197,15 @@ class Rekeyer:
             self.counters["source_produced"] += len(out)
             self.on_produced()
         return None
+
+    def _mapped_count(self, records: Sequence[Any], batch: Any) -> int:
+        """How many of the batch's records reached the mapping: an Avro record that did not
+        decode (a registry outage, say) tells nothing about the mapping's fields."""
+        if self.avro is None:
+            return len(records)
+        from streams.source.avro import UNDECODED
+
+        return len(records) - sum(r.reason in UNDECODED for r in batch.rejected)
 
     async def _produce(self, records: list[tuple[bytes, bytes, int]]) -> None:
         """Put mapped reports on ``reports`` (each on its user's partition) in record batches
