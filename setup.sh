@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Creates .venv/ and installs pwevent into it with the demo extra (the embedded broker that
-# `pwevent demo` runs). `./setup.sh test` installs the test extra instead, which includes the demo
-# and eval extras, a JDK, used as the oracle of the TLNS generator, if none is present, and
+# `pwevent demo` runs). `./setup.sh test` installs the test extra instead, which includes the demo,
+# eval and avro extras, a JDK, used as the oracle of the TLNS generator, if none is present, and
 # Debian's headless Chromium and chromedriver, which render the dashboard in its tests, if
 # /usr/bin/chromium or /usr/bin/chromedriver is missing, and the pinned Apache Kafka broker
-# (deploy/apache-kafka/pom.xml) with Maven into .kafka/libs/, once (Maven itself from Debian's
-# packages if it is missing). Nothing else is downloaded.
+# (deploy/apache-kafka/pom.xml) with Maven into .kafka/libs/, once, and the pinned schema registry
+# the Avro source tests run against (deploy/schema-registry/pom.xml) into .schema-registry/, once
+# (Maven itself from Debian's packages if it is missing). Nothing else is downloaded.
 set -euo pipefail
 cd "$(dirname "$0")"
 if [ ! -x .venv/bin/python ]; then
@@ -23,15 +24,28 @@ if [ "${1:-}" = "test" ]; then
     fi
   fi
   kafka_version=$(sed -n 's:.*<kafka.version>\(.*\)</kafka.version>.*:\1:p' deploy/apache-kafka/pom.xml)
-  if [ ! -f ".kafka/libs/kafka_2.13-${kafka_version}.jar" ]; then
+  registry_version=$(sed -n 's:.*<apicurio.version>\(.*\)</apicurio.version>.*:\1:p' \
+    deploy/schema-registry/pom.xml)
+  registry_jar=".schema-registry/apicurio-registry-app-${registry_version}-runner.jar"
+  if [ ! -f ".kafka/libs/kafka_2.13-${kafka_version}.jar" ] || [ ! -f "$registry_jar" ]; then
     if ! command -v mvn >/dev/null 2>&1; then
       if command -v apt-get >/dev/null 2>&1; then
         apt-get update -qq && apt-get install -y -qq maven >/dev/null
       else
-        echo "setup.sh: fetching Apache Kafka needs Maven (mvn) on PATH" >&2
+        echo "setup.sh: fetching Apache Kafka and the schema registry needs Maven (mvn) on PATH" >&2
         exit 1
       fi
     fi
+  fi
+  if [ ! -f "$registry_jar" ]; then
+    rm -rf .schema-registry.partial
+    mvn -q -B -f deploy/schema-registry/pom.xml dependency:copy@fetch \
+      -Dregistry.dir="$PWD/.schema-registry.partial"
+    tar xzf .schema-registry.partial/registry.tar.gz -C .schema-registry.partial
+    rm .schema-registry.partial/registry.tar.gz
+    rm -rf .schema-registry && mv .schema-registry.partial .schema-registry
+  fi
+  if [ ! -f ".kafka/libs/kafka_2.13-${kafka_version}.jar" ]; then
     rm -rf .kafka/libs.partial
     mvn -q -B -f deploy/apache-kafka/pom.xml dependency:copy-dependencies \
       -DincludeScope=runtime -DoutputDirectory="$PWD/.kafka/libs.partial"

@@ -10,10 +10,17 @@ worker (``pwevent worker --source-topic ... --user-field device.id --time-field 
 user and produces it to the job's ``reports`` topic, so its rate counts the re-keying produce.
 The worker's rate is the reports it produced over the span of their Kafka timestamps. Every
 device declared a requirement beforehand (``--defaults`` lets the stage write defaults instead,
-which adds the wait for their registration to the first events of each device). Run::
+which adds the wait for their registration to the first events of each device).
+
+``--format avro`` writes the same events in the Confluent wire format instead (Avro, the time
+as a ``timestamp-millis`` long), their schema registered in the schema registry the tests use
+(Apicurio Registry, ``tests/schema_registry.py``, from ``./setup.sh test``), and the worker runs
+with ``--source-format avro --schema-registry URL``; the bare consumer then decodes each record
+with fastavro instead of orjson. Before the broker runs, the mapping alone is timed in process
+(``SourceMapping.map``, or ``AvroSource.map`` for Avro, in batches of 20,000). Run::
 
     .venv/bin/python benchmarks/bench_source.py [--events 500000] [--devices 20000] \\
-        [--broker embedded|apache-kafka] [--defaults]
+        [--broker embedded|apache-kafka] [--defaults] [--format json|avro]
 
 ``--latency`` measures instead how long a slot's release waits for the repartition hop: events
 are produced live (event time = now) for ``--live-slots`` slots of 2 s, once to the source
@@ -29,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import subprocess
 import sys
@@ -36,12 +44,14 @@ import tempfile
 import time
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import orjson
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests"))
 
 from aiokafka import AIOKafkaConsumer, TopicPartition  # noqa: E402
 from bench_ingest import measure_raw  # noqa: E402
@@ -67,6 +77,87 @@ def events(n: int, devices: int, span_ms: int) -> list[bytes]:
                           "ts": iso(ORIGIN + i * span_ms // n),
                           "country": COUNTRIES[(i * 7) % len(COUNTRIES)], "app": "7.2"})
             for i in range(n)]
+
+
+#: The Avro schema of the same events.
+AVRO_SCHEMA = {"type": "record", "name": "AppEvent", "namespace": "bench", "fields": [
+    {"name": "device", "type": {"type": "record", "name": "Device",
+                                "fields": [{"name": "id", "type": "string"}]}},
+    {"name": "ts", "type": {"type": "long", "logicalType": "timestamp-millis"}},
+    {"name": "country", "type": "string"},
+    {"name": "app", "type": "string"}]}
+
+
+def avro_events(n: int, devices: int, span_ms: int, schema_id: int) -> list[bytes]:
+    """The same events in the Confluent wire format, of schema ``schema_id``."""
+    from io import BytesIO
+
+    from fastavro import parse_schema, schemaless_writer
+
+    schema = parse_schema(AVRO_SCHEMA)
+    header = b"\0" + schema_id.to_bytes(4, "big")
+    out = []
+    for i in range(n):
+        body = BytesIO()
+        schemaless_writer(body, schema, {"device": {"id": f"d{i % devices}"},
+                                         "ts": ORIGIN + i * span_ms // n,
+                                         "country": COUNTRIES[(i * 7) % len(COUNTRIES)],
+                                         "app": "7.2"})
+        out.append(header + body.getvalue())
+    return out
+
+
+async def measure_raw_avro(bootstrap: str, topic: str, n: int) -> dict:
+    """Consume ``n`` records with a bare aiokafka consumer and decode each with fastavro."""
+    from io import BytesIO
+
+    from fastavro import parse_schema, schemaless_reader
+
+    from streams.job.source.schema_registry import without_logical_types
+
+    schema = parse_schema(without_logical_types(AVRO_SCHEMA))
+    consumer = AIOKafkaConsumer(topic, bootstrap_servers=bootstrap,
+                                auto_offset_reset="earliest", enable_auto_commit=False,
+                                max_partition_fetch_bytes=16 * 1024 * 1024,
+                                fetch_max_bytes=64 * 1024 * 1024)
+    await consumer.start()
+    got, t0 = 0, None
+    try:
+        while got < n:
+            fetched = await consumer.getmany(timeout_ms=1000, max_records=20_000)
+            if fetched and t0 is None:
+                t0 = time.perf_counter()
+            for records in fetched.values():
+                for record in records:
+                    schemaless_reader(BytesIO(record.value[5:]), schema, None)
+                got += len(records)
+        seconds = time.perf_counter() - (t0 or time.perf_counter())
+    finally:
+        await consumer.stop()
+    return {"records": got, "seconds": seconds, "rate": got / seconds if seconds else 0.0}
+
+
+def mapping_rate(values: list[bytes], registry_url: str | None) -> float:
+    """Events per second through the mapping alone, in process, in batches of 20,000."""
+    from streams.job.source.mapping import SourceMapping
+
+    mapping = SourceMapping.from_flags("device.id", "ts", ["country"], DOMAIN)
+    records = [(None, v, 0, i, ORIGIN) for i, v in enumerate(values)]
+    batches = [records[i:i + 20_000] for i in range(0, len(records), 20_000)]
+    if registry_url is None:
+        t0 = time.perf_counter()
+        n = sum(len(mapping.map(b)) for b in batches)
+    else:
+        from streams.job.source.avro import AvroSource
+        from streams.job.source.schema_registry import SchemaRegistry
+
+        source = AvroSource(SchemaRegistry(registry_url))
+        asyncio.run(source.map(mapping, batches[0][:1]))  # the schema fetched once
+        t0 = time.perf_counter()
+        n = sum(len(asyncio.run(source.map(mapping, b))) for b in batches)
+    seconds = time.perf_counter() - t0
+    assert n == len(values), f"{n} of {len(values)} events mapped"
+    return n / seconds
 
 
 async def fill_source(bootstrap: str, topic: str, values: list[bytes], parts: int) -> None:
@@ -108,15 +199,24 @@ async def reports_span(bootstrap: str, topic: str, parts: int, want: int,
 
 
 def measure(bootstrap: str, n: int, devices: int, source_parts: int, parts: int,
-            defaults: bool) -> dict:
-    prefix = f"benchsrc{'d' if defaults else ''}"
+            defaults: bool, registry: Any = None) -> dict:
+    """One run; ``registry`` (a started ``SchemaRegistryServer``): the events in Avro."""
+    prefix = f"benchsrc{'d' if defaults else ''}{'a' if registry else ''}"
     source = f"{prefix}-telemetry"
     topics = Topics(prefix=prefix, partitions=parts)
     asyncio.run(create_topics(bootstrap, [*topics.specs(),
                                           TopicSpec("source", source, source_parts)]))
-    values = events(n, devices, 10 * SLOT_MS)
+    if registry is None:
+        values = events(n, devices, 10 * SLOT_MS)
+        fmt: list[str] = []
+    else:
+        values = avro_events(n, devices, 10 * SLOT_MS,
+                             registry.register(f"{source}-value", AVRO_SCHEMA))
+        fmt = ["--source-format", "avro", "--schema-registry", registry.url]
+    mapped_rate = mapping_rate(values[:200_000], registry.url if registry else None)
     asyncio.run(fill_source(bootstrap, source, values, source_parts))
-    raw = asyncio.run(measure_raw(bootstrap, source, n))
+    raw = asyncio.run((measure_raw if registry is None else measure_raw_avro)(bootstrap, source,
+                                                                               n))
     if not defaults:
         reqs = [(f"d{i}".encode(), orjson.dumps({"user": f"d{i}", "w": 10, "E": 1.0}))
                 for i in range(devices)]
@@ -128,7 +228,7 @@ def measure(bootstrap: str, n: int, devices: int, source_parts: int, parts: int,
            "--origin-ms", str(ORIGIN), "--event-time", "history", "--lateness-ms",
            str(10 * SLOT_MS), "--idle-close-ms", "600000", "--source-topic", source,
            "--user-field", "device.id", "--time-field", "ts", "--value-field", "country",
-           *(["--default-requirement", "w=10,E=1"] if defaults else []),
+           *(["--default-requirement", "w=10,E=1"] if defaults else []), *fmt,
            "--data-dir", str(workdir / "data"), "--loglevel", "warning", "--metrics-port", "0"]
     worker = subprocess.Popen(cmd, stdout=(workdir / "log").open("wb"), stderr=subprocess.STDOUT,
                               env=dict(os.environ, PWEVENT_SECRET="bench"))
@@ -143,9 +243,10 @@ def measure(bootstrap: str, n: int, devices: int, source_parts: int, parts: int,
             worker.wait()
     assert got == n, f"{got} of {n} events re-keyed; log in {workdir}"
     rate = got / seconds
-    return {"defaults": defaults, "events": n, "devices": devices,
-            "source_partitions": source_parts, "partitions": parts,
-            "raw_rate": raw["rate"], "stage_rate": rate, "of_raw": rate / raw["rate"]}
+    return {"format": "avro" if registry else "json", "defaults": defaults, "events": n,
+            "devices": devices, "source_partitions": source_parts, "partitions": parts,
+            "mapping_rate": mapped_rate, "raw_rate": raw["rate"], "stage_rate": rate,
+            "of_raw": rate / raw["rate"]}
 
 
 LIVE_SLOT_MS = 2_000
@@ -271,6 +372,8 @@ def main() -> int:
     parser.add_argument("--defaults", action="store_true",
                         help="devices declare nothing: the stage writes default requirements")
     parser.add_argument("--broker", choices=("embedded", "apache-kafka"), default="embedded")
+    parser.add_argument("--format", choices=("json", "avro"), default="json",
+                        help="the source records' encoding (avro: with a schema registry)")
     parser.add_argument("--latency", action="store_true",
                         help="measure the wait of a slot's release through the stage instead")
     parser.add_argument("--rate", type=int, default=5_000, help="--latency: events a second")
@@ -294,14 +397,22 @@ def main() -> int:
             print(f"| {name} | {row['slots']} | {row['wait_p50_ms']:,} | "
                   f"{row['wait_max_ms']:,} |")
         return 0
-    with cluster as broker:
+    with contextlib.ExitStack() as stack:
+        registry = None
+        if args.format == "avro":
+            from schema_registry import SchemaRegistryServer
+
+            registry = stack.enter_context(SchemaRegistryServer())
+        broker = stack.enter_context(cluster)
         row = measure(broker.bootstrap, args.events, args.devices, args.source_partitions,
-                      args.partitions, args.defaults)
+                      args.partitions, args.defaults, registry)
     print(orjson.dumps(row).decode())
     print(f"broker: {args.broker}")
-    print("| events | devices | defaults | raw aiokafka /s | source stage /s | of raw |")
-    print("|---:|---:|---|---:|---:|---:|")
-    print(f"| {row['events']:,} | {row['devices']:,} | {'yes' if row['defaults'] else 'no'} | "
+    print("| format | events | devices | defaults | mapping alone /s | raw aiokafka /s | "
+          "source stage /s | of raw |")
+    print("|---|---:|---:|---|---:|---:|---:|---:|")
+    print(f"| {row['format']} | {row['events']:,} | {row['devices']:,} | "
+          f"{'yes' if row['defaults'] else 'no'} | {row['mapping_rate']:,.0f} | "
           f"{row['raw_rate']:,.0f} | {row['stage_rate']:,.0f} | {row['of_raw']:.0%} |")
     return 0
 

@@ -55,6 +55,10 @@ class Reason(StrEnum):
     MISSING_KEY = "missing_key"
     WRONG_PARTITION = "wrong_partition"
     UNAUTHENTICATED_CONTROL = "unauthenticated_control"
+    # Avro source records (streams/job/source/avro.py)
+    MALFORMED_AVRO = "malformed_avro"
+    UNKNOWN_SCHEMA = "unknown_schema"
+    SCHEMA_UNAVAILABLE = "schema_unavailable"
 
 
 USER: Final = OneOf(

@@ -269,3 +269,14 @@ def test_demo_without_the_demo_extra(monkeypatch: pytest.MonkeyPatch,
     assert err.startswith("pwevent demo: error: the embedded broker needs the demo extra: "
                           "pip install 'pwevent[demo]'")
     assert err.count("\n") == 1
+
+
+def test_avro_source_without_the_avro_extra(monkeypatch: pytest.MonkeyPatch,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setitem(sys.modules, "fastavro", None)
+    monkeypatch.setenv("PWEVENT_SECRET", "s")
+    assert cli.main(["worker", "--broker", "127.0.0.1:1", "--source-topic", "t",
+                     "--user-field", "u", "--value-field", "v", "--source-format", "avro",
+                     "--schema-registry", "http://127.0.0.1:1"]) == 2
+    assert capsys.readouterr().err == ("pwevent worker: error: --source-format avro needs the "
+                                       "avro extra: pip install 'pwevent[avro]'\n")

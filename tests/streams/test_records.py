@@ -58,6 +58,9 @@ def test_reason_enum_is_fixed() -> None:
         "missing_key",
         "wrong_partition",
         "unauthenticated_control",
+        "malformed_avro",
+        "unknown_schema",
+        "schema_unavailable",
     )
     assert validator("dead-letters").schema["properties"]["reason"]["enum"] == list(REASONS)
 

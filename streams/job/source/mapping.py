@@ -16,7 +16,7 @@ string with a UTC offset. Declared with a suffix of the path (``ts:s``, ``ts:ms`
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -47,6 +47,10 @@ def parse_path(text: str) -> tuple[str, ...]:
     if not text or any(not k for k in keys):
         raise ValueError(f"field path {text!r} has an empty part")
     return keys
+
+
+def _as_is(doc: Any) -> Any:
+    return doc
 
 
 def _get(doc: Any, keys: tuple[str, ...]) -> Any:
@@ -146,16 +150,24 @@ class SourceMapping:
             out[role] = path
         return out
 
+    def map_decoded(self, records: Sequence[tuple[Any, ...]],
+                    extra: Sequence[tuple[str, ...]] = ()) -> MappedBatch:
+        """Map one batch whose values another source format decoded already (dicts, e.g.
+        :mod:`streams.job.source.avro`), as :meth:`map` maps JSON records."""
+        return self.map(records, extra, loads=_as_is)
+
     def map(self, records: Sequence[SourceRecord],
-            extra: Sequence[tuple[str, ...]] = (), typed: bool = True) -> MappedBatch:
+            extra: Sequence[tuple[str, ...]] = (), typed: bool = True, *,
+            loads: Callable[[Any], Any] | None = None) -> MappedBatch:
         """Map one batch (module doc); never raises on bad input. ``extra``: further paths
         (as :func:`parse_path` gives them) whose values to return per mapped record.
 
         The records go through :class:`~streams.job.source.typed_paths.PathDecoder` first;
         those it leaves, and those whose user is not a plain string id, through
         :meth:`_map_general`, one by one. Both give the same result for a record;
-        ``typed=False`` sends every record through the general path."""
-        if typed:
+        ``typed=False`` sends every record through the general path. ``loads`` (values already
+        decoded by another format, :meth:`map_decoded`) takes the general path too."""
+        if typed and loads is None:
             pos, users, raw_times, values, extras, left = self._map_typed(records, tuple(extra))
         else:
             pos, users, raw_times, values, extras = [], [], [], [], []
@@ -163,7 +175,8 @@ class SourceMapping:
         seen = dict.fromkeys(self.fields, len(pos))
         rejected: list[Rejection] = []
         if left:
-            slow = self._map_general(records, left, tuple(extra), seen, rejected)
+            slow = self._map_general(records, left, tuple(extra), seen, rejected,
+                                     loads or orjson.loads)
             if pos:
                 pos, users, raw_times, values, extras = _merge(
                     (pos, users, raw_times, values, extras), slow)
@@ -232,12 +245,12 @@ class SourceMapping:
 
     def _map_general(self, records: Sequence[SourceRecord], positions: list[int],
                      extra: tuple[tuple[str, ...], ...], seen: dict[str, int],
-                     rejected: list[Rejection]
+                     rejected: list[Rejection], loads: Callable[[Any], Any],
                      ) -> tuple[list[int], list[str], list[Any], list[Any], list[tuple[Any, ...]]]:
         """The records at ``positions`` one by one: each parsed whole, its rejection if any
         added to ``rejected`` and its present fields to ``seen``."""
         user_keys, time_keys, value_keys = self._paths  # type: ignore[attr-defined]
-        loads, decode_error = orjson.loads, orjson.JSONDecodeError
+        decode_error = orjson.JSONDecodeError
         pos: list[int] = []
         users: list[str] = []
         raw_times: list[Any] = []

@@ -1,5 +1,6 @@
 """The worker's flags of the source side (``--source-topic``, ``--user-field``, ``--time-field``,
-``--value-field``, ``--default-requirement``) and :func:`source_settings`, which checks them."""
+``--value-field``, ``--default-requirement``; the records' format, ``--source-format`` and
+``--schema-registry``) and :func:`source_settings`, which checks them."""
 
 from __future__ import annotations
 
@@ -58,6 +59,14 @@ SOURCE_OPTIONS = (
            "wB=..,EB=..,wF=..,EF=.. under dpbd and dpba; PATH=VALUE:SPEC applies SPEC only to "
            "records whose field PATH holds VALUE (repeatable; the first match wins)",
            action=Repeatable, default=None, metavar="SPEC"),
+    option("--source-format", "how the source topics' record values are encoded: json, or avro "
+           "(the Confluent wire format: magic byte 0, 4-byte schema id, Avro binary; decoded "
+           "with the writer schema from --schema-registry; needs the avro extra) (default: "
+           "%(default)s)", choices=("json", "avro"), default="json"),
+    option("--schema-registry", "base URL of the schema registry serving Avro writer schemas "
+           "by id at URL/schemas/ids/ID (the Confluent REST API; Apicurio Registry: "
+           "http://HOST:PORT/apis/ccompat/v7); with --source-format avro",
+           default=None, metavar="URL"),
 )
 
 
@@ -71,7 +80,9 @@ def source_settings(args: argparse.Namespace, config: JobConfig) -> SourceSettin
         given = [f for f, v in (("--user-field", args.user_field),
                                 ("--time-field", args.time_field),
                                 ("--value-field", values),
-                                ("--default-requirement", defaults)) if v]
+                                ("--default-requirement", defaults),
+                                ("--source-format avro", args.source_format == "avro"),
+                                ("--schema-registry", args.schema_registry)) if v]
         if given:
             raise ValueError(f"{', '.join(given)} need --source-topic")
         return None
@@ -82,7 +93,23 @@ def source_settings(args: argparse.Namespace, config: JobConfig) -> SourceSettin
         raise ValueError("--source-topic needs --user-field and --value-field")
     mapping = SourceMapping.from_flags(args.user_field, args.time_field, values, config.domain)
     DefaultRequirements(defaults, config)  # checked now: a bad spec stops the worker at start
-    return SourceSettings(tuple(topics), mapping, tuple(defaults))
+    registry = _schema_registry(args.source_format, args.schema_registry)
+    return SourceSettings(tuple(topics), mapping, tuple(defaults), args.source_format, registry)
+
+
+def _schema_registry(source_format: str, url: str | None) -> str | None:
+    """The checked ``--schema-registry`` URL (``None`` for JSON sources)."""
+    if source_format != "avro":
+        if url:
+            raise ValueError("--schema-registry needs --source-format avro")
+        return None
+    from streams.job.source.avro import check_avro_installed
+    from streams.job.source.schema_registry import SchemaRegistry
+
+    check_avro_installed()
+    if not url:
+        raise ValueError("--source-format avro needs --schema-registry URL")
+    return SchemaRegistry(url).url  # checked: an http(s) URL
 
 
 def config_topics(config: JobConfig) -> Any:

@@ -88,6 +88,8 @@ class SourceSettings:
     topics: tuple[str, ...]
     mapping: SourceMapping
     defaults: tuple[str, ...] = ()
+    source_format: str = "json"  # or "avro" (streams/job/source/avro.py)
+    schema_registry: str | None = None  # the registry's URL, for avro
 
 
 @dataclass
@@ -133,6 +135,7 @@ class Rekeyer:
         self.defaults = DefaultRequirements(settings.defaults, config)
         self.index = {t: i for i, t in enumerate(settings.topics)}
         self.watch = MappingWatch(self._problem)
+        self.avro = self._avro_source() if settings.source_format == "avro" else None
         self.declared: set[str] = set()  # users with a record on requirements
         # users this stage wrote a default for: (requirements partition, offset), or the send's
         # future until the broker answers; dropped once the group's commit passed it
@@ -160,8 +163,11 @@ class Rekeyer:
         self.on_produced()  # the stage is busy: the stream is not idle
         p = records[0][2]
         ti = self.index[topic]
-        batch = self.mapping.map(records, self.defaults.paths)
-        self.watch.take(topic, batch, len(records), self.clock_ms())
+        if self.avro is None:
+            batch = self.mapping.map(records, self.defaults.paths)
+        else:
+            batch = await self.avro.map(self.mapping, records, self.defaults.paths)
+        self.watch.take(topic, batch, self._mapped_count(records, batch), self.clock_ms())
         dead = [DeadLetter(topic, p, records[r.index][3], records[r.index][0],
                            records[r.index][1], r.reason.value, r.detail)
                 for r in batch.rejected]
@@ -208,6 +214,15 @@ class Rekeyer:
         await self._advance((topic, p))
         queue = self.held.get((topic, p))
         return queue[0].first_offset if queue else None
+
+    def _mapped_count(self, records: Sequence[Any], batch: Any) -> int:
+        """How many of the batch's records reached the mapping: an Avro record that did not
+        decode (a registry outage, say) tells nothing about the mapping's fields."""
+        if self.avro is None:
+            return len(records)
+        from streams.job.source.avro import UNDECODED
+
+        return len(records) - sum(r.reason in UNDECODED for r in batch.rejected)
 
     async def _advance(self, where: tuple[str, int]) -> None:
         """Send the batches of a source partition whose users are registered now (or waited
@@ -299,6 +314,16 @@ class Rekeyer:
         """The first source offset of ``topic``'s ``partition`` still held, if any."""
         queue = self.held.get((topic, partition))
         return queue[0].first_offset if queue else None
+
+    def _avro_source(self) -> Any:
+        """The decoder of Avro source records, its registry reporting an outage once."""
+        from streams.job.source.avro import AvroSource
+        from streams.job.source.schema_registry import SchemaRegistry
+
+        assert self.settings.schema_registry is not None
+        return AvroSource(SchemaRegistry(
+            self.settings.schema_registry,
+            report=lambda message: self._problem("", "schema_registry_unreachable", message)))
 
     def _problem(self, topic: str, problem: str, message: str) -> None:
         log.error(message)
