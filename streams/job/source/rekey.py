@@ -99,7 +99,8 @@ class _Held:
 
     first_offset: int
     end_offset: int  # the offset after the batch's last record
-    records: list[tuple[bytes, bytes, int]]  # key, value, reports partition
+    records: list[tuple[bytes, bytes]]  # key, value
+    partitions: list[int]  # each record's partition of reports
     waiting: dict[int, int]  # requirements partition -> offset its commit must pass
     since: float = field(default_factory=time.monotonic)
     sending: asyncio.Future[Any] | None = None  # resolved when the broker has them all
@@ -179,7 +180,7 @@ class Rekeyer:
         parts = key_partitions(keys, self.config.partitions).tolist() if keys else []
         offsets = [records[j][3] for j in batch.index.tolist()]
         out = list(zip(keys, report_values(users, batch.times.tolist(), batch.values, ti, p,
-                                           offsets), parts, strict=True))
+                                           offsets), strict=True))
         sent: list[tuple[str, Any]] = []
         if self.defaults:
             fresh = set(users).difference(self.declared, self.defaulted)
@@ -208,7 +209,7 @@ class Rekeyer:
                 if self.applied.get(part, 0) <= offset:
                     waiting[part] = max(waiting.get(part, 0), offset)
         self.held.setdefault((topic, p), deque()).append(
-            _Held(int(records[0][3]), int(records[-1][3]) + 1, out, waiting))
+            _Held(int(records[0][3]), int(records[-1][3]) + 1, out, parts, waiting))
         if futures:
             await asyncio.gather(*futures)
         await self._advance((topic, p))
@@ -249,7 +250,7 @@ class Rekeyer:
                 if len(busy) >= IN_FLIGHT:
                     await asyncio.wait(busy[:1 + len(busy) - IN_FLIGHT])
                     continue  # the queue may have changed meanwhile
-                entry.sending = await self._produce(entry.records)
+                entry.sending = await self._produce(entry.records, entry.partitions)
                 entry.sending.add_done_callback(lambda _f, where=where: self._settle(where))
         self._settle(where)
         self._raise_failure()
@@ -281,7 +282,8 @@ class Rekeyer:
         if self.failed is not None:
             raise self.failed
 
-    async def _produce(self, records: list[tuple[bytes, bytes, int]]) -> asyncio.Future[Any]:
+    async def _produce(self, records: list[tuple[bytes, bytes]], partitions: list[int]
+                       ) -> asyncio.Future[Any]:
         """Enqueue mapped reports for ``reports`` (each on its user's partition) in record
         batches; the future resolves once the broker has them all."""
         if not records:
@@ -289,7 +291,7 @@ class Rekeyer:
             done.set_result(0)
             return done
         return asyncio.ensure_future(await self.send_reports(
-            [(k, v) for k, v, _part in records], [part for _k, _v, part in records]))
+            records, partitions))
 
     async def release_held(self) -> None:
         """Send what waited for default requirements once they are registered (or waited too
