@@ -32,7 +32,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -72,8 +72,12 @@ def report_records(n: int, users: int = 10_000, cells: int = 64) -> Iterator[tup
 # -- raw --------------------------------------------------------------------------------------
 
 
-async def measure_raw(bootstrap: str, topic: str, n: int) -> dict[str, Any]:
-    """Consume ``n`` records with a bare aiokafka consumer and decode each with orjson."""
+async def consume_timed(bootstrap: str, topic: str, n: int,
+                        take: Callable[[int, list[Any]], Awaitable[None] | None],
+                        ) -> dict[str, Any]:
+    """Consume ``n`` records of ``topic`` with a bare aiokafka consumer, handing each fetched
+    partition's records to ``take(partition, records)`` (awaited if it returns an awaitable);
+    timed from the first fetch that returned records."""
     consumer = AIOKafkaConsumer(
         topic,
         bootstrap_servers=bootstrap,
@@ -83,21 +87,32 @@ async def measure_raw(bootstrap: str, topic: str, n: int) -> dict[str, Any]:
         fetch_max_bytes=64 * 1024 * 1024,
     )
     await consumer.start()
-    loads = orjson.loads
     got, t0 = 0, None
     try:
         while got < n:
             fetched = await consumer.getmany(timeout_ms=1000, max_records=20_000)
             if fetched and t0 is None:
                 t0 = time.perf_counter()
-            for records in fetched.values():
-                for record in records:
-                    loads(record.value)
+            for tp, records in fetched.items():
+                pending = take(tp.partition, records)
+                if pending is not None:
+                    await pending
                 got += len(records)
         seconds = time.perf_counter() - (t0 or time.perf_counter())
     finally:
         await consumer.stop()
     return {"records": got, "seconds": seconds, "rate": got / seconds if seconds else 0.0}
+
+
+async def measure_raw(bootstrap: str, topic: str, n: int) -> dict[str, Any]:
+    """Consume ``n`` records with a bare aiokafka consumer and decode each with orjson."""
+    loads = orjson.loads
+
+    def take(_partition: int, records: list[Any]) -> None:
+        for record in records:
+            loads(record.value)
+
+    return await consume_timed(bootstrap, topic, n, take)
 
 
 # -- faust (child process) --------------------------------------------------------------------

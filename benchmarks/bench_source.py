@@ -55,7 +55,7 @@ if str(ROOT) not in sys.path:
 sys.path.insert(0, str(ROOT / "tests"))
 
 from aiokafka import AIOKafkaConsumer, TopicPartition  # noqa: E402
-from bench_ingest import measure_raw  # noqa: E402
+from bench_ingest import consume_timed, measure_raw  # noqa: E402
 
 from streams.kafka.apache import ApacheKafka  # noqa: E402
 from streams.kafka.broker import EmbeddedBroker  # noqa: E402
@@ -117,25 +117,12 @@ async def measure_raw_avro(bootstrap: str, topic: str, n: int) -> dict:
     from streams.job.source.schema_registry import without_logical_types
 
     schema = parse_schema(without_logical_types(AVRO_SCHEMA))
-    consumer = AIOKafkaConsumer(topic, bootstrap_servers=bootstrap,
-                                auto_offset_reset="earliest", enable_auto_commit=False,
-                                max_partition_fetch_bytes=16 * 1024 * 1024,
-                                fetch_max_bytes=64 * 1024 * 1024)
-    await consumer.start()
-    got, t0 = 0, None
-    try:
-        while got < n:
-            fetched = await consumer.getmany(timeout_ms=1000, max_records=20_000)
-            if fetched and t0 is None:
-                t0 = time.perf_counter()
-            for records in fetched.values():
-                for record in records:
-                    schemaless_reader(BytesIO(record.value[5:]), schema, None)
-                got += len(records)
-        seconds = time.perf_counter() - (t0 or time.perf_counter())
-    finally:
-        await consumer.stop()
-    return {"records": got, "seconds": seconds, "rate": got / seconds if seconds else 0.0}
+
+    def take(_partition: int, records: list[Any]) -> None:
+        for record in records:
+            schemaless_reader(BytesIO(record.value[5:]), schema, None)
+
+    return await consume_timed(bootstrap, topic, n, take)
 
 
 def mapping_rate(values: list[bytes], registry_url: str | None) -> float:
@@ -251,28 +238,19 @@ async def measure_path(bootstrap: str, source: str, topics: Topics, parts: int, 
                                schema_registry=registry_url))
     stage = Rekeyer(config, settings, topics, None, NoLetters(), Counter(),
                     send_reports=send_reports)
-    consumer = AIOKafkaConsumer(source, bootstrap_servers=bootstrap,
-                                auto_offset_reset="earliest", enable_auto_commit=False,
-                                group_id=None, max_partition_fetch_bytes=16 * 1024 * 1024,
-                                fetch_max_bytes=64 * 1024 * 1024)
-    await consumer.start()
-    got, t0 = 0, None
+    async def take(partition: int, records: list[Any]) -> None:
+        await stage.on_batch(source, [(r.key, r.value, partition, r.offset, r.timestamp)
+                                      for r in records])
+
     try:
-        while got < n:
-            fetched = await consumer.getmany(timeout_ms=1000, max_records=20_000)
-            if fetched and t0 is None:
-                t0 = time.perf_counter()
-            for tp, recs in fetched.items():
-                await stage.on_batch(source, [(r.key, r.value, tp.partition, r.offset,
-                                               r.timestamp) for r in recs])
-                got += len(recs)
-        await stage.drain()
-        seconds = time.perf_counter() - (t0 or time.perf_counter())
+        timed = await consume_timed(bootstrap, source, n, take)
+        t0 = time.perf_counter()
+        await stage.drain()  # the clock runs until the broker has every report
+        timed["seconds"] += time.perf_counter() - t0
     finally:
-        await consumer.stop()
         await out.stop()
     assert stage.counters["source_produced"] == n and NoLetters.sent == 0, stage.counters
-    return {"records": got, "seconds": seconds, "rate": got / seconds}
+    return {**timed, "rate": timed["records"] / timed["seconds"]}
 
 
 def measure(bootstrap: str, n: int, devices: int, source_parts: int, parts: int,

@@ -559,3 +559,54 @@ class ReleaseKiller(threading.Thread):
                         self.killed.append(slot)
         finally:
             await consumer.stop()
+
+
+def start_configured_worker(bootstrap: str, prefix: str, conf: Path, data: Path,
+                            log: Path) -> subprocess.Popen:
+    """A worker whose job comes from the config file ``conf`` (the README's way), on two
+    partitions, closing idle slots after 1.5 s."""
+    cmd = [sys.executable, "-m", "streams.cli", "--config", str(conf), "worker",
+           "--broker", bootstrap, "--prefix", prefix, "--partitions", "2", "--idle-close-ms",
+           "1500", "--data-dir", str(data), "--metrics-port", "0"]
+    env = dict(os.environ, PWEVENT_SECRET=SECRET)
+    return subprocess.Popen(cmd, stdout=log.open("ab"), stderr=subprocess.STDOUT, env=env)
+
+
+def timestamped_records(bootstrap: str, topic: str, partitions: int) -> list[tuple]:
+    """A topic's records as the source stage reads them: (key, value, partition, offset,
+    timestamp), partition by partition."""
+    async def go() -> list[tuple]:
+        c = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+        await c.start()
+        try:
+            tps = [TopicPartition(topic, p) for p in range(partitions)]
+            c.assign(tps)
+            await c.seek_to_beginning(*tps)
+            ends = await c.end_offsets(tps)
+            out = []
+            for tp in tps:
+                while await c.position(tp) < ends[tp]:
+                    got = await c.getmany(tp, timeout_ms=1000)
+                    out += [(r.key, r.value, tp.partition, r.offset, r.timestamp)
+                            for r in got.get(tp, [])]
+            return out
+        finally:
+            await c.stop()
+
+    return asyncio.run(go())
+
+
+def parse_worker_args(argv: list[str], conf: dict | None = None):
+    """``pwevent worker`` arguments as the command line parses them, the config file's
+    ``conf`` (a parsed file) applied first."""
+    import argparse
+
+    from streams.cli import defaults
+    from streams.cli.worker import add_parser
+
+    top = argparse.ArgumentParser()
+    sub = top.add_subparsers()
+    add_parser(sub)
+    if conf is not None:
+        defaults.apply(sub.choices["worker"], "worker", conf, environ={})
+    return top.parse_args(["worker", *argv])

@@ -7,9 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import subprocess
-import sys
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -25,7 +22,15 @@ from streams.job.source.rekey import report_value
 from streams.kafka.offsets import read_topic, wait_consumed
 from streams.kafka.producer import RawProducer
 from streams.kafka.topics import TopicSpec, create_topics
-from tests.jobkit import config, job_nonce, setup_topics, stop_worker, wait_for_slots
+from tests.jobkit import (
+    config,
+    job_nonce,
+    setup_topics,
+    start_configured_worker,
+    stop_worker,
+    timestamped_records,
+    wait_for_slots,
+)
 
 ORIGIN = int(datetime(2026, 12, 3, 10, 0, tzinfo=UTC).timestamp() * 1000)
 SLOT, SLOTS, SOURCE_PARTS = 60_000, 4, 3
@@ -87,42 +92,8 @@ def produce_source(bootstrap: str, topic: str, events) -> None:
     asyncio.run(go())
 
 
-def start(bootstrap: str, prefix: str, conf: Path, data: Path, log: Path) -> subprocess.Popen:
-    cmd = [sys.executable, "-m", "streams.cli", "--config", str(conf), "worker",
-           "--broker", bootstrap, "--prefix", prefix, "--partitions", "2", "--idle-close-ms",
-           "1500", "--data-dir", str(data), "--metrics-port", "0"]
-    env = dict(os.environ, PWEVENT_SECRET="test-secret")
-    return subprocess.Popen(cmd, stdout=log.open("ab"), stderr=subprocess.STDOUT, env=env)
-
-
 def read_all(bootstrap: str, topic: str, partitions: int) -> list[tuple[bytes | None, bytes]]:
     return asyncio.run(read_topic(bootstrap, topic, partitions))
-
-
-def source_records(bootstrap: str, topic: str) -> list[tuple]:
-    """The source topic's records as the stage reads them, (key, value, partition, offset,
-    timestamp)."""
-    from aiokafka import AIOKafkaConsumer, TopicPartition
-
-    async def go():
-        c = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
-        await c.start()
-        try:
-            tps = [TopicPartition(topic, p) for p in range(SOURCE_PARTS)]
-            c.assign(tps)
-            await c.seek_to_beginning(*tps)
-            ends = await c.end_offsets(tps)
-            out = []
-            for tp in tps:
-                while await c.position(tp) < ends[tp]:
-                    got = await c.getmany(tp, timeout_ms=1000)
-                    out += [(r.key, r.value, tp.partition, r.offset, r.timestamp)
-                            for r in got.get(tp, [])]
-            return out
-        finally:
-            await c.stop()
-
-    return asyncio.run(go())
 
 
 def wait_reports(bootstrap: str, topic: str, partitions: int, at_least: int,
@@ -152,16 +123,17 @@ def test_readme_example_app_events_plugged_in(broker, tmp_path: Path, capsys, ki
     produce_source(broker.bootstrap, source, first if killed else events)
     conf = tmp_path / "pwevent.toml"
     conf.write_text(CONFIG.format(origin=ORIGIN, source=source))
-    worker = start(broker.bootstrap, prefix, conf, tmp_path / "data", tmp_path / "worker.log")
+    worker = start_configured_worker(broker.bootstrap, prefix, conf, tmp_path / "data",
+                                     tmp_path / "worker.log")
     try:
         if killed:
             n = wait_reports(broker.bootstrap, topics.reports, cfg.partitions, 1, 90)
             stop_worker(worker, kill=True)
             assert n >= 1, (tmp_path / "worker.log").read_text()[-3000:]
             produce_source(broker.bootstrap, source, [e for e in events if e not in first])
-            worker = start(broker.bootstrap, prefix, conf, tmp_path / "data",
+            worker = start_configured_worker(broker.bootstrap, prefix, conf, tmp_path / "data",
                            tmp_path / "worker.log")
-        before = source_records(broker.bootstrap, source)
+        before = timestamped_records(broker.bootstrap, source, SOURCE_PARTS)
         assert asyncio.run(wait_consumed(broker.bootstrap, cfg.app_id(), source, SOURCE_PARTS,
                                          90, alive=lambda: worker.poll() is None))
         docs = wait_for_slots(broker.bootstrap, topics, set(range(SLOTS)), 90, worker)
@@ -173,7 +145,7 @@ def test_readme_example_app_events_plugged_in(broker, tmp_path: Path, capsys, ki
     # no report waited out the limit for its user's default requirement
     assert "were not applied within" not in log, log[-3000:]
     # the source topic is untouched
-    assert source_records(broker.bootstrap, source) == before
+    assert timestamped_records(broker.bootstrap, source, SOURCE_PARTS) == before
     # every device registered once, by its default (the consent rule first)
     reqs = read_all(broker.bootstrap, topics.requirements, cfg.partitions)
     assert sorted(k for k, _ in reqs) == sorted(f"d{i}".encode() for i in range(24))

@@ -11,9 +11,6 @@ import asyncio
 import base64
 import io
 import json
-import os
-import subprocess
-import sys
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -34,7 +31,15 @@ from streams.kafka.broker import free_port
 from streams.kafka.offsets import read_topic, wait_consumed
 from streams.kafka.producer import RawProducer
 from streams.kafka.topics import TopicSpec, create_topics
-from tests.jobkit import config, job_nonce, setup_topics, stop_worker, wait_for_slots
+from tests.jobkit import (
+    config,
+    job_nonce,
+    setup_topics,
+    start_configured_worker,
+    stop_worker,
+    timestamped_records,
+    wait_for_slots,
+)
 
 ORIGIN = int(datetime(2026, 12, 3, 10, 0, tzinfo=UTC).timestamp() * 1000)
 SLOT, SLOTS, SOURCE_PARTS, DEVICES = 60_000, 4, 3, 24
@@ -122,32 +127,6 @@ def produce_source(bootstrap: str, topic: str, events: list[tuple[int, bytes]]) 
     asyncio.run(go())
 
 
-def source_records(bootstrap: str, topic: str) -> list[tuple]:
-    """The source topic's records as the stage reads them, (key, value, partition, offset,
-    timestamp)."""
-    from aiokafka import AIOKafkaConsumer, TopicPartition
-
-    async def go() -> list[tuple]:
-        c = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
-        await c.start()
-        try:
-            tps = [TopicPartition(topic, p) for p in range(SOURCE_PARTS)]
-            c.assign(tps)
-            await c.seek_to_beginning(*tps)
-            ends = await c.end_offsets(tps)
-            out = []
-            for tp in tps:
-                while await c.position(tp) < ends[tp]:
-                    got = await c.getmany(tp, timeout_ms=1000)
-                    out += [(r.key, r.value, tp.partition, r.offset, r.timestamp)
-                            for r in got.get(tp, [])]
-            return out
-        finally:
-            await c.stop()
-
-    return asyncio.run(go())
-
-
 def read_all(bootstrap: str, topic: str, partitions: int) -> list[tuple[bytes | None, bytes]]:
     return asyncio.run(read_topic(bootstrap, topic, partitions))
 
@@ -161,16 +140,12 @@ def test_avro_app_events_plugged_in(broker, registry, tmp_path: Path, capsys):
     subject = f"{source}-{type(broker).__name__}-value"
     v1, v2 = registry.register(subject, EVENT), registry.register(subject, EVENT_V2)
     produce_source(broker.bootstrap, source, app_events(v1, v2))
-    before = source_records(broker.bootstrap, source)
+    before = timestamped_records(broker.bootstrap, source, SOURCE_PARTS)
     conf = tmp_path / "pwevent.toml"
     conf.write_text(CONFIG.format(origin=ORIGIN, source=source, registry=registry.url))
-    cmd = [sys.executable, "-m", "streams.cli", "--config", str(conf), "worker",
-           "--broker", broker.bootstrap, "--prefix", prefix, "--partitions", "2",
-           "--idle-close-ms", "1500", "--data-dir", str(tmp_path / "data"),
-           "--metrics-port", "0"]
     log_file = tmp_path / "worker.log"
-    worker = subprocess.Popen(cmd, stdout=log_file.open("ab"), stderr=subprocess.STDOUT,
-                              env=dict(os.environ, PWEVENT_SECRET="test-secret"))
+    worker = start_configured_worker(broker.bootstrap, prefix, conf, tmp_path / "data",
+                                     log_file)
     try:
         assert asyncio.run(wait_consumed(broker.bootstrap, cfg.app_id(), source, SOURCE_PARTS,
                                          90, alive=lambda: worker.poll() is None))
@@ -181,7 +156,7 @@ def test_avro_app_events_plugged_in(broker, registry, tmp_path: Path, capsys):
     assert sorted(d["slot"] for d in docs) == list(range(SLOTS)), log[-3000:]
     assert all(d["users"] == DEVICES for d in docs), log[-3000:]
     assert "were not applied within" not in log, log[-3000:]
-    assert source_records(broker.bootstrap, source) == before  # untouched
+    assert timestamped_records(broker.bootstrap, source, SOURCE_PARTS) == before  # untouched
     # every device registered once, by its default (the rule on the Avro enum first)
     reqs = read_all(broker.bootstrap, topics.requirements, cfg.partitions)
     assert sorted(k for k, _ in reqs) == sorted(f"d{i}".encode() for i in range(DEVICES))
@@ -242,13 +217,9 @@ def test_a_registry_that_cannot_be_reached_costs_dead_letters_and_one_error(brok
     conf = tmp_path / "pwevent.toml"
     down = f"http://127.0.0.1:{free_port()}/apis/ccompat/v7"
     conf.write_text(CONFIG.format(origin=ORIGIN, source=source, registry=down))
-    cmd = [sys.executable, "-m", "streams.cli", "--config", str(conf), "worker",
-           "--broker", broker.bootstrap, "--prefix", prefix, "--partitions", "2",
-           "--idle-close-ms", "1500", "--data-dir", str(tmp_path / "data"),
-           "--metrics-port", "0"]
     log_file = tmp_path / "worker.log"
-    worker = subprocess.Popen(cmd, stdout=log_file.open("ab"), stderr=subprocess.STDOUT,
-                              env=dict(os.environ, PWEVENT_SECRET="test-secret"))
+    worker = start_configured_worker(broker.bootstrap, prefix, conf, tmp_path / "data",
+                                     log_file)
     try:
         assert asyncio.run(wait_consumed(broker.bootstrap, cfg.app_id(), source, SOURCE_PARTS,
                                          90, alive=lambda: worker.poll() is None))

@@ -233,19 +233,8 @@ def test_a_report_without_source_position_keeps_first_in_partition_order():
 # -- the worker's flags ----------------------------------------------------------------------------
 
 def test_source_flags_from_the_command_line_and_the_config_file(tmp_path):
-    import argparse
-
-    from streams.cli import defaults
-    from streams.cli.worker import add_parser
     from streams.job.source.options import source_settings
-
-    def parse(argv, conf=None):
-        top = argparse.ArgumentParser()
-        sub = top.add_subparsers()
-        add_parser(sub)
-        if conf is not None:
-            defaults.apply(sub.choices["worker"], "worker", conf, environ={})
-        return top.parse_args(["worker", *argv])
+    from tests.jobkit import parse_worker_args as parse
 
     cfg = JobConfig(domain=LABELS)
     conf = {"worker": {"source-topic": ["a", "b"], "user-field": "device.id",
