@@ -244,9 +244,10 @@ async def measure_path(bootstrap: str, source: str, topics: Topics, parts: int, 
 
     try:
         timed = await consume_timed(bootstrap, source, n, take)
-        t0 = time.perf_counter()
+        t0, cpu0 = time.perf_counter(), time.process_time()
         await stage.drain()  # the clock runs until the broker has every report
         timed["seconds"] += time.perf_counter() - t0
+        timed["cpu_us"] += (time.process_time() - cpu0) / n * 1e6
     finally:
         await out.stop()
     assert stage.counters["source_produced"] == n and NoLetters.sent == 0, stage.counters
@@ -309,6 +310,7 @@ def measure(bootstrap: str, n: int, devices: int, source_parts: int, parts: int,
     return {"format": "avro" if registry else "json", "defaults": defaults, "events": n,
             "devices": devices, "source_partitions": source_parts, "partitions": parts,
             "mapping_rate": mapped_rate, "raw_rate": raw["rate"], "path_rate": path["rate"],
+            "raw_cpu_us": raw["cpu_us"], "path_cpu_us": path["cpu_us"],
             "path_of_raw": path["rate"] / raw["rate"], "stage_rate": rate,
             "of_raw": rate / raw["rate"]}
 
@@ -476,11 +478,13 @@ def main() -> int:
     print(orjson.dumps(row).decode())
     print(f"broker: {args.broker}")
     print("| format | events | devices | defaults | mapping alone /s | raw aiokafka /s | "
-          "mapping and re-keying path /s | of raw | worker (stage and job) /s | of raw |")
-    print("|---|---:|---:|---|---:|---:|---:|---:|---:|---:|")
+          "mapping and re-keying path /s | of raw | CPU us an event, raw / path | "
+          "worker (stage and job) /s | of raw |")
+    print("|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|")
     print(f"| {row['format']} | {row['events']:,} | {row['devices']:,} | "
           f"{'yes' if row['defaults'] else 'no'} | {row['mapping_rate']:,.0f} | "
           f"{row['raw_rate']:,.0f} | {row['path_rate']:,.0f} | {row['path_of_raw']:.0%} | "
+          f"{row['raw_cpu_us']:.1f} / {row['path_cpu_us']:.1f} | "
           f"{row['stage_rate']:,.0f} | {row['of_raw']:.0%} |")
     return 0
 
