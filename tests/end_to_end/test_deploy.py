@@ -16,6 +16,7 @@ import importlib.util
 import io
 import json
 import re
+import subprocess
 import tomllib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -633,3 +634,19 @@ def test_kubernetes_objects_share_one_namespace() -> None:
     for path, doc in docs:
         if doc["kind"] != "Namespace":
             assert doc["metadata"].get("namespace") == namespaces[0], path
+
+
+def test_the_image_takes_extras_by_a_build_argument() -> None:
+    """``--build-arg EXTRAS=avro`` installs ``pwevent[avro]`` in both stages; without it, the
+    plain package. The shell expansion the RUN lines use is run here as /bin/sh runs it."""
+    dockerfile = DOCKERFILE.read_text()
+    assert dockerfile.count('ARG EXTRAS=""') == 2  # one per stage: a build arg is per stage
+    wheel = re.search(r'^RUN pip wheel .*? ("\.\$\{EXTRAS:\+\[\$EXTRAS\]\}")$', dockerfile, re.M)
+    install = re.search(r'pip install --no-index --find-links /wheels ("pwevent[^"]*")',
+                        dockerfile)
+    assert wheel and install, "the RUN lines that build and install pwevent changed"
+    for extras, want in (("", (".", "pwevent")), ("avro", (".[avro]", "pwevent[avro]")),
+                         ("avro,eval", (".[avro,eval]", "pwevent[avro,eval]"))):
+        got = subprocess.run(["sh", "-c", f"printf '%s\\n' {wheel.group(1)} {install.group(1)}"],
+                             env={"EXTRAS": extras}, capture_output=True, text=True, check=True)
+        assert tuple(got.stdout.split()) == want
