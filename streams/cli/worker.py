@@ -58,13 +58,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     """Check the deployment (exit status 2 with a one-line error), then run until stopped
     (SIGTERM or Ctrl-C)."""
-    from streams.job.source.options import check_source_topics, source_settings
+    from streams.job.source.options import source_settings
     from streams.job.worker.startup import (
         StartupError,
         bind_data_dir,
         changelog_specs,
         check_local_state,
         check_secret,
+        check_source_topics,
         check_topics,
         create_changelogs,
         reset_local_state,

@@ -9,7 +9,7 @@ from mechanisms.dynamic import DYNAMIC_MECHANISMS
 from mechanisms.noise import DISCRETE_MAX_EPS, DISCRETE_MIN_EPS
 from mechanisms.postprocess import METHODS as POSTPROCESS
 from mechanisms.registry import names
-from streams.job.partitions.slotting import SlotClock
+from streams.job.slot_clock import SlotClock
 from streams.records.domains import CellDomain, Domain, domain_from_config
 
 JOB_MECHANISMS = names(in_job=True)

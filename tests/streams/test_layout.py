@@ -25,9 +25,11 @@ def imported_modules(path: Path) -> set[str]:
 
 
 def offending(folder: str, forbidden: tuple[str, ...]) -> list[str]:
-    """``file: module`` for each import under ``folder`` of a module in ``forbidden``."""
+    """``file: module`` for each import under ``folder`` (or in that one file) of a module in
+    ``forbidden``."""
     bad = []
-    for path in sorted((ROOT / folder).rglob("*.py")):
+    root = ROOT / folder
+    for path in sorted(root.rglob("*.py") if root.is_dir() else [root]):
         for module in sorted(imported_modules(path)):
             if module.startswith(forbidden) or module in {f.rstrip(".") for f in forbidden}:
                 bad.append(f"{path.relative_to(ROOT)}: {module}")
@@ -38,6 +40,20 @@ def offending(folder: str, forbidden: tuple[str, ...]) -> list[str]:
 def test_the_sides_do_not_import_the_adapter_or_the_source_stage(folder: str) -> None:
     assert not offending(folder, ("streams.job.worker.", "streams.job.source.",
                                   "streams.job.operations.", "faust", "aiokafka"))
+
+
+def test_the_source_stage_does_not_import_the_adapter() -> None:
+    """The adapter runs the source stage (it wires the re-keyer into the Faust app), never the
+    other way round."""
+    assert not offending("streams/job/source", ("streams.job.worker.", "streams.job.operations.",
+                                                "faust"))
+
+
+@pytest.mark.parametrize("module", ["config", "slot_clock", "slot_protocol", "batch_handling"])
+def test_what_the_stages_share_imports_none_of_them(module: str) -> None:
+    stages = tuple(f"streams.job.{name}." for name in
+                   ("partitions", "coordination", "worker", "source", "operations"))
+    assert not offending(f"streams/job/{module}.py", stages)
 
 
 def test_mechanisms_import_nothing_of_streams() -> None:

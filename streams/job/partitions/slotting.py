@@ -27,6 +27,8 @@ from typing import Final
 
 import numpy as np
 
+from streams.job.slot_clock import SlotClock
+
 __all__ = [
     "DUPLICATE",
     "FUTURE",
@@ -46,34 +48,6 @@ DUPLICATE: Final = 3
 STATUS_REASON: Final = {LATE: "late", FUTURE: "future", DUPLICATE: "duplicate_in_slot"}
 
 _NEG: Final = np.iinfo(np.int64).min
-
-
-@dataclass(frozen=True, slots=True)
-class SlotClock:
-    """Slot arithmetic: ``length`` ms per slot, slot 0 starting at ``origin`` (epoch ms)."""
-
-    length: int
-    origin: int = 0
-
-    def __post_init__(self) -> None:
-        if self.length < 1:
-            raise ValueError("slot length must be at least 1 ms")
-
-    def slot_of(self, times: np.ndarray | int) -> np.ndarray:
-        """Slot index of each event time (floor division; times before origin give negatives)."""
-        return (np.asarray(times, dtype=np.int64) - self.origin) // self.length
-
-    def start(self, slot: int) -> int:
-        """First millisecond of ``slot``."""
-        return self.origin + slot * self.length
-
-    def end(self, slot: int) -> int:
-        """First millisecond after ``slot``."""
-        return self.origin + (slot + 1) * self.length
-
-    def last_closed(self, watermark: int) -> int:
-        """The highest slot whose end the watermark has reached."""
-        return (watermark - self.origin) // self.length - 1
 
 
 @dataclass(frozen=True, slots=True)

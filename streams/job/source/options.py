@@ -5,7 +5,6 @@
 from __future__ import annotations
 
 import argparse
-from collections.abc import Sequence
 from typing import Any
 
 from streams.cli.options import option
@@ -117,19 +116,3 @@ def config_topics(config: JobConfig) -> Any:
     from streams.kafka.topics import Topics
 
     return Topics(prefix=config.prefix, partitions=config.partitions)
-
-
-def check_source_topics(bootstrap: str, names: Sequence[str], timeout: float) -> dict[str, int]:
-    """The partition counts of the source topics; raises ``StartupError`` naming one that does
-    not exist (a source topic is never created)."""
-    import asyncio
-
-    from streams.job.worker.startup import StartupError, _partition_counts
-
-    with asyncio.Runner(loop_factory=asyncio.new_event_loop) as runner:
-        found = runner.run(_partition_counts(bootstrap, timeout))
-    missing = [n for n in names if n not in found]
-    if missing:
-        raise StartupError(f"source topic {missing[0]} does not exist at {bootstrap}; a source "
-                           "topic is read in place and never created")
-    return {n: found[n] for n in names}

@@ -26,7 +26,7 @@ import logging
 import os
 import shlex
 import zlib
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
@@ -484,3 +484,15 @@ def check_secret(bootstrap: str, decisions_topic: str, stream: str, secret: byte
             f"the secret differs from the one stream {stream!r} started with (its start record "
             f"on {decisions_topic}): give every worker the deployment's secret (--secret or "
             f"PWEVENT_SECRET)")
+
+
+def check_source_topics(bootstrap: str, names: Sequence[str], timeout: float) -> dict[str, int]:
+    """The partition counts of the source topics; raises ``StartupError`` naming one that does
+    not exist (a source topic is never created)."""
+    with asyncio.Runner(loop_factory=asyncio.new_event_loop) as runner:
+        found = runner.run(_partition_counts(bootstrap, timeout))
+    missing = [n for n in names if n not in found]
+    if missing:
+        raise StartupError(f"source topic {missing[0]} does not exist at {bootstrap}; a source "
+                           "topic is read in place and never created")
+    return {n: found[n] for n in names}
