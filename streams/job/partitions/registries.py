@@ -206,7 +206,7 @@ class _Users:
     def _add(self, ops: _Ops, fresh: np.ndarray) -> None:
         self._ids.add([ops.keys[j] for j in fresh.tolist()])
 
-    def _id_columns(self, idx: np.ndarray) -> dict[str, np.ndarray]:
+    def _id_columns(self, idx: np.ndarray | None) -> dict[str, np.ndarray]:
         ids = self._ids.ids(idx)
         return {"id_len": ids.lengths.astype(np.int32), "id_bytes": ids.joined}
 
@@ -375,7 +375,7 @@ class Registry(_Users):
         n = len(self._ids)
         idx = np.arange(n, dtype=np.int64) if indices is None else np.unique(indices)
         return encode_block({"kind": "fixed", "levels": self.level_names}, {
-            **self._id_columns(idx), "index": idx.astype(np.int64),
+            **self._id_columns(None if indices is None else idx), "index": idx.astype(np.int64),
             "declared": self._declared[idx].astype(np.int32),
             "active": (self._levels[idx] >= 0).astype(np.uint8)})
 
@@ -550,7 +550,7 @@ class DynamicRegistry(_Users):
         n = len(self._ids)
         idx = np.arange(n, dtype=np.int64) if indices is None else np.unique(indices)
         return encode_block({"kind": "dynamic"}, {
-            **self._id_columns(idx), "index": idx.astype(np.int64),
+            **self._id_columns(None if indices is None else idx), "index": idx.astype(np.int64),
             "wB": self._wB[idx], "EB": self._EB[idx], "wF": self._wF[idx], "EF": self._EF[idx],
             "active": self._active[idx].astype(np.uint8)})
 
