@@ -300,14 +300,16 @@ def test_blocks_of_the_earlier_form_are_read(fixed: list, dynamic: list,
                                  (lambda: DynamicRegistry("dpbd", 50, 0, DYN_CFG), dynamic,
                                   _dyn_state)):
         reg = make()
-        blocks = [_old_form(reg.dump())]
+        blocks = [reg.dump()]
         for batch in _split(records, cuts):
             outcome = reg.apply_batch([k for k, _ in batch], [v for _, v in batch])
-            blocks.append(_old_form(reg.dump(outcome.touched)) if len(blocks) % 2
-                          else reg.dump(outcome.touched))  # the two forms mixed
-        again = make()
-        again.load_blocks(blocks)
-        assert state(again) == state(reg)
+            blocks.append(reg.dump(outcome.touched))
+        mixed = [_old_form(b) if k % 2 == 0 else b for k, b in enumerate(blocks)]
+        again, new = make(), make()
+        again.load_blocks(mixed)
+        new.load_blocks(blocks)
+        assert state(again) == state(new)
+        assert again.index_of == reg.index_of and again.users == reg.users
 
 
 @settings(max_examples=100, deadline=None)
