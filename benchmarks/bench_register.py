@@ -16,6 +16,10 @@ worker``, ``pbd``, 16 cells, 4 partitions, ``--event-time history``) on empty to
    close-to-release that of slot 1, from its last partial to its decision record (Kafka
    timestamps).
 
+4. the same worker's rates from a full topic (on topics of their own): the n requirements are
+   produced before it starts, then, with it stopped, the n reports; each is timed from the
+   first record taken to the last, so neither is bounded by the producer.
+
 Then ``dpbd`` on a worker of its own: n dynamic declarations, then n changed ones (every
 field moves), each timed like 1. Run::
 
@@ -273,6 +277,54 @@ def registry_bytes(n: int, mechanism: str) -> float:
     return size / n
 
 
+def registry_speed(n: int, batch: int = 20_000) -> dict:
+    """In this process, one partition's ``pbd`` registry of ``n`` users: requirement records
+    applied per second (batches of ``batch``), and report users looked up per second (the
+    accumulator's batch lookup; half of them unknown)."""
+    from streams.job.config import JobConfig
+    from streams.job.roles import make_registry
+
+    recs = fixed_requirements(n)
+    keys, values = [k for k, _ in recs], [v for _, v in recs]
+    reg = make_registry(JobConfig(mechanism="pbd", partitions=1), 0)
+    t = time.perf_counter()
+    for i in range(0, n, batch):
+        reg.apply_batch(keys[i:i + batch], values[i:i + batch])
+    applied = time.perf_counter() - t
+    names = [f"u{i}" for i in range(0, 2 * n, 2)]
+    t = time.perf_counter()
+    for i in range(0, n, batch):
+        reg.lookup(names[i:i + batch])
+    looked = time.perf_counter() - t
+    return {"users": n, "applies_per_s": n / applied, "lookups_per_s": n / looked}
+
+
+def full_topic_run(bootstrap: str, n: int) -> dict:
+    """The worker's own rates, not bounded by a producer: the n requirements are produced
+    before the worker starts, and timed from the first registration to the last; the worker
+    is stopped, the n reports of slot 0 produced, and it starts again, timed the same way."""
+    prefix = f"regfull{n}"
+    topics = Topics(prefix=prefix, partitions=PARTS)
+    asyncio.run(create_topics(bootstrap, topics.specs()))
+    worker = Worker(bootstrap, prefix, "pbd", Path(tempfile.mkdtemp(prefix="pwevent-reg-")))
+    produce(bootstrap, topics.requirements, fixed_requirements(n))
+    worker.start()
+    try:
+        worker.wait_ready()
+        first, done = worker.wait_count("pwevent_requirements_total", n)
+    finally:
+        worker.stop()
+    produce(bootstrap, topics.reports, reports(range(n), 0))
+    worker.start()
+    try:
+        worker.wait_ready()
+        rfirst, rdone = worker.wait_count('pwevent_reports_total{outcome="accepted"}', n)
+    finally:
+        worker.stop()
+    return {"users": n, "register_rate": n / max(done - first, 0.05),
+            "report_rate": n / max(rdone - rfirst, 0.05)}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--users", type=int, nargs="+", default=[100_000, 1_000_000])
@@ -283,10 +335,16 @@ def main() -> int:
     own = {m: registry_bytes(top, m) for m in ("pbd", args.mechanism)}
     print(f"registry alone, {top:,} users: " + ", ".join(
         f"{m} {b:.0f} bytes/user" for m, b in own.items()), flush=True)
+    speed = registry_speed(top)
+    print(f"registry alone, {top:,} users: {speed['applies_per_s']:,.0f} records applied/s, "
+          f"{speed['lookups_per_s']:,.0f} report users looked up/s", flush=True)
+    full = []
     with EmbeddedBroker() as broker:
         for n in args.users:
             rows.append(fixed_run(broker.bootstrap, n))
             print(orjson.dumps(rows[-1]).decode(), flush=True)
+            full.append(full_topic_run(broker.bootstrap, n))
+            print(orjson.dumps(full[-1]).decode(), flush=True)
         n = max(args.users)
         dyn.append(dynamic_run(broker.bootstrap, n, args.mechanism))
         print(orjson.dumps(dyn[-1]).decode(), flush=True)
@@ -300,6 +358,10 @@ def main() -> int:
               f"| {r['rss_empty_mb']:.0f} | {r['rss_registered_mb']:.0f} "
               f"| {r['bytes_per_user']:.0f} | {r['ready_s']:.1f} "
               f"| {r['restart_to_first_release_s']:.1f} | {r['slot1_close_to_release_s']:.2f} |")
+    for f in full:
+        print(f"from a full topic, {f['users']:,} users: registered {f['register_rate']:,.0f}/s, "
+              f"reports {f['report_rate']:,.0f}/s, "
+              f"{f['register_rate'] / f['report_rate']:.0%}")
     for d in dyn:
         print(f"{d['mechanism']}, {d['users']:,} users: declarations {d['declare_rate']:,.0f}/s "
               f"({d['after_last_produced_s']:.1f} s after the last), changed declarations "

@@ -6,7 +6,9 @@ plain model of the rules says; the registry's bulk form in the ``users`` table
 from __future__ import annotations
 
 import random
+from unittest.mock import patch
 
+import numpy as np
 import orjson
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -25,12 +27,15 @@ from streams.job.partitions.registries import DynamicRegistry, Registry
 from streams.job.partitions.registry_store import (
     PREFIX,
     append_segment,
+    decode_block,
+    encode_block,
     key_partition_of,
     read_blocks,
     read_manifest,
     wants_snapshot,
     write_snapshot,
 )
+from streams.job.partitions.user_index import Keys
 from streams.job.worker.faust_job import _owner
 from streams.kafka.producer import key_partition
 from streams.records.field_parsing import RecordError
@@ -252,6 +257,59 @@ def test_dynamic_batches_apply_as_records_one_by_one(records: list, cuts: list[i
     assert (batched.index_of, batched.latest, batched.pending, batched.removed) == (
         model.index, model.latest, model.pending, model.removed)
     assert batched.level_of_index.tolist() == [0 if a else -1 for a in model.active]
+
+
+def _colliding(keys: Keys) -> np.ndarray:
+    """Two hash values in all, so that users' ids collide in the registry's table."""
+    return (keys.lengths % 2).astype(np.uint64)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(fixed_records, max_size=40), st.lists(dynamic_records, max_size=40),
+       st.lists(st.integers(0, 40), max_size=4))
+def test_batches_apply_the_same_when_user_ids_collide(fixed: list, dynamic: list,
+                                                      cuts: list[int]) -> None:
+    with patch("streams.job.partitions.user_index.hash_keys", _colliding):
+        regs = [Registry(FIXED_CFG, 0), DynamicRegistry("dpbd", 50, 0, DYN_CFG)]
+    plain = [Registry(FIXED_CFG, 0), DynamicRegistry("dpbd", 50, 0, DYN_CFG)]
+    assert regs[0]._ids._hasher is _colliding
+    for reg, ref, records in zip(regs, plain, (fixed, dynamic), strict=True):
+        for batch in _split(records, cuts):
+            keys, values = [k for k, _ in batch], [v for _, v in batch]
+            got, want = reg.apply_batch(keys, values), ref.apply_batch(keys, values)
+            assert [got.outcome(i) for i in range(len(batch))] == [
+                want.outcome(i) for i in range(len(batch))]
+        assert reg.index_of == ref.index_of and reg.users == ref.users
+        assert reg.lookup(NAMES).tolist() == [ref.index_of.get(u, -1) for u in NAMES]
+    assert _state(regs[0]) == _state(plain[0]) and _dyn_state(regs[1]) == _dyn_state(plain[1])
+
+
+def _old_form(block: bytes) -> bytes:
+    """A block as written before the ids were columns: the ids in the JSON header."""
+    head, cols = decode_block(block)
+    ids = Keys.packed(cols.pop("id_bytes"), cols.pop("id_len"))
+    return encode_block(dict(head, users=[k.decode() for k in ids.encoded()]), cols)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(fixed_records, max_size=40), st.lists(dynamic_records, max_size=40),
+       st.lists(st.integers(0, 40), max_size=4))
+def test_blocks_of_the_earlier_form_are_read(fixed: list, dynamic: list,
+                                             cuts: list[int]) -> None:
+    for make, records, state in ((lambda: Registry(FIXED_CFG, 0), fixed, _state),
+                                 (lambda: DynamicRegistry("dpbd", 50, 0, DYN_CFG), dynamic,
+                                  _dyn_state)):
+        reg = make()
+        blocks = [reg.dump()]
+        for batch in _split(records, cuts):
+            outcome = reg.apply_batch([k for k, _ in batch], [v for _, v in batch])
+            blocks.append(reg.dump(outcome.touched))
+        mixed = [_old_form(b) if k % 2 == 0 else b for k, b in enumerate(blocks)]
+        again, new = make(), make()
+        again.load_blocks(mixed)
+        new.load_blocks(blocks)
+        assert state(again) == state(new)
+        assert again.index_of == reg.index_of and again.users == reg.users
 
 
 @settings(max_examples=100, deadline=None)

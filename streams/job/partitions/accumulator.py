@@ -209,9 +209,7 @@ class PartitionAccumulator:
                                        f"time {int(batch.times[i])} is beyond the worker's "
                                        f"clock plus the allowed skew ({bound})"))
             batch = batch.select(~(early | ahead))
-        index_of = self.registry.index_of
-        uidx = np.fromiter((index_of.get(u, -1) for u in batch.users.tolist()), dtype=np.int64,
-                           count=len(batch))
+        uidx = self.registry.lookup(batch.users.tolist())
         levels = np.full(uidx.shape, -1, dtype=np.int64)
         known = uidx >= 0
         levels[known] = self.registry.level_of_index[uidx[known]]

@@ -6,9 +6,11 @@ to the partition's ledger. The partition worker sees either through :class:`User
 users get a stable small index (their order of first registration), so per-slot work uses numpy
 arrays indexed by user, and ``level_of_index`` tells who is registered now.
 
-A registry is columns, not an object per user: ``index_of`` (user id -> index, the one dict)
-and ``users`` (index -> id) share one string per user, and everything else is a numpy array
-indexed by user (docs/performance.md gives the bytes per user). Requirement records are applied
+A registry is columns, not an object per user: the ids and their indices are a
+:class:`~streams.job.partitions.user_index.UserIndex` (one byte blob and a hash table in numpy
+arrays, looked up a batch of keys at a time with :meth:`Registry.lookup`; ``index_of`` and
+``users`` are its mapping and sequence views), and everything else is a numpy array indexed by
+user (docs/performance.md gives the bytes per user). Requirement records are applied
 a batch at a time (:meth:`Registry.apply_batch`): admitted with
 :func:`~streams.job.partitions.admission.admit_requirements`, then applied with numpy over the
 batch, with the outcome of applying them one by one, in order. :meth:`Registry.dump` and
@@ -19,7 +21,7 @@ batch, with the outcome of applying them one by one, in order. :meth:`Registry.d
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -35,6 +37,7 @@ from streams.job.partitions.admission import (
     admit_requirements,
 )
 from streams.job.partitions.registry_store import decode_block, encode_block
+from streams.job.partitions.user_index import Keys, UserIndex
 from streams.records.field_formats import Reason
 
 Declaration = tuple[int, float, int, float]  # wB, EB, wF, EF
@@ -65,12 +68,13 @@ class _Ops:
     pos: np.ndarray  # batch positions of the records, in order
     uid: np.ndarray  # per record: the batch-local id of its user
     names: list[str]  # per local id: the user
+    keys: list[bytes]  # per local id: the user, encoded
     existing: np.ndarray  # per local id: its index before the batch (-1: none)
     is_decl: np.ndarray  # per record: a declaration (else a removal)
     first_decl: np.ndarray  # per local id: the record number of its first declaration
 
 
-def _group(adm: AdmittedBatch, kinds: tuple[int, int], index_of: dict[str, int]) -> _Ops | None:
+def _group(adm: AdmittedBatch, kinds: tuple[int, int], ids: UserIndex) -> _Ops | None:
     """The records of ``kinds`` (a declaration kind, then :data:`REMOVAL`) by user."""
     pos = np.flatnonzero(np.isin(adm.kind, kinds))
     if not pos.size:
@@ -80,13 +84,13 @@ def _group(adm: AdmittedBatch, kinds: tuple[int, int], index_of: dict[str, int])
     uid = np.fromiter((local.setdefault(users[i], len(local))  # type: ignore[arg-type]
                        for i in pos.tolist()), dtype=np.int64, count=pos.size)
     names = list(local)
-    existing = np.fromiter((index_of.get(u, -1) for u in names), dtype=np.int64,
-                           count=len(names))
+    keys = list(map(str.encode, names))
+    existing = ids.lookup(keys)
     is_decl = adm.kind[pos] == kinds[0]
     first_decl = np.full(len(names), _NONE, dtype=np.int64)
     decl = np.flatnonzero(is_decl)
     np.minimum.at(first_decl, uid[decl], decl)
-    return _Ops(pos, uid, names, existing, is_decl, first_decl)
+    return _Ops(pos, uid, names, keys, existing, is_decl, first_decl)
 
 
 def _last_of(uid: np.ndarray, where: np.ndarray, count: int) -> np.ndarray:
@@ -127,8 +131,19 @@ def _last_entries(index: np.ndarray) -> np.ndarray:
 class UserRegistry(Protocol):
     """What the partition worker and the job use of a registry."""
 
-    index_of: dict[str, int]
-    users: list[str]
+    @property
+    def index_of(self) -> Mapping[str, int]:
+        """User id -> index (a read-only view)."""
+        ...
+
+    @property
+    def users(self) -> Sequence[str]:
+        """Index -> user id (a read-only view)."""
+        ...
+
+    def lookup(self, users: Sequence[str]) -> np.ndarray:
+        """The index of each user (int64), -1 for one never registered."""
+        ...
 
     @property
     def level_of_index(self) -> np.ndarray:
@@ -161,7 +176,48 @@ class UserRegistry(Protocol):
         ...
 
 
-class Registry:
+def _block_ids(head: dict, cols: dict[str, np.ndarray]) -> Keys:
+    """The user ids of a registry block: columns ``id_len`` and ``id_bytes``, or, in blocks
+    written before them, the header's ``users``."""
+    if "users" in head:
+        return Keys.of([u.encode() for u in head["users"]])
+    return Keys.packed(cols["id_bytes"], cols["id_len"])
+
+
+class _Users:
+    """The user ids of a registry, in a :class:`UserIndex`."""
+
+    _ids: UserIndex
+
+    @property
+    def index_of(self) -> Mapping[str, int]:
+        """User id -> index (a read-only view)."""
+        return self._ids.index_of
+
+    @property
+    def users(self) -> Sequence[str]:
+        """Index -> user id (a read-only view)."""
+        return self._ids.users
+
+    def lookup(self, users: Sequence[str]) -> np.ndarray:
+        """The index of each user (int64), -1 for one never registered."""
+        return self._ids.lookup_str(users)
+
+    def _add(self, ops: _Ops, fresh: np.ndarray) -> None:
+        self._ids.add([ops.keys[j] for j in fresh.tolist()])
+
+    def _id_columns(self, idx: np.ndarray | None) -> dict[str, np.ndarray]:
+        ids = self._ids.ids(idx)
+        return {"id_len": ids.lengths.astype(np.int32), "id_bytes": ids.joined}
+
+    def _load_ids(self, ids: list[Keys], keep: np.ndarray) -> None:
+        self._ids.load(Keys.concat(ids).take(keep))
+
+    def _load_entries(self, users: list[str]) -> None:
+        self._ids.load(Keys.of([u.encode() for u in users]))
+
+
+class Registry(_Users):
     """Registered users of one partition and their requirement levels.
 
     Users get a stable small index (their order of first registration), so per-slot work uses
@@ -173,8 +229,7 @@ class Registry:
     def __init__(self, config: JobConfig | None = None, partition: int = 0) -> None:
         self.config = config or JobConfig()
         self.partition = partition
-        self.index_of: dict[str, int] = {}
-        self.users: list[str] = []
+        self._ids = UserIndex()
         self.level_names: list[str] = []
         self._level_index: dict[str, int] = {}
         self._levels = np.full(16, -1, dtype=np.int32)  # per user index: level, -1 removed
@@ -184,7 +239,7 @@ class Registry:
     @property
     def level_of_index(self) -> np.ndarray:
         """Level index per user index (-1: not registered now)."""
-        return self._levels[: len(self.users)]
+        return self._levels[: len(self._ids)]
 
     def level_of(self, user: str) -> str | None:
         """The level key of a registered user."""
@@ -220,7 +275,7 @@ class Registry:
         for i in np.flatnonzero(adm.kind == DYNAMIC).tolist():
             out.rejected[i] = (Reason.INVALID_REQUIREMENT.value,
                                "this job runs a fixed-requirement mechanism; declare {user, w, E}")
-        ops = _group(adm, (FIXED, REMOVAL), self.index_of)
+        ops = _group(adm, (FIXED, REMOVAL), self._ids)
         if ops is None:
             return out
         count, base = len(ops.names), len(self.level_names)
@@ -255,13 +310,13 @@ class Registry:
             out.rejected[int(ops.pos[r])] = (
                 Reason.INVALID_REQUIREMENT.value,
                 f"user {user!r} already declared (w, E) = {old}; fixed requirements cannot change")
-        index, fresh = _new_indices(ops, len(self.users))
+        index, fresh = _new_indices(ops, len(self._ids))
         # new levels take their indices in the order of the first registrations
         remap = np.arange(base + len(fresh_names), dtype=np.int64)
         for k in dict.fromkeys(declared[fresh].tolist()):
             if k >= base:
                 remap[k] = self._level(fresh_names[k - base])
-        size = len(self.users) + fresh.size
+        size = len(self._ids) + fresh.size
         self._levels = _grown(self._levels, size, -1)
         self._declared = _grown(self._declared, size, -1)
         self._declared[index[fresh]] = remap[declared[fresh]]
@@ -273,9 +328,7 @@ class Registry:
         self._levels[idx] = after
         self._count(before, -1)
         self._count(after, 1)
-        self.users.extend([ops.names[j] for j in fresh.tolist()])
-        self.index_of.update(zip([ops.names[j] for j in fresh.tolist()],
-                                 index[fresh].tolist(), strict=True))
+        self._add(ops, fresh)
         out.touched = idx
         return out
 
@@ -304,35 +357,31 @@ class Registry:
             parsed.append((int(i), user, key, active == "1"))
         parsed.sort()
         size = (parsed[-1][0] + 1) if parsed else 0
-        self.users = [""] * size
+        users = [""] * size
         self._declared = np.full(max(16, size), -1, dtype=np.int32)
         self._levels = np.full(max(16, size), -1, dtype=np.int32)
         for i, user, key, active in parsed:
             k = self._level(key)
-            self.index_of[user] = i
-            self.users[i] = user
+            users[i] = user
             self._declared[i] = k
             if active:
                 self._levels[i] = k
                 self.sizes[key] += 1
+        self._load_entries(users)
 
     def dump(self, indices: np.ndarray | None = None) -> bytes:
         """The bulk form of the users ``indices`` (all by default): ids, declared levels and
         whether active, with the level names (:mod:`streams.job.partitions.registry_store`)."""
-        n = len(self.users)
-        if indices is None:
-            idx, users = np.arange(n, dtype=np.int64), self.users
-        else:
-            idx = np.unique(indices)
-            users = [self.users[i] for i in idx.tolist()]
-        return encode_block({"kind": "fixed", "levels": self.level_names, "users": users}, {
-            "index": idx.astype(np.int64),
+        n = len(self._ids)
+        idx = np.arange(n, dtype=np.int64) if indices is None else np.unique(indices)
+        return encode_block({"kind": "fixed", "levels": self.level_names}, {
+            **self._id_columns(None if indices is None else idx), "index": idx.astype(np.int64),
             "declared": self._declared[idx].astype(np.int32),
             "active": (self._levels[idx] >= 0).astype(np.uint8)})
 
     def load_blocks(self, blocks: list[bytes]) -> None:
         """Rebuild from :meth:`dump` blocks, a snapshot then segments: each user's last entry."""
-        self.index_of, self.users, self.sizes = {}, [], Counter()
+        self._ids, self.sizes = UserIndex(), Counter()
         self.level_names, self._level_index = [], {}
         self._levels = np.full(16, -1, dtype=np.int32)
         self._declared = np.full(16, -1, dtype=np.int32)
@@ -345,14 +394,13 @@ class Registry:
             index.append(cols["index"])
             declared.append(levels[cols["declared"]])
             active.append(cols["active"])
-            users.extend(head["users"])
-        if not users:
+            users.append(_block_ids(head, cols))
+        if not users or not sum(map(len, users)):
             return
         all_index = np.concatenate(index)
         keep = _last_entries(all_index)
         n = keep.size
-        self.users = [users[j] for j in keep.tolist()]
-        self.index_of = dict(zip(self.users, range(n), strict=True))
+        self._load_ids(users, keep)
         self._declared = np.full(max(16, n), -1, dtype=np.int32)
         self._levels = np.full(max(16, n), -1, dtype=np.int32)
         self._declared[:n] = np.concatenate(declared)[keep]
@@ -360,7 +408,7 @@ class Registry:
         self._count(self._levels[:n], 1)
 
 
-class DynamicRegistry:
+class DynamicRegistry(_Users):
     """Registered users of one partition and their latest dynamic declarations.
 
     A user's index is its order of first acceptance (and its index in the partition's ledger).
@@ -379,8 +427,7 @@ class DynamicRegistry:
         self._reset()
 
     def _reset(self, size: int = 16) -> None:
-        self.index_of: dict[str, int] = {}
-        self.users: list[str] = []
+        self._ids = UserIndex()
         self._wB = np.ones(size, dtype=np.int32)  # per user index: the latest declaration
         self._EB = np.ones(size, dtype=np.float64)
         self._wF = np.ones(size, dtype=np.int32)
@@ -392,19 +439,19 @@ class DynamicRegistry:
     @property
     def level_of_index(self) -> np.ndarray:
         """Per user index: 0 while registered, -1 after a removal."""
-        return np.where(self._active[: len(self.users)], 0, -1)
+        return np.where(self._active[: len(self._ids)], 0, -1)
 
     @property
     def latest(self) -> list[Declaration]:
         """Per user index, its latest declaration."""
-        n = len(self.users)
+        n = len(self._ids)
         return list(zip(self._wB[:n].tolist(), self._EB[:n].tolist(), self._wF[:n].tolist(),
                         self._EF[:n].tolist(), strict=True))
 
     @property
     def pending(self) -> dict[int, Declaration]:
         """The declarations accepted since the last plan, by user index."""
-        idx = np.flatnonzero(self._pending[: len(self.users)])
+        idx = np.flatnonzero(self._pending[: len(self._ids)])
         return dict(zip(idx.tolist(), zip(self._wB[idx].tolist(), self._EB[idx].tolist(),
                                           self._wF[idx].tolist(), self._EF[idx].tolist(),
                                           strict=True), strict=True))
@@ -419,7 +466,7 @@ class DynamicRegistry:
     def active_mask(self, n: int) -> np.ndarray:
         """Whether each of the first ``n`` users is registered now."""
         out = np.zeros(n, dtype=bool)
-        m = min(n, len(self.users))
+        m = min(n, len(self._ids))
         out[:m] = self._active[:m]
         return out
 
@@ -447,12 +494,12 @@ class DynamicRegistry:
             out.rejected[i] = (Reason.INVALID_REQUIREMENT.value,
                                f"this job runs {self.mechanism}, which takes dynamic "
                                "requirements; declare {user, wB, EB, wF, EF}")
-        ops = _group(adm, (DYNAMIC, REMOVAL), self.index_of)
+        ops = _group(adm, (DYNAMIC, REMOVAL), self._ids)
         if ops is None:
             return out
         count = len(ops.names)
-        index, fresh = _new_indices(ops, len(self.users))
-        self._grow(len(self.users) + fresh.size)
+        index, fresh = _new_indices(ops, len(self._ids))
+        self._grow(len(self._ids) + fresh.size)
         records = np.arange(ops.pos.size)
         # a removal counts where the user has an index by then: before, or declared earlier
         removal = np.flatnonzero(~ops.is_decl & ((ops.existing[ops.uid] >= 0)
@@ -467,9 +514,7 @@ class DynamicRegistry:
         last = _last_of(ops.uid, records, count)
         hit = index >= 0
         self._active[index[hit]] = ops.is_decl[last[hit]]
-        self.users.extend([ops.names[j] for j in fresh.tolist()])
-        self.index_of.update(zip([ops.names[j] for j in fresh.tolist()],
-                                 index[fresh].tolist(), strict=True))
+        self._add(ops, fresh)
         out.touched = index[hit]
         return out
 
@@ -491,48 +536,43 @@ class DynamicRegistry:
         parsed.sort()
         size = (parsed[-1][0] + 1) if parsed else 0
         self._reset(max(16, size))
-        self.users = [""] * size
+        users = [""] * size
         for i, user, (wB, EB, wF, EF), active in parsed:
-            self.index_of[user] = i
-            self.users[i] = user
+            users[i] = user
             self._wB[i], self._EB[i], self._wF[i], self._EF[i] = wB, EB, wF, EF
             self._active[i] = active
+        self._load_entries(users)
         self._pending[:size] = True
 
     def dump(self, indices: np.ndarray | None = None) -> bytes:
         """The bulk form of the users ``indices`` (all by default): ids, latest declarations
         and whether active (:mod:`streams.job.partitions.registry_store`)."""
-        n = len(self.users)
-        if indices is None:
-            idx, users = np.arange(n, dtype=np.int64), self.users
-        else:
-            idx = np.unique(indices)
-            users = [self.users[i] for i in idx.tolist()]
-        return encode_block({"kind": "dynamic", "users": users}, {
-            "index": idx.astype(np.int64), "wB": self._wB[idx], "EB": self._EB[idx],
-            "wF": self._wF[idx], "EF": self._EF[idx],
+        n = len(self._ids)
+        idx = np.arange(n, dtype=np.int64) if indices is None else np.unique(indices)
+        return encode_block({"kind": "dynamic"}, {
+            **self._id_columns(None if indices is None else idx), "index": idx.astype(np.int64),
+            "wB": self._wB[idx], "EB": self._EB[idx], "wF": self._wF[idx], "EF": self._EF[idx],
             "active": self._active[idx].astype(np.uint8)})
 
     def load_blocks(self, blocks: list[bytes]) -> None:
         """Rebuild from :meth:`dump` blocks, a snapshot then segments (each user's last entry);
         every declaration is pending until :meth:`sync_pending`."""
         cols: dict[str, list[np.ndarray]] = {}
-        users: list[str] = []
+        users: list[Keys] = []
         for block in blocks:
             head, got = decode_block(block)
             if head["kind"] != "dynamic":
                 raise ValueError(f"a {head['kind']} registry block in a dynamic registry")
             for name, col in got.items():
                 cols.setdefault(name, []).append(col)
-            users.extend(head["users"])
+            users.append(_block_ids(head, got))
         self._reset()
-        if not users:
+        if not sum(map(len, users)):
             return
         keep = _last_entries(np.concatenate(cols["index"]))
         n = keep.size
         self._reset(max(16, n))
-        self.users = [users[j] for j in keep.tolist()]
-        self.index_of = dict(zip(self.users, range(n), strict=True))
+        self._load_ids(users, keep)
         for name, arr in (("wB", self._wB), ("EB", self._EB), ("wF", self._wF),
                           ("EF", self._EF)):
             arr[:n] = np.concatenate(cols[name])[keep]
@@ -542,7 +582,7 @@ class DynamicRegistry:
     def sync_pending(self, applied: list[Declaration]) -> None:
         """Keep pending only the declarations that differ from what the ledger applied (a
         removed user whose ledger is suspended stays so)."""
-        n, m = len(self.users), min(len(applied), len(self.users))
+        n, m = len(self._ids), min(len(applied), len(self._ids))
         self._pending[:n] = True
         if not m:
             return
