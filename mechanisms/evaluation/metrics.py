@@ -9,7 +9,10 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import ArrayLike
 
-__all__ = ["ajsd", "amre", "mae"]
+__all__ = ["ajsd", "amre", "coverage", "mae"]
+
+#: the confidence of the error bars the evaluation scores (the job's default)
+NOMINAL = 0.95
 
 
 def _pair(released: ArrayLike, true: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
@@ -36,6 +39,20 @@ def amre(released: ArrayLike, true: ArrayLike) -> float:
     """
     r, c = _pair(released, true)
     return float(np.mean(np.mean((r - c) ** 2, axis=1)))
+
+
+def coverage(released: ArrayLike, true: ArrayLike, published: ArrayLike, std: ArrayLike,
+             confidence: float = NOMINAL) -> float:
+    """Share of the (published slot, cell) pairs whose Laplace error bar at ``confidence``
+    holds the true count: |r - c| <= b ln(1/(1 - confidence)) with b = std/sqrt(2), the bar
+    the job's release records give (``streams.releases.error_bars``). ``published`` and ``std``
+    are (T,): a slot's per-cell noise standard deviation. nan when nothing was published."""
+    r, c = _pair(released, true)
+    pub = np.asarray(published, dtype=bool)
+    if not pub.any():
+        return float("nan")
+    half = np.asarray(std, dtype=np.float64)[pub] / np.sqrt(2.0) * -np.log1p(-confidence)
+    return float(np.mean(np.abs(r[pub] - c[pub]) <= half[:, None]))
 
 
 def mae(released: ArrayLike, true: ArrayLike) -> float:

@@ -17,7 +17,7 @@ from mechanisms.build import batch, build
 from mechanisms.central import BatchedFixed
 from mechanisms.dynamic import DynamicRequirements
 from mechanisms.evaluation.experiments import dynamic_rows
-from mechanisms.evaluation.metrics import ajsd, amre, mae
+from mechanisms.evaluation.metrics import ajsd, amre, coverage, mae
 from mechanisms.mechanism import RuleRelease, Stepper
 from mechanisms.registry import REGISTRY, spec
 from mechanisms.requirements import FixedRequirements
@@ -54,6 +54,8 @@ class RunResult:
     seconds: float
     #: per post-processing method, its (AMRE, MAE) (:func:`run_batch`)
     post: dict[str, tuple[float, float]] = field(default_factory=dict)
+    #: share of the published cells whose 95% error bar holds the true count (nan: no bars)
+    coverage: float = float("nan")
 
 
 def run_stream(mech: Stepper, cells: np.ndarray, true: np.ndarray) -> RunResult:
@@ -177,7 +179,8 @@ def run_batch(
 
     Each method of ``postprocess`` (:data:`mechanisms.postprocess.METHODS`) is applied to the
     releases (with ``users[b]`` registered users in run b) and scored in the result's ``post``;
-    a mechanism whose releases carry no noise scale gets no ``kalman`` score.
+    a mechanism whose releases carry no noise scale gets no ``kalman`` score and no
+    ``coverage`` (of the raw release's error bars: the only bars the job emits).
     """
     T, d = trues[0].shape
     rep = replay_batch(mechs, streams, chunk, d, T)
@@ -191,8 +194,12 @@ def run_batch(
                                    np.asarray(users, dtype=np.float64), d)
         for b in range(len(mechs)):
             post[b][method] = (amre(estimates[b], trues[b]), mae(estimates[b], trues[b]))
+    covered = [float("nan") if rep.std is None else
+               coverage(released[b], trues[b], rep.published[b], rep.std[b])
+               for b in range(len(mechs))]
     return [RunResult(amre(released[b], trues[b]), ajsd(released[b], trues[b]),
-                      mae(released[b], trues[b]), int(fresh[b]), rep.seconds, post[b])
+                      mae(released[b], trues[b]), int(fresh[b]), rep.seconds, post[b],
+                      covered[b])
             for b in range(len(mechs))]
 
 

@@ -81,3 +81,26 @@ def test_a_restored_coordinator_continues_the_filter() -> None:
 def test_unknown_postprocessing_is_refused() -> None:
     with pytest.raises(ValueError, match="postprocess must be one of"):
         JobConfig(postprocess="smooth")
+
+
+@pytest.mark.parametrize("mechanism", ["pbd", "pba"])
+def test_bars_only_where_their_coverage_is_shown(mechanism: str) -> None:
+    """The only bars a release yields are those of a published raw histogram (their coverage is
+    measured in docs/results.md): an approximated or nullified slot has none, and the Kalman
+    estimate, whose error the noise scale does not describe, gets none either."""
+    from dataclasses import fields
+
+    from streams.releases.error_bars import error_bars
+
+    job = run(mechanism, "kalman", noise="laplace")
+    releases = [parse_release(raw) for raw in job.releases]
+    assert {r.published for r in releases} == {True, False}
+    assert not [f.name for f in fields(releases[0])
+                if f.name.startswith("estimate") and f.name not in ("estimate",
+                                                                    "estimate_method")]
+    for rel in releases:
+        assert rel.estimate is not None and rel.estimate_method == "kalman"
+        if rel.published:
+            assert (rel.lower, rel.upper) == error_bars(rel.histogram, rel.noise)
+        else:
+            assert rel.noise is None and rel.lower is None and rel.upper is None
