@@ -35,6 +35,7 @@ import numpy as np
 from mechanisms.ledgers.plan import Charge, RunsPlan, SlotPlan
 from mechanisms.registry import histogram_dtype
 from mechanisms.release import Decision, ReleaseRule, Sampling
+from mechanisms.sampling import thinned
 
 T = TypeVar("T")
 
@@ -117,6 +118,9 @@ class RuleRelease(BatchRelease):
     not publish. Post-processing (:mod:`mechanisms.postprocess`) reads it."""
 
     std: np.ndarray
+    #: (runs,) whether the run's publication thinned a level (:func:`mechanisms.sampling.
+    #: thinned`): it gets no error bars; None: no run did
+    thinned: np.ndarray | None = None
 
 
 def release_std(published: np.ndarray, threshold: np.ndarray, rule: ReleaseRule,
@@ -278,7 +282,9 @@ class Mechanism:
         published = self.ledger.commit_runs(decision.published)
         self.lasts = decision.histogram  # a run that did not publish holds its last
         return RuleRelease(plan.slot, decision.histogram, published,
-                           release_std(published, decision.threshold, self.rule, decision.std))
+                           release_std(published, decision.threshold, self.rule, decision.std),
+                           published & thinned(self.rule.scaled(plan.eps2), sizes,
+                                               decision.threshold))
 
     def adopt(self, published: bool, histogram: np.ndarray | list) -> Charge:
         """Advance through a slot already released elsewhere (its decision and histogram)."""

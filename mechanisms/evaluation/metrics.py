@@ -41,14 +41,15 @@ def amre(released: ArrayLike, true: ArrayLike) -> float:
     return float(np.mean(np.mean((r - c) ** 2, axis=1)))
 
 
-def coverage(released: ArrayLike, true: ArrayLike, published: ArrayLike, std: ArrayLike,
+def coverage(released: ArrayLike, true: ArrayLike, barred: ArrayLike, std: ArrayLike,
              confidence: float = NOMINAL) -> float:
-    """Share of the (published slot, cell) pairs whose Laplace error bar at ``confidence``
+    """Share of the (slot with bars, cell) pairs whose Laplace error bar at ``confidence``
     holds the true count: |r - c| <= b ln(1/(1 - confidence)) with b = std/sqrt(2), the bar
-    the job's release records give (``streams.releases.error_bars``). ``published`` and ``std``
-    are (T,): a slot's per-cell noise standard deviation. nan when nothing was published."""
+    the job's release records give (``streams.releases.error_bars``). ``barred`` and ``std``
+    are (T,): whether a slot has bars, its per-cell noise standard deviation. nan when no
+    slot has bars."""
     r, c = _pair(released, true)
-    pub = np.asarray(published, dtype=bool)
+    pub = np.asarray(barred, dtype=bool)
     if not pub.any():
         return float("nan")
     half = np.asarray(std, dtype=np.float64)[pub] / np.sqrt(2.0) * -np.log1p(-confidence)

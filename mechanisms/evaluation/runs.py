@@ -54,8 +54,10 @@ class RunResult:
     seconds: float
     #: per post-processing method, its (AMRE, MAE) (:func:`run_batch`)
     post: dict[str, tuple[float, float]] = field(default_factory=dict)
-    #: share of the published cells whose 95% error bar holds the true count (nan: no bars)
+    #: share of the cells with error bars whose 95% bar holds the true count (nan: no bars)
     coverage: float = float("nan")
+    #: share of the published slots given error bars (not thinned; nan: none published)
+    bars: float = float("nan")
 
 
 def run_stream(mech: Stepper, cells: np.ndarray, true: np.ndarray) -> RunResult:
@@ -110,6 +112,7 @@ class Replayed:
     published: np.ndarray
     std: np.ndarray | None
     seconds: float
+    thinned: np.ndarray | None = None
 
 
 def replay_batch(
@@ -122,6 +125,7 @@ def replay_batch(
     """Replay each run's stream through its mechanism, all runs stepped together
     (:func:`mechanisms.build.batch`); each run releases what it would alone.
 
+    ``thinned`` (runs, T) marks the publications that sampled users away (no error bars).
     A stream is (T, n) cells or its :class:`ClassCounts`; counts feed the central mechanisms
     their level counts and the others their ``step_classes``, without a pass over the users.
     """
@@ -130,6 +134,7 @@ def replay_batch(
     released = np.zeros((B, T, d), dtype=np.float64)
     published = np.zeros((B, T), dtype=bool)
     std = np.full((B, T), np.nan)
+    thin = np.zeros((B, T), dtype=bool)
     has_std = True
     counted = all(isinstance(s, ClassCounts) for s in streams)
 
@@ -139,6 +144,8 @@ def replay_batch(
         published[:, t] = release.published
         if isinstance(release, RuleRelease):
             std[:, t] = release.std
+            if release.thinned is not None:
+                thin[:, t] = release.thinned
         else:
             has_std = False
 
@@ -162,7 +169,7 @@ def replay_batch(
         for t in range(T):
             keep(t, runs.step([np.asarray(s[t], dtype=np.int64) for s in streams]))
     seconds = (time.perf_counter() - start) / B
-    return Replayed(released, published, std if has_std else None, seconds)
+    return Replayed(released, published, std if has_std else None, seconds, thin)
 
 
 def run_batch(
@@ -180,7 +187,8 @@ def run_batch(
     Each method of ``postprocess`` (:data:`mechanisms.postprocess.METHODS`) is applied to the
     releases (with ``users[b]`` registered users in run b) and scored in the result's ``post``;
     a mechanism whose releases carry no noise scale gets no ``kalman`` score and no
-    ``coverage`` (of the raw release's error bars: the only bars the job emits).
+    ``coverage`` (of the raw release's error bars, the only bars the job emits, on the
+    published slots that did not thin a level: the others get none).
     """
     T, d = trues[0].shape
     rep = replay_batch(mechs, streams, chunk, d, T)
@@ -194,12 +202,15 @@ def run_batch(
                                    np.asarray(users, dtype=np.float64), d)
         for b in range(len(mechs)):
             post[b][method] = (amre(estimates[b], trues[b]), mae(estimates[b], trues[b]))
+    barred = rep.published & ~rep.thinned
     covered = [float("nan") if rep.std is None else
-               coverage(released[b], trues[b], rep.published[b], rep.std[b])
+               coverage(released[b], trues[b], barred[b], rep.std[b])
                for b in range(len(mechs))]
+    bars = [float("nan") if rep.std is None or not fresh[b] else
+            float(barred[b].sum() / fresh[b]) for b in range(len(mechs))]
     return [RunResult(amre(released[b], trues[b]), ajsd(released[b], trues[b]),
                       mae(released[b], trues[b]), int(fresh[b]), rep.seconds, post[b],
-                      covered[b])
+                      covered[b], bars[b])
             for b in range(len(mechs))]
 
 

@@ -58,3 +58,17 @@ def test_noise_rejects_bad_budget_and_kind():
         draw_noise(0.0, 3, rng)
     with pytest.raises(ValueError, match="noise must be"):
         draw_noise(1.0, 3, rng, "gaussian")
+
+
+def test_thinned_marks_publications_that_sample_users_away():
+    from mechanisms.sampling import thinned
+
+    budgets = np.array([[0.1, 0.5], [0.5, 0.5], [0.1, 0.5]])
+    sizes = np.array([[3, 4], [3, 4], [0, 4]])
+    # run 0 keeps its 0.1 level with p < 1; run 1 keeps everyone; run 2's low level is empty
+    assert thinned(budgets, sizes, np.array([0.5, 0.5, 0.5])).tolist() == [True, False, False]
+    assert bool(thinned(budgets[0], sizes[0], 0.1)) is False
+    # it agrees with the inclusion probabilities of the levels with users
+    for b, n, th in zip(budgets, sizes, (0.5, 0.5, 0.5), strict=True):
+        p = inclusion_probabilities(b, th)
+        assert bool(thinned(b, n, th)) == bool(((p < 1) & (n > 0)).any())
