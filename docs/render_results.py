@@ -95,20 +95,24 @@ def ipw(ours: dict) -> list[str]:
 
 
 def coverage(path: Path) -> list[str]:
-    """Per mechanism and dataset, the share of published cells whose raw 95% error bar holds
-    the true count: mean over settings and repeats, and the lowest setting's mean."""
-    cov = load(path, "coverage")
-    mechs = sorted({m for (_, m, _, _) in cov}, key=lambda m: (len(m), m))
+    """Per mechanism and dataset, the share of cells with error bars whose 95% bar holds the
+    true count (mean over settings and repeats, and the lowest setting's mean), and the share
+    of publications given bars (the others sampled users away)."""
+    cov, bars = load(path, "coverage"), load(path, "bars")
+    mechs = sorted({m for (_, m, _, _) in bars}, key=lambda m: (len(m), m))
     lines = ["| mechanism | post-processing | " + " | ".join(DATASETS) + " |",
              "|---|---|" + "---:|" * len(DATASETS)]
     for m in mechs:
         cells = []
         for ds in DATASETS:
             means = [np.mean(v) for (d, mm, _, _), v in cov.items() if d == ds and mm == m]
-            cells.append("-" if not means else f"{np.mean(means):.3f} (min {min(means):.3f})")
-        lines.append(f"| {m.upper()} | none (raw bars) | " + " | ".join(cells) + " |")
+            share = [x for (d, mm, _, _), v in bars.items() if d == ds and mm == m for x in v]
+            cells.append("-" if not share else
+                         (f"{np.mean(means):.3f} (min {min(means):.3f})" if means else "none")
+                         + f", bars {np.mean(share):.0%}")
+        lines.append(f"| {m.upper()} | none (raw) | " + " | ".join(cells) + " |")
     lines.append("| every mechanism | round, kalman | " + " | ".join(
-        ["no bars emitted"] * len(DATASETS)) + " |")
+        ["no bars"] * len(DATASETS)) + " |")
     return lines
 
 
