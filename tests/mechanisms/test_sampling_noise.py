@@ -2,6 +2,8 @@
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from mechanisms import draw_noise, inclusion_probabilities, noise_variance, sample_counts
 from mechanisms.sampling import sample_users
@@ -72,3 +74,14 @@ def test_thinned_marks_publications_that_sample_users_away():
     for b, n, th in zip(budgets, sizes, (0.5, 0.5, 0.5), strict=True):
         p = inclusion_probabilities(b, th)
         assert bool(thinned(b, n, th)) == bool(((p < 1) & (n > 0)).any())
+
+
+@given(st.lists(st.tuples(st.floats(0.0, 2.0), st.integers(0, 5)), min_size=1, max_size=6),
+       st.floats(1e-3, 2.0))
+def test_thinned_is_any_level_with_users_kept_with_probability_below_one(levels, threshold):
+    from mechanisms.sampling import thinned
+
+    budgets = np.array([b for b, _ in levels])
+    sizes = np.array([n for _, n in levels])
+    p = inclusion_probabilities(budgets, threshold)
+    assert bool(thinned(budgets, sizes, threshold)) == bool(((p < 1) & (sizes > 0)).any())
