@@ -41,6 +41,8 @@ LEDGER_CLASSES: dict[str, type[BudgetLedger]] = {
 _LEDGERS: dict[str, type[BudgetLedger]] = {
     s.name: LEDGER_CLASSES[s.ledger] for s in specs(family="central") if s.ledger}
 HOMOGENEOUS = frozenset(names(family="central", homogeneous=True))
+#: the mechanisms releasing the unbiased (inverse-probability weighted) histogram
+IPW = frozenset(n for n in FIXED_MECHANISMS if n.endswith("_ipw"))
 
 
 class FixedMechanism(HoldsMechanism):
@@ -58,7 +60,8 @@ class FixedMechanism(HoldsMechanism):
         self.name = name
         self.d = int(d)
         self.rng = rng if rng is not None else np.random.default_rng()
-        rule = ReleaseRule(d, noise, "scale" if name in ("bd", "ba") else "obs")
+        rule = ReleaseRule(d, noise, "scale" if name in ("bd", "ba") else "obs",
+                           estimator="ipw" if name in IPW else "paper")
         self.users: list[str] = []
         self._index: dict[str, int] = {}
         self._level_of: dict[tuple[int, float], int] = {}
@@ -219,7 +222,7 @@ class BatchedFixed:
 
     def __init__(self, mechanisms: Sequence[FixedMechanism]) -> None:
         first = first_run(mechanisms, lambda m: (m.name, m.d, m.rule.noise, m.rule.test,
-                                                  m.rule.sensitivity),
+                                                  m.rule.sensitivity, m.rule.estimator),
                           "mechanism, domain and noise")
         self.name, self.d = first.name, first.d
         self.rngs = [m.rng for m in mechanisms]

@@ -35,6 +35,7 @@ import numpy as np
 from mechanisms.ledgers.plan import Charge, RunsPlan, SlotPlan
 from mechanisms.registry import histogram_dtype
 from mechanisms.release import Decision, ReleaseRule, Sampling
+from mechanisms.sampling import thinned
 
 T = TypeVar("T")
 
@@ -117,11 +118,18 @@ class RuleRelease(BatchRelease):
     not publish. Post-processing (:mod:`mechanisms.postprocess`) reads it."""
 
     std: np.ndarray
+    #: (runs,) whether the run's publication thinned a level (:func:`mechanisms.sampling.
+    #: thinned`): it gets no error bars; None: no run did
+    thinned: np.ndarray | None = None
 
 
-def release_std(published: np.ndarray, threshold: np.ndarray, rule: ReleaseRule) -> np.ndarray:
+def release_std(published: np.ndarray, threshold: np.ndarray, rule: ReleaseRule,
+                own: np.ndarray | None = None) -> np.ndarray:
     """Per run, the standard deviation of the noise a published slot added per cell
-    (:meth:`ReleaseRule.noise_std` of its threshold); nan where the run did not publish."""
+    (:meth:`ReleaseRule.noise_std` of its threshold, or the decision's ``own`` where the rule
+    set it); nan where the run did not publish."""
+    if own is not None:
+        return np.where(published, own, np.nan)
     out = np.full(np.shape(published), np.nan)
     for b in np.flatnonzero(published):
         out[b] = rule.noise_std(float(threshold[b]))[0]
@@ -274,7 +282,9 @@ class Mechanism:
         published = self.ledger.commit_runs(decision.published)
         self.lasts = decision.histogram  # a run that did not publish holds its last
         return RuleRelease(plan.slot, decision.histogram, published,
-                           release_std(published, decision.threshold, self.rule))
+                           release_std(published, decision.threshold, self.rule, decision.std),
+                           published & thinned(self.rule.scaled(plan.eps2), sizes,
+                                               decision.threshold))
 
     def adopt(self, published: bool, histogram: np.ndarray | list) -> Charge:
         """Advance through a slot already released elsewhere (its decision and histogram)."""

@@ -20,6 +20,7 @@ from mechanisms.run_draws import draw_runs
 from mechanisms.sampling import inclusion_probabilities
 
 TESTS = ("obs", "scale")
+ESTIMATORS = ("paper", "ipw")
 
 
 @dataclass(frozen=True)
@@ -45,6 +46,9 @@ class RunsDecision:
     histogram: np.ndarray
     threshold: np.ndarray
     dissimilarity: np.ndarray
+    #: per run, the per-cell noise standard deviation where the rule's estimator sets it
+    #: itself (``estimator="ipw"``); None: that of the threshold (:meth:`ReleaseRule.noise_std`)
+    std: np.ndarray | None = None
 
     def run(self, b: int) -> Decision:
         """Run ``b``'s decision."""
@@ -166,10 +170,16 @@ class ReleaseRule:
     and per-cell array carries a leading run axis, everything deterministic is computed for the
     whole batch, and each run draws from its own generator exactly the values it draws alone,
     so a run's release does not depend on the batch it is in. :meth:`decide` is a batch of one.
+
+    ``estimator="ipw"`` releases an unbiased histogram (:func:`ipw_release`) in place of the
+    paper's thinned one; it spends what the paper's does.
     """
 
     def __init__(self, d: int, noise: str = "laplace", test: str = "obs",
-                 sensitivity: int = 1) -> None:
+                 sensitivity: int = 1, estimator: str = "paper") -> None:
+        if estimator not in ESTIMATORS:
+            raise ValueError(f"estimator must be one of {ESTIMATORS}, got {estimator!r}")
+        self.estimator = estimator
         if d < 1:
             raise ValueError(f"domain size d must be >= 1, got {d}")
         if test not in TESTS:
@@ -268,7 +278,15 @@ class ReleaseRule:
             publish = live & self.usable(theta2)
         histogram = np.array(last, copy=True)
         writing = np.flatnonzero(publish)
-        if writing.size:
+        std = None
+        if writing.size and self.estimator == "ipw":
+            second = self.obs.sampling(eps2[writing], sizes[writing], theta2[writing])
+            std = np.full(runs, np.nan)
+            for i, b in enumerate(writing.tolist()):
+                estimate, std[b] = ipw_release(
+                    rngs[b], counts[b], second.p[i], float(theta2[b]), noise)
+                histogram[b] = estimate if noise == "laplace" else np.rint(estimate)
+        elif writing.size:
             # OBS of a row depends on that row alone: the publishing runs' sampling is that of
             # their rows (memoised, as the ledgers revisit the same budgets)
             second = self.obs.sampling(eps2[writing], sizes[writing], theta2[writing])
@@ -279,4 +297,36 @@ class ReleaseRule:
             histogram[writing] = sampled2 + thinned + drawn.astype(histogram.dtype)
         threshold = theta2.copy()
         threshold[nullified] = 0.0
-        return RunsDecision(publish, histogram, threshold, dis)
+        return RunsDecision(publish, histogram, threshold, dis, std)
+
+
+def ipw_release(rng: np.random.Generator, counts: np.ndarray, p: np.ndarray,
+                theta: float, noise: str = "laplace") -> tuple[np.ndarray, float]:
+    """An unbiased release of one slot under the Sampling Mechanism (inverse-probability
+    weighting); returns the histogram (d,) and its per-cell noise standard deviation.
+
+    Levels kept whole (p_l = 1) are summed and get one theta-DP noise draw per cell (``noise``,
+    variance s^2: 2/theta^2 for Laplace); each partly kept level l (0 < p_l < 1) is thinned,
+    gets its own draws, and is divided by p_l (the rule rounds it under integer noise, which
+    adds at most 0.5 per cell). A user is in one level, so the release is theta-DP on the
+    sampled users (parallel composition over levels) and each level's sampling amplifies theta
+    to that level's budget as in the paper; dividing by p_l is post-processing.
+
+    With S_l ~ Bin(c_l, p_l), the release r = W + N_0 + sum_l (S_l + N_l) / p_l has
+    E[r] = W + sum_l c_l, the true count (the paper's W + N + sum_l S_l has W + sum_l p_l c_l),
+    and per cell Var[r] = s^2 (1 + sum_l 1/p_l^2) + sum_l c_l (1 - p_l) / p_l. The returned
+    std is the noise term only, a function of public parameters (the threshold and the
+    inclusion probabilities); the sampling term depends on
+    the exact counts and is not returned.
+    """
+    d = counts.shape[-1]
+    full = p >= 1.0
+    partial = np.flatnonzero((p > 0.0) & ~full)
+    whole = counts[full].sum(axis=0, dtype=np.int64).astype(np.float64)
+    q = p[partial][:, None]
+    thinned = rng.binomial(counts[partial].astype(np.int64), q) if partial.size else np.zeros(
+        (0, d))
+    drawn = draw_noise(theta, (partial.size + 1) * d, rng, noise).reshape(partial.size + 1, d)
+    estimate = whole + drawn[0] + ((thinned + drawn[1:]) / q).sum(axis=0)
+    var = noise_std(theta, noise) ** 2 * (1.0 + float((1.0 / q[:, 0] ** 2).sum()))
+    return estimate, float(np.sqrt(var))

@@ -75,3 +75,16 @@ def sample_counts(
     if partial.any():
         out = out + draw_binomial(rng, counts[partial], p[partial])
     return out.astype(np.int64)
+
+
+def thinned(budgets: np.ndarray, sizes: np.ndarray, threshold: float | np.ndarray) -> np.ndarray:
+    """Whether a publication at ``threshold`` sampled some users away: a level with users whose
+    (scaled) budget is below the threshold is kept with probability < 1. ``budgets`` and
+    ``sizes`` are (levels,) or (runs, levels) with one threshold per run. A function of public
+    parameters only (the level budgets and sizes and the threshold OBS derives from them).
+    Such a publication's error bars, which describe its noise, do not hold the true count at
+    their confidence (docs/results.md, coverage), so none are given for it."""
+    b = np.asarray(budgets, dtype=np.float64)
+    th = np.asarray(threshold, dtype=np.float64)
+    below = (np.asarray(sizes) > 0) & (b < (th[..., None] if th.ndim else th))
+    return below.any(axis=-1)

@@ -9,7 +9,10 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import ArrayLike
 
-__all__ = ["ajsd", "amre", "mae"]
+__all__ = ["ajsd", "amre", "coverage", "mae"]
+
+#: the confidence of the error bars the evaluation scores (the job's default)
+NOMINAL = 0.95
 
 
 def _pair(released: ArrayLike, true: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
@@ -36,6 +39,21 @@ def amre(released: ArrayLike, true: ArrayLike) -> float:
     """
     r, c = _pair(released, true)
     return float(np.mean(np.mean((r - c) ** 2, axis=1)))
+
+
+def coverage(released: ArrayLike, true: ArrayLike, barred: ArrayLike, std: ArrayLike,
+             confidence: float = NOMINAL) -> float:
+    """Share of the (slot with bars, cell) pairs whose Laplace error bar at ``confidence``
+    holds the true count: |r - c| <= b ln(1/(1 - confidence)) with b = std/sqrt(2), the bar
+    the job's release records give (``streams.releases.error_bars``). ``barred`` and ``std``
+    are (T,): whether a slot has bars, its per-cell noise standard deviation. nan when no
+    slot has bars."""
+    r, c = _pair(released, true)
+    pub = np.asarray(barred, dtype=bool)
+    if not pub.any():
+        return float("nan")
+    half = np.asarray(std, dtype=np.float64)[pub] / np.sqrt(2.0) * -np.log1p(-confidence)
+    return float(np.mean(np.abs(r[pub] - c[pub]) <= half[:, None]))
 
 
 def mae(released: ArrayLike, true: ArrayLike) -> float:

@@ -17,7 +17,7 @@ from mechanisms.build import batch, build
 from mechanisms.central import BatchedFixed
 from mechanisms.dynamic import DynamicRequirements
 from mechanisms.evaluation.experiments import dynamic_rows
-from mechanisms.evaluation.metrics import ajsd, amre, mae
+from mechanisms.evaluation.metrics import ajsd, amre, coverage, mae
 from mechanisms.mechanism import RuleRelease, Stepper
 from mechanisms.registry import REGISTRY, spec
 from mechanisms.requirements import FixedRequirements
@@ -54,6 +54,10 @@ class RunResult:
     seconds: float
     #: per post-processing method, its (AMRE, MAE) (:func:`run_batch`)
     post: dict[str, tuple[float, float]] = field(default_factory=dict)
+    #: share of the cells with error bars whose 95% bar holds the true count (nan: no bars)
+    coverage: float = float("nan")
+    #: share of the published slots given error bars (not thinned; nan: none published)
+    bars: float = float("nan")
 
 
 def run_stream(mech: Stepper, cells: np.ndarray, true: np.ndarray) -> RunResult:
@@ -108,6 +112,7 @@ class Replayed:
     published: np.ndarray
     std: np.ndarray | None
     seconds: float
+    thinned: np.ndarray | None = None
 
 
 def replay_batch(
@@ -120,6 +125,7 @@ def replay_batch(
     """Replay each run's stream through its mechanism, all runs stepped together
     (:func:`mechanisms.build.batch`); each run releases what it would alone.
 
+    ``thinned`` (runs, T) marks the publications that sampled users away (no error bars).
     A stream is (T, n) cells or its :class:`ClassCounts`; counts feed the central mechanisms
     their level counts and the others their ``step_classes``, without a pass over the users.
     """
@@ -128,6 +134,7 @@ def replay_batch(
     released = np.zeros((B, T, d), dtype=np.float64)
     published = np.zeros((B, T), dtype=bool)
     std = np.full((B, T), np.nan)
+    thin = np.zeros((B, T), dtype=bool)
     has_std = True
     counted = all(isinstance(s, ClassCounts) for s in streams)
 
@@ -137,6 +144,8 @@ def replay_batch(
         published[:, t] = release.published
         if isinstance(release, RuleRelease):
             std[:, t] = release.std
+            if release.thinned is not None:
+                thin[:, t] = release.thinned
         else:
             has_std = False
 
@@ -160,7 +169,7 @@ def replay_batch(
         for t in range(T):
             keep(t, runs.step([np.asarray(s[t], dtype=np.int64) for s in streams]))
     seconds = (time.perf_counter() - start) / B
-    return Replayed(released, published, std if has_std else None, seconds)
+    return Replayed(released, published, std if has_std else None, seconds, thin)
 
 
 def run_batch(
@@ -177,7 +186,9 @@ def run_batch(
 
     Each method of ``postprocess`` (:data:`mechanisms.postprocess.METHODS`) is applied to the
     releases (with ``users[b]`` registered users in run b) and scored in the result's ``post``;
-    a mechanism whose releases carry no noise scale gets no ``kalman`` score.
+    a mechanism whose releases carry no noise scale gets no ``kalman`` score and no
+    ``coverage`` (of the raw release's error bars, the only bars the job emits, on the
+    published slots that did not thin a level: the others get none).
     """
     T, d = trues[0].shape
     rep = replay_batch(mechs, streams, chunk, d, T)
@@ -191,8 +202,15 @@ def run_batch(
                                    np.asarray(users, dtype=np.float64), d)
         for b in range(len(mechs)):
             post[b][method] = (amre(estimates[b], trues[b]), mae(estimates[b], trues[b]))
+    barred = rep.published & ~rep.thinned
+    covered = [float("nan") if rep.std is None else
+               coverage(released[b], trues[b], barred[b], rep.std[b])
+               for b in range(len(mechs))]
+    bars = [float("nan") if rep.std is None or not fresh[b] else
+            float(barred[b].sum() / fresh[b]) for b in range(len(mechs))]
     return [RunResult(amre(released[b], trues[b]), ajsd(released[b], trues[b]),
-                      mae(released[b], trues[b]), int(fresh[b]), rep.seconds, post[b])
+                      mae(released[b], trues[b]), int(fresh[b]), rep.seconds, post[b],
+                      covered[b], bars[b])
             for b in range(len(mechs))]
 
 

@@ -27,7 +27,8 @@ from streams.cli.options import USERS, add_options, option
 
 DATASETS = ("tlns", "sin", "log", "taxi", "foursquare")
 FIELDS = ("dataset", "mechanism", "E", "w", "repeat", "amre", "ajsd", "mae", "fresh", "slots",
-          "seconds", "ratio", "amre_round", "amre_kalman")
+          "seconds", "ratio", "amre_round", "amre_kalman", "coverage",
+          "bars")
 
 
 def _list(kind: type, text: str) -> list:

@@ -107,7 +107,9 @@ def run_task(dataset: str, repeats: list[int], args: dict,
                          "seconds": round(res.seconds, 3),
                          "ratio": "" if ratio is None else ratio,
                          **{f"amre_{m}": res.post[m][0] if m in res.post else ""
-                            for m in POSTPROCESSED}})
+                            for m in POSTPROCESSED},
+                         "coverage": "" if np.isnan(res.coverage) else res.coverage,
+                         "bars": "" if np.isnan(res.bars) else res.bars})
         if progress is not None:
             progress.put(len(specs))
 

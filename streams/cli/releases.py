@@ -33,8 +33,9 @@ emitted twice (after a restart) is printed once.
 
 --json prints one JSON object per line instead, with the fields key, stream, slot, start, end
 (epoch ms), timestamp_ms (the Kafka timestamp, the slot's end), mechanism, status, published,
-nullified, approximates, cells, histogram, confidence, lower, upper (null when not published),
-noise, threshold, users and schema_version.
+nullified, approximates, cells, histogram, confidence, lower, upper (null when not published,
+or when the publication sampled users away: noise.thinned), noise, threshold, users and
+schema_version.
 
 Exit status: 0 done (or interrupted while following), 2 a usage or broker error."""
 

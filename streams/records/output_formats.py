@@ -117,6 +117,13 @@ RELEASES: Final = Format(
                                                      "added (for a count summed over several "
                                                      "noisy terms, the square root of the sum "
                                                      "of their variances).")),
+                                Field("thinned", Bool(description="Present and true when the "
+                                      "publication sampled users away (a level with users "
+                                      "whose budget is below the threshold): the histogram "
+                                      "holds the sampled users only, so bars from scale would "
+                                      "not hold the true count at their confidence and clients "
+                                      "give none. A function of the level budgets, sizes and "
+                                      "threshold only."), required=False),
                             ),
                             additional=True,
                             description="Published: the noise added to the sampled counts in "

@@ -16,8 +16,9 @@ interval per cell at a confidence level computed from the noise the job added::
   scale^2 = 2a/(1-a)^2, P(|noise| > k) = 2a^(k+1)/(1+a) and q is the smallest such integer k.
   [histogram - q, histogram + q] then holds the count the noise was added to with probability at
   least ``confidence``. That count is the exact one unless the Sampling Mechanism thinned users
-  whose budget is below the slot's threshold; that error is not in the bars. An approximated or
-  nullified slot repeats an earlier publication (``approximates``): no noise, no bars.
+  whose budget is below the slot's threshold (``noise.thinned``): such a slot gets no bars, as
+  their measured coverage of the true count is below nominal (docs/results.md). An approximated
+  or nullified slot repeats an earlier publication (``approximates``): no noise, no bars.
 * **Deduplication.** A release is keyed ``<stream>/<slot>``; one emitted again after a restart
   is byte-identical, and only the first per key is yielded.
 * **Versions.** A record of a newer ``schema_version`` than :data:`KNOWN_VERSION` is read all

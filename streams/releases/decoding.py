@@ -81,6 +81,8 @@ class Release:
         """A JSON-ready dict with stable field names (``pwevent releases --json``)."""
         noise = None if self.noise is None else {"distribution": self.noise.distribution,
                                                  "scale": list(self.noise.scale)}
+        if self.noise is not None and self.noise.thinned:
+            noise["thinned"] = True  # (no bars: lower and upper are null)
         return {
             "key": self.key,
             "stream": self.stream,
@@ -143,7 +145,10 @@ def _noise(doc: dict[str, Any], d: int) -> Noise | None:
     scale = _numbers(noise.get("scale"), "noise.scale")
     if len(scale) != d:
         raise UnreadableRelease(f"{len(scale)} noise scales for {d} cells")
-    return Noise(noise["distribution"], tuple(float(x) for x in scale))
+    thinned = noise.get("thinned", False)
+    if type(thinned) is not bool:
+        raise UnreadableRelease("noise.thinned is not a boolean")
+    return Noise(noise["distribution"], tuple(float(x) for x in scale), thinned)
 
 
 def _estimate(doc: dict[str, Any], d: int) -> tuple[tuple[int, ...] | None, str | None]:
@@ -180,7 +185,7 @@ def parse_release(value: bytes | dict[str, Any], *, confidence: float = DEFAULT_
     cells, ref = _cells(doc, len(histogram))
     noise = _noise(doc, len(histogram)) if published else None
     lower = upper = None
-    if noise is not None and noise.distribution in DISTRIBUTIONS:
+    if noise is not None and noise.distribution in DISTRIBUTIONS and not noise.thinned:
         lower, upper = error_bars(histogram, noise, confidence)
     estimate, method = _estimate(doc, len(histogram))
     approximates = doc.get("approximates")

@@ -19,10 +19,13 @@ Number = int | float
 
 @dataclass(frozen=True)
 class Noise:
-    """The noise a published slot added: its distribution and per-cell standard deviation."""
+    """The noise a published slot added: its distribution and per-cell standard deviation;
+    ``thinned``: the publication sampled users away, so its bars would not hold the true
+    count at their confidence and none are given."""
 
     distribution: str
     scale: tuple[float, ...]
+    thinned: bool = False
 
 
 def check_confidence(confidence: float) -> None:

@@ -88,3 +88,15 @@ def test_amre_and_mae_against_definition(r: np.ndarray, c: np.ndarray) -> None:
     expected_mae = sum(sum(abs(r[t, j] - c[t, j]) for j in range(d)) / d for t in range(T)) / T
     assert amre(r, c) == pytest.approx(expected_amre, rel=1e-12, abs=1e-12)
     assert mae(r, c) == pytest.approx(expected_mae, rel=1e-12, abs=1e-12)
+
+
+def test_coverage_counts_only_slots_with_bars():
+    from mechanisms.evaluation.metrics import coverage
+
+    true = np.array([[10.0, 10.0], [10.0, 10.0], [10.0, 10.0]])
+    # a Laplace bar of std sqrt(2) at 95% has half-width ln(20) ~ 2.996
+    released = np.array([[12.0, 13.5], [10.0, 50.0], [11.0, 9.0]])
+    std = np.full(3, np.sqrt(2.0))
+    assert coverage(released, true, np.array([True, False, True]), std) == 0.75
+    assert coverage(released, true, np.array([True, True, True]), std) == 4 / 6
+    assert np.isnan(coverage(released, true, np.zeros(3, dtype=bool), std))

@@ -2,6 +2,8 @@
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from mechanisms import draw_noise, inclusion_probabilities, noise_variance, sample_counts
 from mechanisms.sampling import sample_users
@@ -58,3 +60,28 @@ def test_noise_rejects_bad_budget_and_kind():
         draw_noise(0.0, 3, rng)
     with pytest.raises(ValueError, match="noise must be"):
         draw_noise(1.0, 3, rng, "gaussian")
+
+
+def test_thinned_marks_publications_that_sample_users_away():
+    from mechanisms.sampling import thinned
+
+    budgets = np.array([[0.1, 0.5], [0.5, 0.5], [0.1, 0.5]])
+    sizes = np.array([[3, 4], [3, 4], [0, 4]])
+    # run 0 keeps its 0.1 level with p < 1; run 1 keeps everyone; run 2's low level is empty
+    assert thinned(budgets, sizes, np.array([0.5, 0.5, 0.5])).tolist() == [True, False, False]
+    assert bool(thinned(budgets[0], sizes[0], 0.1)) is False
+    # it agrees with the inclusion probabilities of the levels with users
+    for b, n, th in zip(budgets, sizes, (0.5, 0.5, 0.5), strict=True):
+        p = inclusion_probabilities(b, th)
+        assert bool(thinned(b, n, th)) == bool(((p < 1) & (n > 0)).any())
+
+
+@given(st.lists(st.tuples(st.floats(0.0, 2.0), st.integers(0, 5)), min_size=1, max_size=6),
+       st.floats(1e-3, 2.0))
+def test_thinned_is_any_level_with_users_kept_with_probability_below_one(levels, threshold):
+    from mechanisms.sampling import thinned
+
+    budgets = np.array([b for b, _ in levels])
+    sizes = np.array([n for _, n in levels])
+    p = inclusion_probabilities(budgets, threshold)
+    assert bool(thinned(budgets, sizes, threshold)) == bool(((p < 1) & (sizes > 0)).any())

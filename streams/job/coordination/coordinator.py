@@ -22,6 +22,7 @@ import orjson
 
 from mechanisms.postprocess import Postprocessor
 from mechanisms.randomness import slot_generator
+from mechanisms.sampling import thinned
 from streams.job.config import JobConfig
 from streams.job.coordination.placement import ReleasePlacement, release_placement
 from streams.job.slot_protocol import Decision, PartitionMessage, Start, kind, secret_check
@@ -120,7 +121,9 @@ class Coordinator:
                                   "nullified": rel.nullified, "accepted": rel.accepted,
                                   "rejected": rejected})
         release = self.release(slot, rel.published, rel.nullified, rel.histogram.tolist(),
-                               rel.threshold, rel.users, rel.noise_std)
+                               rel.threshold, rel.users, rel.noise_std,
+                               thinned=rel.published and decision_thinned(
+                                   rel.decision, rel.threshold, self.config.sensitivity))
         return self.record(slot, release, rel.decision)
 
     def recover(self, start: dict, decisions: dict[int, bytes], releases: dict[int, bytes]) -> int:
@@ -179,13 +182,16 @@ class Coordinator:
         return orjson.dumps(record)
 
     def release(self, slot: int, published: bool, nullified: bool, histogram: list,
-                threshold: float, users: int, noise_std: np.ndarray | None) -> dict:
+                threshold: float, users: int, noise_std: np.ndarray | None,
+                thinned: bool = False) -> dict:
         """:func:`release_record` of a slot about to be recorded (``noise_std``: per cell, of
-        the noise added when published); an approximation names the publication it repeats."""
+        the noise added when published; ``thinned``: the publication sampled users away); an
+        approximation names the publication it repeats."""
         record = release_record(self.config, slot, published, nullified, histogram, threshold,
                                 users, cells=self.cells,
                                 noise_std=noise_std if published else None,
-                                approximates=None if published else self.last_published)
+                                approximates=None if published else self.last_published,
+                                thinned=thinned)
         self.postprocess(record)
         return record
 
@@ -352,14 +358,16 @@ def release_cells(config: JobConfig) -> list[str] | dict:
 def release_record(config: JobConfig, slot: int, published: bool, nullified: bool,
                    histogram: list, threshold: float, users: int, *,
                    cells: list[str] | dict | None = None, noise_std: np.ndarray | None = None,
-                   approximates: int | None = None) -> dict:
+                   approximates: int | None = None, thinned: bool = False) -> dict:
     """The record of one slot on the releases topic (``streams/records/schemas/releases.json``).
 
     Every field is the noisy histogram or a function of public inputs (the configuration, the
     requirements, the slot, the publish/approximate decision): exact counts of reports accepted
     or rejected never leave the job in a release (they go to the log and to internal topics).
     ``noise_std``: per cell, the standard deviation of the noise added (published slots only);
-    ``approximates``: the slot whose publication an unpublished slot repeats.
+    ``approximates``: the slot whose publication an unpublished slot repeats; ``thinned``: the
+    publication sampled users away (``noise.thinned``: its bars would not hold the true count,
+    so clients give none; a function of the level budgets, sizes and threshold only).
     """
     clock = config.clock
     noise = None
@@ -368,6 +376,8 @@ def release_record(config: JobConfig, slot: int, published: bool, nullified: boo
             raise ValueError("a published release needs the noise it added")
         noise = {"distribution": NOISE_DISTRIBUTIONS[config.noise],
                  "scale": np.asarray(noise_std, dtype=np.float64).tolist()}
+        if thinned:
+            noise["thinned"] = True
     return {
         "schema_version": RELEASE_VERSION,
         "stream": config.stream,
@@ -384,3 +394,12 @@ def release_record(config: JobConfig, slot: int, published: bool, nullified: boo
         "noise": noise,
         "approximates": None if published else approximates,
     }
+
+
+def decision_thinned(decision: Decision, threshold: float, sensitivity: int) -> bool:
+    """Whether a publication sampled users away (:func:`mechanisms.sampling.thinned`), from its
+    decision's per-level publication budgets and registered users and its threshold (public)."""
+    keys = list(decision["eps2"])
+    budgets = np.array([decision["eps2"][k] for k in keys], dtype=np.float64) / sensitivity
+    sizes = np.array([decision["users"].get(k, 0) for k in keys], dtype=np.int64)
+    return bool(thinned(budgets, sizes, float(threshold)))
