@@ -186,6 +186,13 @@ async def reports_span(bootstrap: str, topic: str, parts: int, want: int,
     return n, ((last - first) / 1000.0 if first is not None else float("nan"))
 
 
+def declare(bootstrap: str, topics: Topics, parts: int, devices: int) -> None:
+    """Every device declares the same fixed requirement (w = 10, E = 1) on ``requirements``."""
+    reqs = [(f"d{i}".encode(), orjson.dumps({"user": f"d{i}", "w": 10, "E": 1.0}))
+            for i in range(devices)]
+    asyncio.run(produce_raw(bootstrap, topics.requirements, reqs, partitions=parts))
+
+
 async def wait_committed(bootstrap: str, group: str, topic: str, want: int, timeout: float,
                          alive: Callable[[], bool]) -> None:
     """Until ``group`` has committed ``want`` records of ``topic`` (looked up twice a second)."""
@@ -278,9 +285,7 @@ def measure(bootstrap: str, n: int, devices: int, source_parts: int, parts: int,
     path = asyncio.run(measure_path(bootstrap, source, path_topics, parts, n,
                                     registry.url if registry else None))
     if not defaults:
-        reqs = [(f"d{i}".encode(), orjson.dumps({"user": f"d{i}", "w": 10, "E": 1.0}))
-                for i in range(devices)]
-        asyncio.run(produce_raw(bootstrap, topics.requirements, reqs, partitions=parts))
+        declare(bootstrap, topics, parts, devices)
     workdir = Path(tempfile.mkdtemp(prefix="pwevent-bench-source-"))
     cmd = [sys.executable, "-m", "streams.cli", "worker", "--broker", bootstrap, "--prefix",
            prefix, "--partitions", str(parts), "--stream", "app", "--mechanism", "pbd",
@@ -385,9 +390,7 @@ def measure_latency(bootstrap: str, route: str, devices: int, rate: int, slots: 
     source = f"{prefix}-telemetry"
     topics = Topics(prefix=prefix, partitions=parts)
     asyncio.run(create_topics(bootstrap, [*topics.specs(), TopicSpec("source", source, 3)]))
-    reqs = [(f"d{i}".encode(), orjson.dumps({"user": f"d{i}", "w": 10, "E": 1.0}))
-            for i in range(devices)]
-    asyncio.run(produce_raw(bootstrap, topics.requirements, reqs, partitions=parts))
+    declare(bootstrap, topics, parts, devices)
     workdir = Path(tempfile.mkdtemp(prefix="pwevent-bench-latency-"))
     cmd = [sys.executable, "-m", "streams.cli", "worker", "--broker", bootstrap, "--prefix",
            prefix, "--partitions", str(parts), "--stream", "app", "--mechanism", "pbd",
