@@ -186,6 +186,16 @@ async def reports_span(bootstrap: str, topic: str, parts: int, want: int,
     return n, ((last - first) / 1000.0 if first is not None else float("nan"))
 
 
+def stop(worker: subprocess.Popen) -> None:
+    """Stop a worker this benchmark started: SIGTERM, then SIGKILL after 30 s."""
+    worker.terminate()
+    try:
+        worker.wait(30)
+    except subprocess.TimeoutExpired:
+        worker.kill()
+        worker.wait()
+
+
 def declare(bootstrap: str, topics: Topics, parts: int, devices: int) -> None:
     """Every device declares the same fixed requirement (w = 10, E = 1) on ``requirements``."""
     reqs = [(f"d{i}".encode(), orjson.dumps({"user": f"d{i}", "w": 10, "E": 1.0}))
@@ -304,12 +314,7 @@ def measure(bootstrap: str, n: int, devices: int, source_parts: int, parts: int,
                                    lambda: worker.poll() is None))
         got, seconds = asyncio.run(reports_span(bootstrap, topics.reports, parts, n, 120))
     finally:
-        worker.terminate()
-        try:
-            worker.wait(30)
-        except subprocess.TimeoutExpired:
-            worker.kill()
-            worker.wait()
+        stop(worker)
     assert got == n, f"{got} of {n} events re-keyed; log in {workdir}"
     rate = got / seconds
     return {"format": "avro" if registry else "json", "defaults": defaults, "events": n,
@@ -418,12 +423,7 @@ def measure_latency(bootstrap: str, route: str, devices: int, rate: int, slots: 
 
         released = asyncio.run(both())
     finally:
-        worker.terminate()
-        try:
-            worker.wait(30)
-        except subprocess.TimeoutExpired:
-            worker.kill()
-            worker.wait()
+        stop(worker)
     missing = want - released.keys()
     assert not missing, f"slots {sorted(missing)} not released; log in {workdir}"
     by_slot = [released[s] - (s + 1) * LIVE_SLOT_MS for s in sorted(want)]
