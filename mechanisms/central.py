@@ -13,6 +13,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from mechanisms.ledgers.adaptive import AdaptiveLedger
 from mechanisms.ledgers.fixed import (
     AbsorptionLedger,
     BudgetLedger,
@@ -37,6 +38,7 @@ LEDGER_CLASSES: dict[str, type[BudgetLedger]] = {
     "absorption": AbsorptionLedger,
     "uniform": UniformLedger,
     "sample": SampleLedger,
+    "adaptive": AdaptiveLedger,
 }
 _LEDGERS: dict[str, type[BudgetLedger]] = {
     s.name: LEDGER_CLASSES[s.ledger] for s in specs(family="central") if s.ledger}

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from mechanisms.central import _LEDGERS, HOMOGENEOUS
+from mechanisms.central import _LEDGERS, HOMOGENEOUS, IPW
 from mechanisms.mechanism import HoldsMechanism, Mechanism
 from mechanisms.release import ReleaseRule
 
@@ -43,6 +43,8 @@ class LevelRelease:
     threshold: float
     eps1: dict[str, float]
     eps2: dict[str, float]
+    #: per cell, the standard deviation of the noise added (published slots only)
+    noise_std: np.ndarray | None = None
 
 
 class LevelEngine(HoldsMechanism):
@@ -54,7 +56,8 @@ class LevelEngine(HoldsMechanism):
             raise ValueError(f"unknown mechanism {name!r}; choose from {sorted(_LEDGERS)}")
         self.name, self.d, self.noise = name, int(d), noise
         self.homogeneous = name in HOMOGENEOUS
-        rule = ReleaseRule(d, noise, "scale" if name in ("bd", "ba") else "obs", sensitivity)
+        rule = ReleaseRule(d, noise, "scale" if name in ("bd", "ba") else "obs", sensitivity,
+                           estimator="ipw" if name in IPW else "paper")
         self.ledger = _LEDGERS[name](np.zeros(0, dtype=np.int64), np.zeros(0))
         self.mechanism = Mechanism(self.ledger, rule)
         self.row_of: dict[str, int] = {}
@@ -94,6 +97,10 @@ class LevelEngine(HoldsMechanism):
             size_vec = np.array([sizes[k] for k in keys], dtype=np.int64)
         plan = self.ledger.plan().take(rows)
         decision, charge = self.mechanism.release(matrix, size_vec, rng, plan)
+        std = None
+        if charge.published:
+            std = (self.mechanism.rule.noise_std(decision.threshold) if decision.std is None
+                   else np.full(self.d, decision.std))
         return LevelRelease(
             slot=charge.slot,
             histogram=decision.histogram,
@@ -102,6 +109,7 @@ class LevelEngine(HoldsMechanism):
             threshold=decision.threshold,
             eps1={k: float(charge.eps1[self.row_of[k]]) for k in keys},
             eps2={k: float(charge.eps2[self.row_of[k]]) for k in keys},
+            noise_std=std,
         )
 
     def replay(self, sizes: dict[str, int], published: bool, histogram: np.ndarray) -> None:

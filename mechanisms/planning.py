@@ -20,7 +20,9 @@ def parse_schedule(bits: str) -> list[bool]:
 
 
 def plan_fixed(name: str, requirements: FixedRequirements, schedule: str) -> Iterator[dict]:
-    """Per slot: ``{"slot", "nullified", "published", "eps1": {user: x}, "eps2": {user: x}}``.
+    """Per slot: ``{"slot", "nullified", "published", "eps1": {user: x}, "eps2": {user: x}}``,
+    and under the adaptive ledger (pbad) ``"rule": {user: "distribution" | "absorption"}``, the
+    rule that set the user's publication budget.
 
     A nullified slot ignores its bit. Non-adaptive mechanisms (uniform, sample) publish at
     every slot they do not nullify, whatever the bit.
@@ -28,15 +30,21 @@ def plan_fixed(name: str, requirements: FixedRequirements, schedule: str) -> Ite
     decisions = parse_schedule(schedule)
     ledger, level_of_user = ledger_for(name, requirements)
     users = requirements.users
+    rules = getattr(ledger, "rules", None)
     for want in decisions:
         plan = ledger.plan()
+        by_level = None if rules is None else rules()
+        rule = None if by_level is None else [by_level[level] for level in level_of_user]
         charge = ledger.commit(want if plan.adaptive else True)
         eps1 = charge.eps1[level_of_user].tolist()
         eps2 = charge.eps2[level_of_user].tolist()
-        yield {
+        record = {
             "slot": charge.slot,
             "nullified": charge.nullified,
             "published": charge.published,
             "eps1": dict(zip(users, eps1, strict=True)),
             "eps2": dict(zip(users, eps2, strict=True)),
         }
+        if rule is not None:
+            record["rule"] = dict(zip(users, rule, strict=True))
+        yield record

@@ -39,8 +39,9 @@ bd       central   distribution          h  job  budget distribution at the stri
 ba       central   absorption            h  job  budget absorption at the strictest requirement
 uniform  central   uniform               h  job  E/w at every slot, at the strictest requirement
 sample   central   sample                h  job  all of E once per window, at the strictest requirement
-pbd_ipw  central   distribution          -  -    PBD releasing the unbiased (inverse-probability weighted) histogram
-pba_ipw  central   absorption            -  -    PBA releasing the unbiased (inverse-probability weighted) histogram
+pbad     central   adaptive              -  job  personalised budget distribution or absorption, whichever gives more at each slot
+pbd_ipw  central   distribution          -  job  PBD releasing the unbiased (inverse-probability weighted) histogram
+pba_ipw  central   absorption            -  job  PBA releasing the unbiased (inverse-probability weighted) histogram
 dpbd     dynamic   dynamic-distribution  -  job  budget distribution under dynamic requirements
 dpba     dynamic   dynamic-absorption    -  job  budget absorption under dynamic requirements
 spas     baseline  -                     h  -    SPAS, sparse-vector w-event baseline

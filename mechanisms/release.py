@@ -31,6 +31,9 @@ class Decision:
     histogram: np.ndarray
     threshold: float
     dissimilarity: float | None
+    #: the per-cell noise standard deviation where the estimator sets it itself
+    #: (``estimator="ipw"``); None: that of the threshold (:meth:`ReleaseRule.noise_std`)
+    std: float | None = None
 
 
 @dataclass(frozen=True)
@@ -53,8 +56,9 @@ class RunsDecision:
     def run(self, b: int) -> Decision:
         """Run ``b``'s decision."""
         dis = float(self.dissimilarity[b])
+        own = None if self.std is None or np.isnan(self.std[b]) else float(self.std[b])
         return Decision(bool(self.published[b]), self.histogram[b], float(self.threshold[b]),
-                        None if np.isnan(dis) else dis)
+                        None if np.isnan(dis) else dis, own)
 
 
 @dataclass(frozen=True)

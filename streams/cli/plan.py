@@ -11,7 +11,7 @@ import orjson
 
 from streams.cli.options import add_options, option
 
-PLAN_MECHANISMS = ("pbd", "pba", "bd", "ba", "uniform", "sample", "dpbd", "dpba")
+PLAN_MECHANISMS = ("pbd", "pba", "pbad", "bd", "ba", "uniform", "sample", "dpbd", "dpba")
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:

@@ -87,7 +87,7 @@ def run(config: JobConfig, batches: list, users: list[str] = USERS) -> InProcess
 # -- the fields ---------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("mechanism", ["pbd", "pba", "bd", "uniform", "dpbd", "dpba"])
+@pytest.mark.parametrize("mechanism", ["pbd", "pba", "pbad", "bd", "uniform", "dpbd", "dpba"])
 @pytest.mark.parametrize("noise", ["discrete", "laplace"])
 def test_release_fields_are_present_and_valid(mechanism: str, noise: str) -> None:
     domain = {"kind": "labels", "labels": ["red", "green", "blue"]}

@@ -119,7 +119,8 @@ def test_attacks_through_the_input_topics_fail_and_noise_is_fresh_per_run(broker
     assert releases(broker.bootstrap, other_topics)
 
 
-@pytest.mark.parametrize("mechanism", ["pbd", "pba", "bd", "ba", "dpbd", "dpba"])
+@pytest.mark.parametrize("mechanism", ["pbd", "pba", "pbad", "pbd_ipw", "bd", "ba", "dpbd",
+                                       "dpba"])
 def test_the_audit_finds_nothing_wrong_with_a_demo_run(broker, mechanism: str, capsys):
     """``pwevent demo --broker`` runs the job end to end; ``pwevent audit`` then checks it from
     the topics alone. Every run shares the module's broker, under topics of its own."""

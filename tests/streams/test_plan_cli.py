@@ -30,6 +30,22 @@ def test_json_lines_exact_shape(tmp_path, capsys):
     assert recs[1]["eps2"] == {"u1": 0.0, "u2": 0.0, "u3": 0.0}
 
 
+def test_adaptive_ledger_names_the_rule_of_each_budget(tmp_path, capsys):
+    """pbad's records add which rule set each user's budget; the budgets are those of
+    docs/design.md ("The adaptive ledger") and no window spends more than E/2 on eps2."""
+    req = write(tmp_path, "user,w,E\nu1,4,1\nu2,8,2\n")
+    assert main(["plan", "--mechanism", "pbad", "--requirements", str(req),
+                 "--schedule", "1001001", "--json"]) == 0
+    recs = [json.loads(line) for line in capsys.readouterr().out.strip().splitlines()]
+    assert set(recs[0]) == {"slot", "nullified", "published", "eps1", "eps2", "rule"}
+    assert [r["eps2"]["u1"] for r in recs] == [0.25, 0, 0, 0.25, 0, 0, 0.25]
+    assert [r["eps2"]["u2"] for r in recs] == [0.5, 0, 0, 0.375, 0, 0, 0.125]
+    assert [r["rule"]["u2"] for r in recs][:4] == ["distribution"] * 3 + ["absorption"]
+    assert recs[2]["rule"] == {"u1": "absorption", "u2": "distribution"}
+    assert not any(r["nullified"] for r in recs)
+    assert sum(r["eps2"]["u2"] for r in recs) == 1.0  # all of E/2 within its window of 8
+
+
 def test_table_output(tmp_path, capsys):
     req = write(tmp_path, "user,w,E\nu1,4,1\n")
     assert main(["plan", "--mechanism", "pbd", "--requirements", str(req),

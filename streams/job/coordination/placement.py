@@ -171,9 +171,7 @@ class CoordinatorLedgerRelease(ReleasePlacement):
             "users": sizes,
         }
         return SlotOutcome(rel.published, rel.nullified, rel.histogram, rel.threshold,
-                           int(sum(sizes.values())),
-                           self.engine.rule.noise_std(rel.threshold) if rel.published else None,
-                           part["accepted"], decision)
+                           int(sum(sizes.values())), rel.noise_std, part["accepted"], decision)
 
     def replay(self, slot: int, decision: Decision, histogram: list) -> None:
         """Advance the level ledger through a slot already released."""
