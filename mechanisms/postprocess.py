@@ -13,6 +13,11 @@ registered users (public). Two methods:
   (which repeats an older publication) is no measurement, the filter only predicts. ``q`` is
   data-independent: :func:`process_variance` derives it from the registered users and the
   domain size alone (docs/results.md, "Post-processing", says how the rule was chosen).
+- ``kalman_bank``: the same filter at each drift of :data:`BANK_DRIFTS` side by side; each cell
+  takes, at each slot, the estimate of the filter whose predictions of that cell's publications
+  erred least so far (squared errors, older ones discounted by :data:`BANK_FORGET` per
+  publication). The choice reads released values only, so it is post-processing too, and it
+  follows a stream whose pace changes, which no single drift does.
 
 Every function works on a leading batch axis as well, so the evaluation filters all its runs at
 once, and :class:`KalmanState` steps one slot at a time for the job, with the same arithmetic.
@@ -20,19 +25,24 @@ once, and :class:`KalmanState` steps one slot at a time for the job, with the sa
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Final
 
 import numpy as np
 
 #: The post-processing methods, ``none`` first (the raw release).
-METHODS: Final = ("none", "round", "kalman")
+METHODS: Final = ("none", "round", "kalman", "kalman_bank")
 #: Per-slot standard deviation of a cell's count, as a share of the users per cell, that the
 #: Kalman filter's random walk assumes (docs/results.md, "Post-processing").
 DRIFT: Final = 0.003
 #: A publication more than this many standard deviations (of the prediction's error) from the
 #: prediction restarts the filter at that publication.
 RESTART: Final = 8.0
+#: The drifts of the ``kalman_bank`` filters (docs/results.md, "Post-processing").
+BANK_DRIFTS: Final = (0.0001, 0.0003, 0.001, 0.003, 0.01, 0.03)
+#: The weight of a bank filter's past prediction errors after each further publication.
+BANK_FORGET: Final = 0.99
 
 
 def process_variance(users: int | np.ndarray, d: int, drift: float = DRIFT) -> np.ndarray:
@@ -103,6 +113,55 @@ class KalmanState:
         return np.where(np.isfinite(p), x, released)
 
 
+@dataclass
+class KalmanBank:
+    """The ``kalman_bank`` filters of one or more streams: ``filters`` holds one
+    :class:`KalmanState` per drift of :data:`BANK_DRIFTS` along a leading axis, ``score`` each
+    filter's discounted squared prediction error per cell; both (drifts, ..., d)."""
+
+    filters: KalmanState
+    score: np.ndarray
+
+    @classmethod
+    def fresh(cls, shape: tuple[int, ...]) -> KalmanBank:
+        """The bank before any publication, for releases of ``shape`` (..., d)."""
+        full = (len(BANK_DRIFTS), *shape)
+        return cls(KalmanState.fresh(full), np.zeros(full))
+
+    def step(self, released: np.ndarray, published: np.ndarray, std: np.ndarray,
+             users: int | np.ndarray, d: int, restart: float = RESTART) -> np.ndarray:
+        """Advance one slot and return each cell's estimate from its best filter so far
+        (arguments as :meth:`KalmanState.step`, with the registered users for the drifts)."""
+        released = np.asarray(released, dtype=np.float64)
+        pub = np.asarray(published, dtype=bool)[..., None]
+        r = np.square(np.asarray(std, dtype=np.float64))
+        if r.ndim < released.ndim:
+            r = r[..., None]
+        users = np.asarray(users, dtype=np.float64)
+        q = np.stack([process_variance(users, d, drift) for drift in BANK_DRIFTS])[..., None]
+        # a filter is scored on a publication it had predicted (it has seen one before)
+        scored = pub & np.isfinite(r) & np.isfinite(self.filters.p)
+        error = np.square(released - self.filters.x)
+        self.score = np.where(scored, BANK_FORGET * self.score + error, self.score)
+        estimates = self.filters.step(released, published, std, q, restart)
+        best = np.argmin(self.score, axis=0)[None]
+        return np.take_along_axis(estimates, best, axis=0)[0]
+
+
+def kalman_bank(histograms: np.ndarray, published: np.ndarray, std: np.ndarray,
+                users: int | np.ndarray, d: int) -> np.ndarray:
+    """The ``kalman_bank`` estimates of a run's (or runs') releases, shaped as in
+    :func:`kalman` (``users`` scalar or (...))."""
+    h = np.asarray(histograms, dtype=np.float64)
+    pub = np.asarray(published, dtype=bool)
+    s = np.asarray(std, dtype=np.float64)
+    bank = KalmanBank.fresh(h.shape[:-2] + h.shape[-1:])
+    out = np.empty_like(h)
+    for t in range(h.shape[-2]):
+        out[..., t, :] = bank.step(h[..., t, :], pub[..., t], s[..., t], users, d)
+    return out
+
+
 def kalman(histograms: np.ndarray, published: np.ndarray, std: np.ndarray,
            q: np.ndarray | float, restart: float = RESTART) -> tuple[np.ndarray, np.ndarray]:
     """Filter a run's (or runs') releases: ``histograms`` (..., T, d), ``published`` (..., T),
@@ -130,6 +189,8 @@ def postprocess(method: str, histograms: np.ndarray, published: np.ndarray, std:
         return project(histograms)
     if method == "kalman":
         return project(kalman(histograms, published, std, process_variance(users, d))[0])
+    if method == "kalman_bank":
+        return project(kalman_bank(histograms, published, std, users, d))
     raise ValueError(f"unknown post-processing {method!r}; choose from {', '.join(METHODS)}")
 
 
@@ -138,7 +199,7 @@ class Postprocessor:
 
     :meth:`step` takes what the slot's release record carries (histogram, published, the
     per-cell noise standard deviations, registered users) and returns the post-processed
-    histogram as integers; :meth:`state` and :meth:`load` keep the filter across restarts, and
+    histogram as integers; :meth:`state` and :meth:`load` keep the filters across restarts, and
     replaying the same releases gives the same values.
     """
 
@@ -148,6 +209,7 @@ class Postprocessor:
                              f"{', '.join(METHODS)}")
         self.method, self.d = method, d
         self.filter = KalmanState.fresh((d,))
+        self.bank = KalmanBank.fresh((d,))
 
     def step(self, histogram: np.ndarray | list, published: bool,
              std: np.ndarray | list | None, users: int) -> list[int]:
@@ -155,22 +217,43 @@ class Postprocessor:
         h = np.asarray(histogram, dtype=np.float64)
         if h.shape != (self.d,):
             raise ValueError(f"expected {self.d} cells, got {h.shape}")
-        if self.method == "kalman":
+        if self.method in ("kalman", "kalman_bank"):
             s = np.full(self.d, np.nan) if std is None else np.asarray(std, dtype=np.float64)
-            h = self.filter.step(h, np.asarray(bool(published) and std is not None), s,
-                                 process_variance(users, self.d))
+            fresh = np.asarray(bool(published) and std is not None)
+            if self.method == "kalman":
+                h = self.filter.step(h, fresh, s, process_variance(users, self.d))
+            else:
+                h = self.bank.step(h, fresh, s, users, self.d)
         return [int(v) for v in project(h).tolist()]
 
     def state(self) -> dict:
-        """The filter as a JSON-able document (None: no measurement yet)."""
-        p = [None if not np.isfinite(v) else float(v) for v in self.filter.p.tolist()]
-        return {"method": self.method, "x": self.filter.x.tolist(), "p": p}
+        """The filters as a JSON-able document (a variance of None: no measurement yet)."""
+        if self.method == "kalman_bank":
+            return {"method": self.method, "x": self.bank.filters.x.tolist(),
+                    "p": _finite_or_none(self.bank.filters.p),
+                    "score": self.bank.score.tolist()}
+        return {"method": self.method, "x": self.filter.x.tolist(),
+                "p": _finite_or_none(self.filter.p)}
 
     def load(self, doc: dict) -> None:
         """Reinstate :meth:`state`."""
         if doc.get("method") != self.method:
             raise ValueError(f"saved post-processing {doc.get('method')!r}, configured "
                              f"{self.method!r}")
-        self.filter = KalmanState(np.asarray(doc["x"], dtype=np.float64),
-                                  np.array([np.inf if v is None else v for v in doc["p"]],
-                                           dtype=np.float64))
+        state = KalmanState(np.asarray(doc["x"], dtype=np.float64), _none_as_inf(doc["p"]))
+        if self.method == "kalman_bank":
+            self.bank = KalmanBank(state, np.asarray(doc["score"], dtype=np.float64))
+        else:
+            self.filter = state
+
+
+def _finite_or_none(values: np.ndarray) -> list:
+    """``values`` as nested lists of floats, None where a value is not finite."""
+    flat = [v if math.isfinite(v) else None for v in values.ravel().tolist()]
+    return np.array(flat, dtype=object).reshape(values.shape).tolist()
+
+
+def _none_as_inf(values: list) -> np.ndarray:
+    """Inverse of :func:`_finite_or_none` for variances (None: inf)."""
+    return np.asarray(np.where(np.equal(np.asarray(values, dtype=object), None), np.inf,
+                               np.asarray(values, dtype=object)), dtype=np.float64)

@@ -11,8 +11,8 @@ import numpy as np
 
 Setting = tuple[float, int, float | None]  # E, w, share of the ratio experiment
 #: The post-processings scored besides the raw release (``amre_<method>`` columns; a
-#: mechanism whose releases report no noise scale gets no ``kalman`` score).
-POSTPROCESSED = ("round", "kalman")
+#: mechanism whose releases report no noise scale gets no ``kalman`` nor ``kalman_bank`` score).
+POSTPROCESSED = ("round", "kalman", "kalman_bank")
 
 
 def settings(args: argparse.Namespace) -> list[Setting]:

@@ -69,7 +69,8 @@ JOB_OPTIONS = (
            choices=("add-remove", "replace"), default="add-remove"),
     option("--postprocess", "besides each release's noisy histogram, a post-processed one "
            "(field estimate; no privacy cost): round, the histogram rounded and clipped at 0; "
-           "kalman, a Kalman filter over the slots' releases, then rounded; the raw "
+           "kalman, a Kalman filter over the slots' releases, then rounded; kalman_bank, "
+           "per cell the best predicting of a bank of such filters, then rounded; the raw "
            "histogram stays in the record (default: %(default)s)", choices=POSTPROCESS,
            default="none"),
     option("--event-time", "live: reject reports and watermarks more than --max-clock-skew-ms "

@@ -145,9 +145,11 @@ RELEASES: Final = Format(
                 Record(
                     (
                         Field("method", Str(min_length=1, description="\"round\" (the "
-                                            "histogram rounded and clipped at 0) or \"kalman\" "
+                                            "histogram rounded and clipped at 0), \"kalman\" "
                                             "(a Kalman filter over this and the earlier "
-                                            "releases of the stream, then rounded).")),
+                                            "releases of the stream, then rounded) or "
+                                            "\"kalman_bank\" (per cell, the best predicting "
+                                            "of a bank of such filters, then rounded).")),
                         Field("histogram", Array(items=Int(minimum=0), min_items=1,
                                                  description="The post-processed counts, in "
                                                  "histogram order.")),

@@ -5,6 +5,7 @@ ledgers' charges alone."""
 from __future__ import annotations
 
 import numpy as np
+import orjson
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -29,12 +30,16 @@ def releases(seed: int, T: int, d: int) -> tuple[np.ndarray, np.ndarray, np.ndar
     return hist, published, std
 
 
+FILTERS = pytest.mark.parametrize("method", ["kalman", "kalman_bank"])
+
+
+@FILTERS
 @settings(max_examples=60, deadline=None)
 @given(st.integers(0, 2**31), st.integers(1, 40), st.integers(1, 5), st.integers(1, 10**6))
-def test_kalman_is_causal_and_the_same_slot_by_slot(seed, T, d, users):
+def test_filters_are_causal_and_the_same_slot_by_slot(method, seed, T, d, users):
     hist, published, std = releases(seed, T, d)
-    whole = pp.postprocess("kalman", hist, published, std, users, d)
-    one = pp.Postprocessor("kalman", d)
+    whole = pp.postprocess(method, hist, published, std, users, d)
+    one = pp.Postprocessor(method, d)
     steps = [one.step(hist[t], bool(published[t]), None if np.isnan(std[t])
                       else np.full(d, std[t]), users) for t in range(T)]
     assert np.array_equal(np.array(steps, dtype=np.float64), whole)
@@ -43,23 +48,24 @@ def test_kalman_is_causal_and_the_same_slot_by_slot(seed, T, d, users):
     cut = T // 2
     changed = hist.copy()
     changed[cut:] += 1000.0
-    assert np.array_equal(pp.postprocess("kalman", changed, published, std, users, d)[:cut],
+    assert np.array_equal(pp.postprocess(method, changed, published, std, users, d)[:cut],
                           whole[:cut])
 
 
+@FILTERS
 @settings(max_examples=30, deadline=None)
 @given(st.integers(0, 2**31), st.integers(2, 30))
-def test_state_survives_a_restart(seed, T):
+def test_state_survives_a_restart(method, seed, T):
     hist, published, std = releases(seed, T, 3)
     cut = T // 2
-    a = pp.Postprocessor("kalman", 3)
+    a = pp.Postprocessor(method, 3)
     first = [a.step(hist[t], bool(published[t]), None if np.isnan(std[t]) else [std[t]] * 3, 50)
              for t in range(cut)]
-    b = pp.Postprocessor("kalman", 3)
-    b.load(a.state())
+    b = pp.Postprocessor(method, 3)
+    b.load(orjson.loads(orjson.dumps(a.state())))
     rest = [b.step(hist[t], bool(published[t]), None if np.isnan(std[t]) else [std[t]] * 3, 50)
             for t in range(cut, T)]
-    again = pp.Postprocessor("kalman", 3)
+    again = pp.Postprocessor(method, 3)
     assert first + rest == [again.step(hist[t], bool(published[t]),
                                        None if np.isnan(std[t]) else [std[t]] * 3, 50)
                             for t in range(T)]
@@ -83,6 +89,37 @@ def test_an_approximated_slot_is_no_measurement():
     assert var[:3, 0].tolist() == [100.0, 101.0, 102.0]
     # the second publication weighs as its variance says: gain 103 / 203
     assert est[3, 0] == pytest.approx(100.0 + 103.0 / 203.0 * (40.0 - 100.0))
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.integers(0, 2**31), st.integers(1, 30), st.integers(1, 4))
+def test_a_batch_of_runs_filters_as_each_run_alone(seed, T, d):
+    runs = [releases(seed + b, T, d) for b in range(3)]
+    users = np.array([10, 5_000, 10**6])
+    hist, published, std = (np.stack(x) for x in zip(*runs, strict=True))
+    together = pp.kalman_bank(hist, published, std, users, d)
+    for b, (h, p, s) in enumerate(runs):
+        assert np.array_equal(together[b], pp.kalman_bank(h, p, s, int(users[b]), d))
+
+
+def test_the_bank_follows_its_best_filter_per_cell():
+    """Cell 0 holds still, cell 1 climbs fast: after enough publications each cell takes the
+    estimate of the filter that predicted it best, the smallest drift for the still cell and a
+    large one for the climbing cell, and the bank beats the single filter on both."""
+    rng = np.random.default_rng(8)
+    T, users, d = 400, 2_000, 2
+    truth = np.stack([np.full(T, 500.0), 200.0 + 4.0 * np.arange(T)], axis=1)
+    std = np.full(T, 30.0)
+    hist = truth + rng.normal(0.0, 30.0, (T, d))
+    published = np.ones(T, dtype=bool)
+    bank = pp.KalmanBank.fresh((d,))
+    for t in range(T):
+        bank.step(hist[t], published[t], std[t], users, d)
+    best = np.argmin(bank.score, axis=0)
+    assert best[0] == 0 and pp.BANK_DRIFTS[best[1]] >= 0.003
+    error = {m: ((pp.postprocess(m, hist, published, std, users, d) - truth)[100:] ** 2).mean(
+        axis=0) for m in ("kalman", "kalman_bank")}
+    assert (error["kalman_bank"] < error["kalman"]).all(), error
 
 
 def test_process_variance_is_public():
@@ -133,7 +170,7 @@ def test_postprocessing_leaves_the_releases_and_charges_alone(name):
         mech = make_step(name, reqs, 2, np.random.default_rng(11))
         return run_batch([mech], [cells], [true], postprocess=post, users=[200])[0]
 
-    plain, post = results(()), results(("round", "kalman"))
+    plain, post = results(()), results(("round", "kalman", "kalman_bank"))
     assert (plain.amre, plain.ajsd, plain.mae, plain.fresh) == (post.amre, post.ajsd,
                                                                  post.mae, post.fresh)
-    assert set(post.post) == {"round", "kalman"} and plain.post == {}
+    assert set(post.post) == {"round", "kalman", "kalman_bank"} and plain.post == {}

@@ -76,14 +76,15 @@ def test_evaluate_command_writes_results_summary_and_plots(tmp_path):
     assert len(rows) == 2 * 4 * 3 * 2
     assert set(rows[0]) == {"dataset", "mechanism", "E", "w", "repeat", "amre", "ajsd", "mae",
                             "fresh", "slots", "seconds", "ratio", "amre_round", "amre_kalman",
-                            "coverage", "bars"}
+                            "coverage", "bars", "amre_kalman_bank"}
     assert {r["ratio"] for r in rows} == {""}
     # the 95% bars of the raw releases are scored on every run that published
     assert all(0.0 <= float(r["coverage"]) <= 1.0 for r in rows if float(r["bars"] or 0))
     # bd runs at one level: nothing is sampled away, so every publication has bars
     assert {r["bars"] for r in rows if r["mechanism"] == "bd" and int(r["fresh"])} == {"1.0"}
     # every central run is scored post-processed too (no privacy cost: released values only)
-    assert all(float(r["amre_round"]) >= 0 and float(r["amre_kalman"]) >= 0 for r in rows)
+    assert all(float(r["amre_round"]) >= 0 and float(r["amre_kalman"]) >= 0
+               and float(r["amre_kalman_bank"]) >= 0 for r in rows)
     summary = (out / "summary.md").read_text()
     assert "AMRE with E varied (w = 120)" in summary and "| sin | E=0.4 |" in summary
     assert sorted(p.name for p in out.glob("*.png")) == [
