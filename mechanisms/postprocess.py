@@ -20,7 +20,8 @@ registered users (public). Two methods:
   follows a stream whose pace changes, which no single drift does.
 
 Every function works on a leading batch axis as well, so the evaluation filters all its runs at
-once, and :class:`KalmanState` steps one slot at a time for the job, with the same arithmetic.
+once (compiled, :mod:`mechanisms.compiled_filters`, where numba is installed), and
+:class:`KalmanState` steps one slot at a time for the job, with the same arithmetic.
 """
 
 from __future__ import annotations
@@ -30,6 +31,8 @@ from dataclasses import dataclass
 from typing import Final
 
 import numpy as np
+
+from mechanisms import compiled_filters
 
 #: The post-processing methods, ``none`` first (the raw release).
 METHODS: Final = ("none", "round", "kalman", "kalman_bank")
@@ -155,10 +158,15 @@ def kalman_bank(histograms: np.ndarray, published: np.ndarray, std: np.ndarray,
     h = np.asarray(histograms, dtype=np.float64)
     pub = np.asarray(published, dtype=bool)
     s = np.asarray(std, dtype=np.float64)
+    lead = h.shape[:-2]
+    if compiled_filters.available(int(np.prod(lead, dtype=np.int64))):
+        q = np.stack([np.broadcast_to(process_variance(users, d, drift), lead).reshape(-1)
+                      for drift in BANK_DRIFTS])
+        return compiled_filters.kalman_bank(h, pub, s, q, BANK_FORGET, RESTART)
     bank = KalmanBank.fresh(h.shape[:-2] + h.shape[-1:])
     out = np.empty_like(h)
     for t in range(h.shape[-2]):
-        out[..., t, :] = bank.step(h[..., t, :], pub[..., t], s[..., t], users, d)
+        out[..., t, :] = bank.step(h[..., t, :], pub[..., t], _at(s, t, h.ndim), users, d)
     return out
 
 
@@ -170,14 +178,24 @@ def kalman(histograms: np.ndarray, published: np.ndarray, std: np.ndarray,
     h = np.asarray(histograms, dtype=np.float64)
     pub = np.asarray(published, dtype=bool)
     s = np.asarray(std, dtype=np.float64)
+    lead = h.shape[:-2]
+    if compiled_filters.available(int(np.prod(lead, dtype=np.int64))):
+        q_runs = np.broadcast_to(np.asarray(q, dtype=np.float64), lead).reshape(-1)
+        return compiled_filters.kalman(h, pub, s, q_runs, restart)
     T = h.shape[-2]
     state = KalmanState.fresh(h.shape[:-2] + h.shape[-1:])
     out = np.empty_like(h)
     var = np.empty_like(h)
     for t in range(T):
-        out[..., t, :] = state.step(h[..., t, :], pub[..., t], s[..., t], q, restart)
+        out[..., t, :] = state.step(h[..., t, :], pub[..., t], _at(s, t, h.ndim), q, restart)
         var[..., t, :] = state.p
     return out, var
+
+
+def _at(std: np.ndarray, t: int, ndim: int) -> np.ndarray:
+    """Slot ``t`` of noise scales shaped (..., T) or, per cell, (..., T, d) (``ndim``: that of
+    the histograms)."""
+    return std[..., t, :] if std.ndim == ndim else std[..., t]
 
 
 def postprocess(method: str, histograms: np.ndarray, published: np.ndarray, std: np.ndarray,

@@ -174,3 +174,31 @@ def test_postprocessing_leaves_the_releases_and_charges_alone(name):
     assert (plain.amre, plain.ajsd, plain.mae, plain.fresh) == (post.amre, post.ajsd,
                                                                  post.mae, post.fresh)
     assert set(post.post) == {"round", "kalman", "kalman_bank"} and plain.post == {}
+
+
+@pytest.mark.skipif(not pp.compiled_filters.available(2), reason="numba is not installed")
+@settings(max_examples=40, deadline=None)
+@given(st.integers(0, 2**31), st.integers(1, 60), st.integers(1, 4), st.booleans())
+def test_compiled_filters_equal_the_numpy_ones(seed, T, d, per_cell):
+    """A batch takes the compiled filters; they give the numpy code's values bit for bit,
+    restarts, approximated slots and per-cell noise scales included."""
+    rng = np.random.default_rng(seed)
+    runs = [releases(seed + b, T, d) for b in range(3)]
+    hist, published, std = (np.stack(x) for x in zip(*runs, strict=True))
+    hist[:, ::7] += rng.normal(0.0, 5_000.0, hist[:, ::7].shape)  # jumps that restart
+    if per_cell:
+        std = std[..., None] * rng.uniform(0.5, 2.0, (1, 1, d))
+    users = np.array([3, 4_000, 10**6])
+    q = pp.process_variance(users, d)
+    compiled = (pp.kalman(hist, published, std, q), pp.kalman_bank(hist, published, std,
+                                                                     users, d))
+    real = pp.compiled_filters.available
+    try:
+        pp.compiled_filters.available = lambda runs: False
+        reference = (pp.kalman(hist, published, std, q), pp.kalman_bank(hist, published, std,
+                                                                          users, d))
+    finally:
+        pp.compiled_filters.available = real
+    np.testing.assert_array_equal(compiled[0][0], reference[0][0])
+    np.testing.assert_array_equal(compiled[0][1], reference[0][1])
+    np.testing.assert_array_equal(compiled[1], reference[1])
