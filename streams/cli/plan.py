@@ -9,9 +9,11 @@ from typing import TextIO
 
 import orjson
 
+from mechanisms.registry import names
 from streams.cli.options import add_options, option
 
-PLAN_MECHANISMS = ("pbd", "pba", "pbad", "bd", "ba", "uniform", "sample", "dpbd", "dpba")
+#: every mechanism the job runs (pbd_ipw and pba_ipw plan as PBD and PBA: the same ledgers)
+PLAN_MECHANISMS = names(in_job=True)
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
