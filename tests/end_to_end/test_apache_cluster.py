@@ -122,7 +122,7 @@ def wait_in_sync(bootstrap: str, names: list[str], timeout: float) -> dict[str, 
 
 def test_three_nodes_lose_a_leader_and_a_disk_and_change_nothing(cluster: ApacheKafka,
                                                                  tmp_path: Path) -> None:
-    cfg = config("cluster", mechanism="pba", partitions=4)
+    cfg = config("cluster", mechanism="pbad", partitions=4)
     topics = Topics(prefix=cfg.prefix, partitions=cfg.partitions, replication=3)
     group = f"pwevent-{cfg.prefix}-{cfg.stream}"
     nodes = [n.node_id for n in cluster.nodes]
