@@ -79,8 +79,8 @@ def _draw_runs(gens, who, rows, probs, begin, end, scales, count, thinned, noise
 def ipw_runs(rngs, who, counts, p, scales):
     """:func:`mechanisms.release.ipw_release` for item i: run ``who[i]`` releases its counts
     ``counts[i]`` (levels, d), d >= 2 and at most 128 levels, with inclusion probabilities
-    ``p[i]`` and Laplace noise of scale ``scales[i]``. Returns the estimates (items, d) and, per item, the sum of 1/p^2
-    over its partly kept levels (summed as numpy sums them)."""
+    ``p[i]`` and Laplace noise of scale ``scales[i]``. Returns the estimates (items, d) and,
+    per item, the sum of 1/p^2 over its partly kept levels (summed as numpy sums them)."""
     estimates = np.empty((who.size, counts.shape[2]))
     inverse = np.empty(who.size)
     _ipw_runs(generators(rngs), who.astype(np.int64, copy=False),
@@ -304,3 +304,37 @@ def _plbu_draws(gens, counts, sizes, oue, q, grr, p, ones, kept, moved):
                         rest -= share
                     if left > 0:
                         moved[b, k, j, d - 2] = left
+
+
+def kalman(histograms, published, std, q, restart):
+    """:func:`mechanisms.postprocess.kalman` of a batch: ``histograms`` (runs, T, d),
+    ``published`` and ``std`` (runs, T), ``q`` (runs,); the same estimates and variances."""
+    h = np.ascontiguousarray(histograms, dtype=np.float64)
+    out = np.empty_like(h)
+    var = np.empty_like(h)
+    _kalman(h, np.ascontiguousarray(published, dtype=np.bool_),
+            np.ascontiguousarray(std, dtype=np.float64),
+            np.ascontiguousarray(q, dtype=np.float64), float(restart), out, var)
+    return out, var
+
+
+@_compiled
+def _kalman(h, published, std, q, restart, out, var):
+    B, T, d = h.shape
+    for b in range(B):
+        for j in range(d):  # a cell's filter depends on that cell alone
+            x, p = 0.0, np.inf
+            for t in range(T):
+                released = h[b, t, j]
+                r = std[b, t] * std[b, t]
+                p = p + q[b]
+                seen = np.isfinite(p)
+                gain = p / (p + r) if seen else 1.0
+                if seen and np.abs(released - x) > restart * np.sqrt(p + r):
+                    seen = False  # a jump: the filter starts again from the publication
+                    gain = 1.0
+                if published[b, t] and np.isfinite(r) and r >= 0:
+                    x = x + gain * (released - x)
+                    p = (1.0 - gain) * p if seen else r
+                out[b, t, j] = x if np.isfinite(p) else released
+                var[b, t, j] = p

@@ -25,6 +25,8 @@ from typing import Final
 
 import numpy as np
 
+from mechanisms import compiled
+
 #: The post-processing methods, ``none`` first (the raw release).
 METHODS: Final = ("none", "round", "kalman")
 #: Per-slot standard deviation of a cell's count, as a share of the users per cell, that the
@@ -104,13 +106,21 @@ class KalmanState:
 
 
 def kalman(histograms: np.ndarray, published: np.ndarray, std: np.ndarray,
-           q: np.ndarray | float, restart: float = RESTART) -> tuple[np.ndarray, np.ndarray]:
+           q: np.ndarray | float, restart: float = RESTART,
+           compile_ok: bool = True) -> tuple[np.ndarray, np.ndarray]:
     """Filter a run's (or runs') releases: ``histograms`` (..., T, d), ``published`` (..., T),
     ``std`` (..., T) or (..., T, d), ``q`` scalar or (...). Returns the estimates (..., T, d)
-    and their variances under the filter's model (inf before the first publication)."""
+    and their variances under the filter's model (inf before the first publication).
+
+    A batch of runs (runs, T, d) with one std per slot is filtered by a compiled loop where
+    numba is installed (:func:`mechanisms.compiled.kalman`, the same values); ``compile_ok=False``
+    keeps the numpy steps of :class:`KalmanState`."""
     h = np.asarray(histograms, dtype=np.float64)
     pub = np.asarray(published, dtype=bool)
     s = np.asarray(std, dtype=np.float64)
+    if compile_ok and h.ndim == 3 and s.shape == pub.shape == h.shape[:2] and compiled.available(
+            h.shape[0]):  # a batch of runs, one std per slot: the same arithmetic, compiled
+        return compiled.kalman(h, pub, s, np.broadcast_to(q, h.shape[:1]), restart)
     T = h.shape[-2]
     state = KalmanState.fresh(h.shape[:-2] + h.shape[-1:])
     out = np.empty_like(h)

@@ -9,6 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from mechanisms import compiled
+from mechanisms import postprocess as pp
 from mechanisms.ledgers.fixed import DistributionLedger
 from mechanisms.obs import batch_optimal_budget
 from mechanisms.release import ipw_runs
@@ -97,3 +98,19 @@ def test_ipw_compiled_equals_numpy(seed, runs, levels, d):
     got = ipw_runs(b, who, counts, p, theta)
     assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1])
     assert [g.bit_generator.state for g in a] == [g.bit_generator.state for g in b]
+
+
+@SETTINGS
+@given(seed=st.integers(0, 2**32 - 1), runs=st.integers(2, 5), slots=st.integers(1, 60),
+       d=st.integers(1, 4))
+def test_kalman_compiled_equals_numpy(seed, runs, slots, d):
+    """The same estimates and variances: slots not published (nan std), publications far from
+    the prediction (restarts), runs that never publish, a scalar and a per-run q."""
+    rng = np.random.default_rng(seed)
+    hist = rng.normal(100.0, 30.0, (runs, slots, d)) * rng.choice([1.0, 10.0], (runs, slots, 1))
+    published = rng.random((runs, slots)) < rng.uniform(0.0, 1.0, (runs, 1))
+    std = np.where(published, rng.choice([0.5, 3.0, 40.0], (runs, slots)), np.nan)
+    for q in (rng.uniform(1.0, 50.0, runs), 4.0):
+        want = pp.kalman(hist, published, std, q, compile_ok=False)
+        got = pp.kalman(hist, published, std, q)
+        assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1])
