@@ -15,7 +15,7 @@ import numpy as np
 
 from mechanisms import compiled
 from mechanisms.ledgers.plan import SlotPlan
-from mechanisms.noise import DISCRETE_MIN_EPS, draw_noise, noise_std
+from mechanisms.noise import DISCRETE_MIN_EPS, draw_noise, noise_std, noise_stds
 from mechanisms.obs import batch_optimal_budget
 from mechanisms.run_draws import draw_runs
 from mechanisms.sampling import inclusion_probabilities
@@ -203,6 +203,10 @@ class ReleaseRule:
         sensitivity). The levels' counts are sampled and summed first and one noise value is
         drawn per cell, so a cell's variance is that of one draw, whatever the levels."""
         return np.full(self.d, noise_std(float(threshold), self.noise))
+
+    def noise_stds(self, thresholds: np.ndarray) -> np.ndarray:
+        """:meth:`noise_std` of each of ``thresholds``, one value each (every cell's)."""
+        return noise_stds(thresholds, self.noise)
 
     def scaled(self, eps: np.ndarray) -> np.ndarray:
         """Budgets divided by the sensitivity, as the rule runs on them."""
