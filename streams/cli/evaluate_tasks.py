@@ -1,9 +1,9 @@
 """The work of ``pwevent evaluate``: its (E, w, ratio) settings and its tasks, run in processes
 of their own and handed out by :func:`evaluate_all`.
 
-Two kinds of task: :func:`prepare` makes one repeat of a dataset (its stream counted per class
-of users), and :func:`run_counted` steps one mechanism over every prepared repeat of a dataset,
-all its runs as one batch.
+Two kinds of task: :func:`prepare` makes repeats of a dataset (each one's stream counted per
+class of users), and :func:`run_counted` steps one mechanism over every prepared repeat of a
+dataset, all its runs as one batch.
 """
 
 from __future__ import annotations
@@ -28,6 +28,8 @@ POSTPROCESSED = ("round", "kalman")
 #: the weight :func:`evaluate_all` gives its tasks when it orders them.
 DYNAMIC_COST = 2.0
 
+#: The datasets read from files (the others are drawn).
+REAL = ("taxi", "foursquare")
 #: This process's last real dataset read (key, cells, d): its repeats share the data.
 _LOADED: list = []
 #: This process's requirements of recent repeats: every mechanism's task asks for them.
@@ -51,7 +53,7 @@ def load_cells(dataset: str, args: dict, repeat: int) -> tuple[np.ndarray, int]:
     process and shared by its repeats, read-only)."""
     from mechanisms.evaluation import datasets
 
-    if dataset in ("tlns", "sin", "log"):
+    if dataset not in REAL:
         from mechanisms.evaluation.runs import synthetic_cells
 
         T = args["slots"] or 10_000
@@ -148,24 +150,27 @@ def _run(dataset: str, name: str, k: int, args: dict,
     return rows
 
 
-def prepare(dataset: str, repeat: int, args: dict) -> tuple[Stream, list[dict]]:
-    """One repeat of ``dataset``: its stream counted once per class of users (users whose
-    requirements agree in every setting), and the rows of the mechanisms that need each
+def prepare(dataset: str, repeats: list[int], args: dict) -> tuple[list[Stream], list[dict]]:
+    """Some repeats of ``dataset``: each one's stream counted once per class of users (users
+    whose requirements agree in every setting), and the rows of the mechanisms that need each
     user's cell, run here while the cells are at hand (each as one batch of the settings)."""
     from mechanisms.evaluation.runs import class_counts
     from mechanisms.requirements import user_classes
 
-    cells, d = load_cells(dataset, args, repeat)
-    settings_ = _requirements(args, cells.shape[1], repeat)
-    classes = user_classes(*(reqs for _, _, reqs in settings_))
-    counts = class_counts(cells, classes, d)
-    true = counts.counts.sum(axis=1)  # what true_histograms(cells, d) counts
+    streams: list[Stream] = []
     rows: list[dict] = []
-    for k, name in enumerate(args["mechanisms"]):
-        if not counted(name):
-            rows += _run(dataset, name, k, args,
-                         [(repeat, st, cells, true, d) for st in settings_])
-    return Stream(repeat, counts, true, d), rows
+    for repeat in repeats:
+        cells, d = load_cells(dataset, args, repeat)
+        settings_ = _requirements(args, cells.shape[1], repeat)
+        classes = user_classes(*(reqs for _, _, reqs in settings_))
+        counts = class_counts(cells, classes, d)
+        true = counts.counts.sum(axis=1)  # what true_histograms(cells, d) counts
+        for k, name in enumerate(args["mechanisms"]):
+            if not counted(name):
+                rows += _run(dataset, name, k, args,
+                             [(repeat, st, cells, true, d) for st in settings_])
+        streams.append(Stream(repeat, counts, true, d))
+    return streams, rows
 
 
 def run_counted(dataset: str, k: int, streams: list[Stream], args: dict) -> list[dict]:
@@ -189,8 +194,9 @@ def evaluate_all(pool: Executor, jobs: int, datasets: list[str], repeats: int, a
                  report: Callable[[int, str], None] | None = None) -> list[dict]:
     """Every run of the evaluation, on ``pool``'s processes; returns the rows.
 
-    First every (dataset, repeat) is prepared (:func:`prepare`); once a dataset's repeats are
-    all prepared, each counted mechanism runs on all of them as one task
+    First every (dataset, repeat) is prepared (:func:`prepare`; a real dataset's repeats in one
+    task, which reads the data once); once a dataset's repeats are all prepared, each counted
+    mechanism runs on all of them as one task
     (:func:`run_counted`: the larger a batch, the less a run's slot costs). At most ``jobs``
     tasks are handed out at a time, so the next one is chosen when a process is free:
     preparations first, then the most expensive task left (:func:`task_cost`), which leaves
@@ -199,9 +205,14 @@ def evaluate_all(pool: Executor, jobs: int, datasets: list[str], repeats: int, a
     """
     order = itertools.count()
     waiting: list[tuple[tuple, tuple]] = []
-    for ds in datasets:
-        for r in range(repeats):
-            heapq.heappush(waiting, ((0, next(order)), ("prepare", ds, r)))
+    # a real dataset is read once, in one task for all its repeats (the first tasks handed
+    # out: the longest preparations), unless some mechanism needs each repeat's cells
+    together = all(counted(name) for name in args["mechanisms"])
+    for ds in sorted(datasets, key=lambda ds: ds not in REAL):
+        parts = [list(range(repeats))] if ds in REAL and together else [
+            [r] for r in range(repeats)]
+        for part in parts:
+            heapq.heappush(waiting, ((0, next(order)), ("prepare", ds, part)))
     prepared: dict[str, list[Stream]] = {ds: [] for ds in datasets}
     running: dict[Future, tuple] = {}
     rows: list[dict] = []
@@ -218,17 +229,18 @@ def evaluate_all(pool: Executor, jobs: int, datasets: list[str], repeats: int, a
             task = running.pop(fut)
             ds = task[1]
             if task[0] == "prepare":
-                stream, got = fut.result()
-                prepared[ds].append(stream)
+                streams, got = fut.result()
+                prepared[ds].extend(streams)
                 if len(prepared[ds]) == repeats:
                     prepared[ds].sort(key=lambda s: s.repeat)
                     runs = repeats * len(args["settings"])
-                    slots = stream.true.shape[0]
+                    slots = streams[0].true.shape[0]
                     for k, name in enumerate(args["mechanisms"]):
                         if counted(name):
                             cost = task_cost(name, runs, slots)
                             heapq.heappush(waiting, ((1, -cost, next(order)), ("run", ds, k)))
-                what = f"{ds} repeat {task[2]} prepared"
+                span = task[2][0] if len(task[2]) == 1 else f"{task[2][0]}-{task[2][-1]}"
+                what = f"{ds} repeats {span} prepared"
             else:
                 got = fut.result()
                 what = f"{ds} {args['mechanisms'][task[2]]} done"
