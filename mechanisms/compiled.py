@@ -76,6 +76,79 @@ def _draw_runs(gens, who, rows, probs, begin, end, scales, count, thinned, noise
             noise[i, m] = g.laplace(0.0, scales[i])
 
 
+def ipw_runs(rngs, who, counts, p, scales):
+    """:func:`mechanisms.release.ipw_release` for item i: run ``who[i]`` releases its counts
+    ``counts[i]`` (levels, d), d >= 2 and at most 128 levels, with inclusion probabilities
+    ``p[i]`` and Laplace noise of scale ``scales[i]``. Returns the estimates (items, d) and,
+    per item, the sum of 1/p^2 over its partly kept levels (summed as numpy sums them)."""
+    estimates = np.empty((who.size, counts.shape[2]))
+    inverse = np.empty(who.size)
+    _ipw_runs(generators(rngs), who.astype(np.int64, copy=False),
+              counts.astype(np.int64, copy=False), p.astype(np.float64, copy=False),
+              scales.astype(np.float64, copy=False), estimates, inverse)
+    return estimates, inverse
+
+
+@_compiled
+def _ipw_runs(gens, who, counts, p, scales, estimates, inverse):
+    _, L, d = counts.shape
+    whole = np.empty(d, dtype=np.int64)
+    level = np.empty(L, dtype=np.int64)
+    q = np.empty(L)
+    thinned = np.empty((L, d), dtype=np.int64)
+    scaled = np.empty(d)
+    squares = np.empty(L)
+    r = np.empty(8)
+    for i in range(who.size):
+        g = gens[who[i]]
+        whole[:] = 0
+        P = 0
+        for k in range(L):  # the levels kept whole (an integer sum) and those sampled
+            if p[i, k] >= 1.0:
+                for j in range(d):
+                    whole[j] += counts[i, k, j]
+            elif p[i, k] > 0.0:
+                level[P] = k
+                q[P] = p[i, k]
+                P += 1
+        for k in range(P):  # numpy's binomial of the (levels, d) counts, row by row
+            for j in range(d):
+                thinned[k, j] = g.binomial(counts[i, level[k], j], q[k])
+        # then the (levels + 1) x d noise values: the whole levels' row first
+        for j in range(d):
+            estimates[i, j] = float(whole[j]) + g.laplace(0.0, scales[i])
+        for k in range(P):  # numpy sums a (levels, d) array over its levels row after row
+            for j in range(d):
+                v = (float(thinned[k, j]) + g.laplace(0.0, scales[i])) / q[k]
+                scaled[j] = v if k == 0 else scaled[j] + v
+        for j in range(d):
+            estimates[i, j] = estimates[i, j] + (scaled[j] if P else 0.0)
+        for k in range(P):
+            squares[k] = 1.0 / (q[k] * q[k])
+        inverse[i] = _short_sum(squares, P, r) if P else 0.0
+
+
+@_compiled
+def _short_sum(values, n, r):
+    """numpy's pairwise sum of ``values[:n]``, n <= 128 (one block: no recursion, which the
+    disk cache of a kernel calling it does not survive)."""
+    if n < 8:
+        res = -0.0
+        for i in range(n):
+            res += values[i]
+        return res
+    for j in range(8):
+        r[j] = values[j]
+    whole = n - n % 8
+    for i in range(8, whole, 8):
+        for j in range(8):
+            r[j] += values[i + j]
+    res = ((r[0] + r[1]) + (r[2] + r[3])) + ((r[4] + r[5]) + (r[6] + r[7]))
+    for i in range(whole, n):
+        res += values[i]
+    return res
+
+
 def window_sums(buffer: np.ndarray, pos: int, widths: np.ndarray, windows: np.ndarray,
                 order: np.ndarray) -> np.ndarray:
     """Per run and level, the sum of the history's ages 1 .. w_l - 1 as numpy sums a run's
@@ -231,3 +304,4 @@ def _plbu_draws(gens, counts, sizes, oue, q, grr, p, ones, kept, moved):
                         rest -= share
                     if left > 0:
                         moved[b, k, j, d - 2] = left
+

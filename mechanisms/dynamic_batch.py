@@ -61,6 +61,7 @@ class BatchedDynamic:
         self.directories = [_Directory() for _ in mechanisms]
         self.users = [np.zeros(0, dtype=np.int64) for _ in mechanisms]  # ledger index of each
         self._declared = [set(np.unique(r.slot).tolist()) for r in self.requirements]
+        self._any_declared = set().union(*self._declared)
         self._class_cache: tuple | None = None  # the classes' columns, and their key
 
     @property
@@ -71,6 +72,8 @@ class BatchedDynamic:
     def _apply(self) -> None:
         """This slot's declarations, run by run (each its own declare: no shared column)."""
         ledger, t = self.ledger, self.ledger.slot
+        if t not in self._any_declared:
+            return
         for b, req in enumerate(self.requirements):
             if t not in self._declared[b]:
                 continue

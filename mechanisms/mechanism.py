@@ -131,8 +131,9 @@ def release_std(published: np.ndarray, threshold: np.ndarray, rule: ReleaseRule,
     if own is not None:
         return np.where(published, own, np.nan)
     out = np.full(np.shape(published), np.nan)
-    for b in np.flatnonzero(published):
-        out[b] = rule.noise_std(float(threshold[b]))[0]
+    pub = np.flatnonzero(published)
+    if pub.size:
+        out[pub] = rule.noise_stds(np.asarray(threshold)[pub])
     return out
 
 

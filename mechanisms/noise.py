@@ -57,6 +57,15 @@ def noise_std(eps: float, kind: str = "laplace") -> float:
     return math.sqrt(float(noise_variance(s / t, "discrete")))
 
 
+def noise_stds(eps: np.ndarray, kind: str = "laplace") -> np.ndarray:
+    """:func:`noise_std` of each budget of ``eps`` (the same values; Laplace's at once)."""
+    e = np.asarray(eps, dtype=np.float64)
+    if kind == "laplace" and bool(np.all((e > 0) & np.isfinite(e))):
+        return math.sqrt(2.0) / e
+    return np.array([noise_std(x, kind) for x in e.ravel().tolist()],
+                    dtype=np.float64).reshape(e.shape)
+
+
 def draw_noise(
     eps: float, size: int | tuple[int, ...], rng: np.random.Generator, kind: str = "laplace"
 ) -> np.ndarray:

@@ -6,6 +6,7 @@ which is what the partitions of the job send (docs/design.md, ledger and release
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
@@ -14,7 +15,7 @@ import numpy as np
 
 from mechanisms import compiled
 from mechanisms.ledgers.plan import SlotPlan
-from mechanisms.noise import DISCRETE_MIN_EPS, draw_noise, noise_std
+from mechanisms.noise import DISCRETE_MIN_EPS, draw_noise, noise_std, noise_stds
 from mechanisms.obs import batch_optimal_budget
 from mechanisms.run_draws import draw_runs
 from mechanisms.sampling import inclusion_probabilities
@@ -207,6 +208,10 @@ class ReleaseRule:
         drawn per cell, so a cell's variance is that of one draw, whatever the levels."""
         return np.full(self.d, noise_std(float(threshold), self.noise))
 
+    def noise_stds(self, thresholds: np.ndarray) -> np.ndarray:
+        """:meth:`noise_std` of each of ``thresholds``, one value each (every cell's)."""
+        return noise_stds(thresholds, self.noise)
+
     def scaled(self, eps: np.ndarray) -> np.ndarray:
         """Budgets divided by the sensitivity, as the rule runs on them."""
         return eps if self.sensitivity == 1 else eps / self.sensitivity
@@ -286,10 +291,9 @@ class ReleaseRule:
         if writing.size and self.estimator == "ipw":
             second = self.obs.sampling(eps2[writing], sizes[writing], theta2[writing])
             std = np.full(runs, np.nan)
-            for i, b in enumerate(writing.tolist()):
-                estimate, std[b] = ipw_release(
-                    rngs[b], counts[b], second.p[i], float(theta2[b]), noise)
-                histogram[b] = estimate if noise == "laplace" else np.rint(estimate)
+            estimate, std[writing] = ipw_runs(rngs, writing, counts[writing], second.p,
+                                              theta2[writing], noise)
+            histogram[writing] = estimate if noise == "laplace" else np.rint(estimate)
         elif writing.size:
             # OBS of a row depends on that row alone: the publishing runs' sampling is that of
             # their rows (memoised, as the ledgers revisit the same budgets)
@@ -334,3 +338,29 @@ def ipw_release(rng: np.random.Generator, counts: np.ndarray, p: np.ndarray,
     estimate = whole + drawn[0] + ((thinned + drawn[1:]) / q).sum(axis=0)
     var = noise_std(theta, noise) ** 2 * (1.0 + float((1.0 / q[:, 0] ** 2).sum()))
     return estimate, float(np.sqrt(var))
+
+
+def ipw_runs(rngs: Sequence[np.random.Generator], who: np.ndarray, counts: np.ndarray,
+             p: np.ndarray, theta: np.ndarray, noise: str = "laplace",
+             compile_ok: bool = True) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`ipw_release` of each item i: run ``who[i]``'s generator releases ``counts[i]``
+    (levels, d) with inclusion probabilities ``p[i]`` at threshold ``theta[i]``. Returns the
+    estimates (items, d) and their noise standard deviations (items,).
+
+    A batch of Laplace runs over d >= 2 cells and at most 128 levels draws in one compiled
+    call where numba is installed (:func:`mechanisms.compiled.ipw_runs`: the same draws and
+    sums); a run alone, integer noise and ``compile_ok=False`` call :func:`ipw_release` run
+    by run (so does one cell, whose level sum numpy adds pairwise)."""
+    levels, d = counts.shape[-2:]
+    if (compile_ok and noise == "laplace" and d > 1 and levels <= 128 and who.size
+            and compiled.available(len(rngs)) and bool(np.all((theta > 0) & np.isfinite(theta)))):
+        estimates, inverse = compiled.ipw_runs(rngs, who, counts, p, 1.0 / theta)
+        # the noise's std as ipw_release computes it from the same sum
+        std = [math.sqrt(noise_std(t, noise) ** 2 * (1.0 + s))
+               for t, s in zip(theta.tolist(), inverse.tolist(), strict=True)]
+        return estimates, np.array(std, dtype=np.float64)
+    estimates = np.empty((who.size, d))
+    std = np.empty(who.size)
+    for i, b in enumerate(who.tolist()):
+        estimates[i], std[i] = ipw_release(rngs[b], counts[i], p[i], float(theta[i]), noise)
+    return estimates, std

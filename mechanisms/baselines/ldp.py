@@ -86,6 +86,33 @@ def grr_estimate(counts: np.ndarray, kept: np.ndarray, moved: np.ndarray | None,
         return np.where(n > 0, ((kept + landed) / np.maximum(n, 1) - q) / (p - q), 0.0)
 
 
+def runs_by_groups(groups: Sequence[int]) -> dict[int, np.ndarray]:
+    """The runs of a batch by their number of budget groups: {groups: runs}."""
+    g = np.asarray(groups, dtype=np.int64)
+    return {int(G): np.flatnonzero(g == G) for G in np.unique(g)}
+
+
+def combine(weights: np.ndarray, freq: np.ndarray, sizes: np.ndarray,
+            runs_of: dict[int, np.ndarray]) -> np.ndarray:
+    """Each run's estimate (runs, d): its reports times its groups' frequencies (runs,
+    groups, d) averaged with ``weights`` (runs, groups), for a run b of G groups
+    ``total * (w @ freq[b, :G]) / w.sum()`` with w = weights[b, :G] (zeros without reports).
+
+    The runs of one G are taken together: ``np.matmul`` over their stack makes, run by run,
+    the BLAS call the product of a run alone makes (a vector times a C-ordered matrix of the
+    same shape), and a row's sum is the sum of that row alone."""
+    runs, d = freq.shape[0], freq.shape[2]
+    histogram = np.zeros((runs, d))
+    totals = sizes.sum(axis=1)  # integers: exact in any order
+    for G, members in runs_of.items():
+        who = members[totals[members] > 0]
+        if who.size:
+            w = weights[who, :G]
+            product = np.matmul(w[:, None, :], freq[who, :G])[:, 0]
+            histogram[who] = totals[who, None] * product / w.sum(axis=1)[:, None]
+    return histogram
+
+
 @dataclass(frozen=True)
 class PlbuRelease:
     """One slot of PLBU: the estimate and each group's budget."""
@@ -159,6 +186,7 @@ class BatchedPlbu:
         self._q = 1.0 / (e + d - 1)
         self._q_oue = 1.0 / (e + 1.0)  # OUE: report 1 for another cell
         self._class_rows: tuple | None = None  # each run's classes' rows, and their key
+        self._runs_of = runs_by_groups(self.groups)
         self.slot = 1
 
     def step(self, cells: Sequence[np.ndarray]) -> BatchRelease:
@@ -217,14 +245,7 @@ class BatchedPlbu:
                 estimate = grr_estimate(counts, kept, moved, self._p[:, :, None],
                                         self._q[:, :, None])
                 freq = np.where(grr[:, :, None], estimate, freq)
-        histogram = np.zeros((self.runs, d))
-        for b in range(self.runs):
-            G = self.groups[b]
-            total = int(sizes[b].sum())
-            if total:
-                w = weights[b, :G]
-                histogram[b] = total * (w @ np.array(freq[b, :G])) / w.sum()
-        return histogram
+        return combine(weights, freq, sizes, self._runs_of)
 
     def _draw(self, counts: np.ndarray, sizes: np.ndarray, oue: np.ndarray,
               grr: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:

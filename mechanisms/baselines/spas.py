@@ -222,7 +222,10 @@ class BatchedSpas:
     def step_classes(self, class_counts: Sequence[np.ndarray],
                      classes: Sequence[np.ndarray]) -> SpasSlot:
         """Release the next slot of every run from its reports per (class, cell)."""
-        return self.release(np.stack([np.asarray(cc).sum(axis=0) for cc in class_counts]))
+        counts = [np.asarray(cc) for cc in class_counts]
+        if len({c.shape for c in counts}) == 1:  # sums of integers: exact in any order
+            return self.release(np.stack(counts).sum(axis=1))
+        return self.release(np.stack([c.sum(axis=0) for c in counts]))
 
     def step(self, cells: Sequence[np.ndarray]) -> SpasSlot:
         """Release the next slot of every run from its cells (-1: no report)."""

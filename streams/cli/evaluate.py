@@ -1,10 +1,10 @@
 """``pwevent evaluate``: replay datasets through mechanisms and report AMRE, AJSD and MAE.
 
-Runs (dataset, repeats) tasks in parallel processes; each task builds each repeat's stream once
-and runs every mechanism and every (E, w) setting on it, the runs of one mechanism stepped
-together as one batch (:func:`mechanisms.evaluation.runs.run_batch`). Writes ``results.csv``,
-``summary.md`` (means over repeats laid out like Tables 5 and 6 of papers/000) and PNG plots of
-AMRE.
+Runs its tasks in parallel processes (:func:`streams.cli.evaluate_tasks.evaluate_all`): each
+repeat's stream is built and counted once, then each mechanism runs every (E, w) setting of
+every repeat of a dataset as one batch (:func:`mechanisms.evaluation.runs.run_batch`). Writes
+``results.csv``, ``summary.md`` (means over repeats laid out like Tables 5 and 6 of papers/000)
+and PNG plots of AMRE.
 """
 
 from __future__ import annotations
@@ -14,15 +14,14 @@ import csv
 import os
 import sys
 import time
-from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from concurrent.futures import ProcessPoolExecutor
 from importlib.util import find_spec
-from multiprocessing import Manager
 from pathlib import Path
 
 import numpy as np
 
 from streams.cli.evaluate_report import EVAL_EXTRA, SUMMARY_FILE, write_plots, write_summary
-from streams.cli.evaluate_tasks import run_task, settings, split_repeats
+from streams.cli.evaluate_tasks import evaluate_all, settings
 from streams.cli.options import USERS, add_options, option
 
 DATASETS = ("tlns", "sin", "log", "taxi", "foursquare")
@@ -171,28 +170,18 @@ def run(args: argparse.Namespace) -> int:
               "settings": settings(args),
               "mechanisms": args.mechanisms, "noise": args.noise,
               "ratio_experiment": args.ratio_experiment}
-    tasks = split_repeats(args.dataset, args.repeat, args.jobs)
-    rows: list[dict] = []
     started = time.monotonic()
     runs = len(args.dataset) * args.repeat * len(shared["settings"]) * len(args.mechanisms)
     # one bar over the runs; disable=None: drawn on a terminal only, silent in CI logs
     bar = tqdm(total=runs, desc="evaluate", unit="run", disable=None)
+
+    def report(done: int, what: str) -> None:
+        bar.set_postfix_str(what, refresh=False)
+        bar.update(done)
+
     try:
-        with ProcessPoolExecutor(max_workers=max(1, args.jobs)) as pool, Manager() as manager:
-            # the tasks report each batch of runs they finish, so the bar moves per batch
-            progress = manager.Queue()
-            futures = {pool.submit(run_task, ds, rs, shared, progress): (ds, rs)
-                       for ds, rs in tasks}
-            pending = set(futures)
-            while pending:
-                finished, pending = wait(pending, timeout=0.5, return_when=FIRST_COMPLETED)
-                for fut in finished:
-                    ds, rs = futures[fut]
-                    rows.extend(fut.result())
-                    span = f"{rs[0]}" if len(rs) == 1 else f"{rs[0]}-{rs[-1]}"
-                    bar.set_postfix_str(f"{ds} repeats {span} done", refresh=False)
-                while not progress.empty():
-                    bar.update(progress.get())
+        with ProcessPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+            rows = evaluate_all(pool, args.jobs, args.dataset, args.repeat, shared, report)
     except (ValueError, OSError, ImportError) as exc:
         bar.close()
         print(f"pwevent evaluate: error: {exc}", file=sys.stderr)

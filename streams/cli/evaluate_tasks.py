@@ -1,18 +1,39 @@
-"""The work of ``pwevent evaluate``: its (E, w, ratio) settings and its (dataset, repeats)
-tasks, each run in a process of its own (:func:`run_task`)."""
+"""The work of ``pwevent evaluate``: its (E, w, ratio) settings and its tasks, run in processes
+of their own and handed out by :func:`evaluate_all`.
+
+Two kinds of task: :func:`prepare` makes repeats of a dataset (each one's stream counted per
+class of users), and :func:`run_counted` steps one mechanism over every prepared repeat of a
+dataset, all its runs as one batch.
+"""
 
 from __future__ import annotations
 
 import argparse
+import heapq
+import itertools
+from collections.abc import Callable
+from concurrent.futures import FIRST_COMPLETED, Executor, Future, wait
+from dataclasses import dataclass
 from pathlib import Path
-from queue import Queue
 
 import numpy as np
+
+from mechanisms.evaluation.runs import ClassCounts
 
 Setting = tuple[float, int, float | None]  # E, w, share of the ratio experiment
 #: The post-processings scored besides the raw release (``amre_<method>`` columns; a
 #: mechanism whose releases report no noise scale gets no ``kalman`` nor ``kalman_bank`` score).
 POSTPROCESSED = ("round", "kalman", "kalman_bank")
+#: A run of a dynamic mechanism costs about twice a fixed one per slot (docs/performance.md):
+#: the weight :func:`evaluate_all` gives its tasks when it orders them.
+DYNAMIC_COST = 2.0
+
+#: The datasets read from files (the others are drawn).
+REAL = ("taxi", "foursquare")
+#: This process's last real dataset read (key, cells, d): its repeats share the data.
+_LOADED: list = []
+#: This process's requirements of recent repeats: every mechanism's task asks for them.
+_REQUIREMENTS: dict[tuple, list] = {}
 
 
 def settings(args: argparse.Namespace) -> list[Setting]:
@@ -28,10 +49,11 @@ def settings(args: argparse.Namespace) -> list[Setting]:
 
 
 def load_cells(dataset: str, args: dict, repeat: int) -> tuple[np.ndarray, int]:
-    """A (T, n) cell matrix and the domain size for one task."""
+    """A (T, n) cell matrix and the domain size for one repeat (real data is read once per
+    process and shared by its repeats, read-only)."""
     from mechanisms.evaluation import datasets
 
-    if dataset in ("tlns", "sin", "log"):
+    if dataset not in REAL:
         from mechanisms.evaluation.runs import synthetic_cells
 
         T = args["slots"] or 10_000
@@ -42,6 +64,10 @@ def load_cells(dataset: str, args: dict, repeat: int) -> tuple[np.ndarray, int]:
 
     path = Path(args["paths"][dataset])
     start, end = args["start"].get(dataset), args["end"].get(dataset)
+    key = (dataset, str(path), start, end, args["slots"])
+    if _LOADED and _LOADED[0] == key:
+        return _LOADED[1], _LOADED[2]
+    _LOADED.clear()  # one dataset at a time: its cells can take hundreds of MB
     if dataset == "taxi":
         data = load_taxi(path, start=start, end=end)
     else:
@@ -49,13 +75,20 @@ def load_cells(dataset: str, args: dict, repeat: int) -> tuple[np.ndarray, int]:
         data = load_foursquare(folder / "checkins.tsv.gz", folder / "pois.tsv.gz",
                                start=start, end=end)
     cells = data.cells if args["slots"] is None else data.cells[: args["slots"]]
+    cells.flags.writeable = False  # shared by the repeats
+    _LOADED[:] = [key, cells, data.d]
     return cells, data.d
 
 
 def _requirements(args: dict, n: int, repeat: int) -> list[tuple[Setting, list, object]]:
-    """Each setting of a repeat with its rng tag and the users' requirements."""
+    """Each setting of a repeat with its rng tag and the users' requirements (kept for the
+    process's next tasks, which ask for the same)."""
     from mechanisms.evaluation.experiments import paper_requirements, ratio_requirements
 
+    key = (args["seed"], n, repeat, tuple(args["settings"]), args["ratio_experiment"])
+    hit = _REQUIREMENTS.get(key)
+    if hit is not None:
+        return hit
     out = []
     for E, w, ratio in args["settings"]:
         tag = [int(E * 1000), w] + ([] if ratio is None else [int(ratio * 1000)])
@@ -65,6 +98,9 @@ def _requirements(args: dict, n: int, repeat: int) -> list[tuple[Setting, list, 
         else:
             reqs = ratio_requirements(n, ratio, args["ratio_experiment"])
         out.append(((E, w, ratio), tag, reqs))
+    if len(_REQUIREMENTS) >= 64:
+        _REQUIREMENTS.clear()
+    _REQUIREMENTS[key] = out
     return out
 
 
@@ -76,70 +112,139 @@ def counted(name: str) -> bool:
     return s.family in ("central", "dynamic") or s.name in ("spas", "plbu")
 
 
-def run_task(dataset: str, repeats: list[int], args: dict,
-             progress: Queue | None = None) -> list[dict]:
-    """Every mechanism and setting on one dataset and some of its repeats.
+@dataclass(frozen=True)
+class Stream:
+    """One repeat of a dataset as the counted mechanisms take it: its reports per (slot,
+    class of users, cell), each slot's true histogram (T, d) and the domain size."""
 
-    The runs of one mechanism are stepped together (:func:`mechanisms.evaluation.runs.
-    run_batch`), each with the generator it has alone, so each gives what it gives alone. Each
-    repeat's stream is counted once per class of users (users whose requirements agree in every
-    setting) and those counts feed every mechanism that needs only counts. ``progress`` (a
-    queue) is told how many runs each finished batch held.
-    """
-    from mechanisms.evaluation.runs import class_counts, make_step, run_batch
+    repeat: int
+    counts: ClassCounts
+    true: np.ndarray
+    d: int
+
+
+def _run(dataset: str, name: str, k: int, args: dict,
+         specs: list[tuple[int, tuple, np.ndarray | ClassCounts, np.ndarray, int]]) -> list[dict]:
+    """Mechanism ``name`` (``k``-th of ``--mechanisms``) on every (repeat, setting, stream,
+    true histograms, d) of ``specs``, as one batch; one row per run."""
+    from mechanisms.evaluation.runs import make_step, run_batch
+
+    mechs = []
+    for repeat, (_, tag, reqs), _, _, d in specs:
+        rng = np.random.default_rng([args["seed"], repeat, 2, *tag, k])
+        mechs.append(make_step(name, reqs, d, rng, args["noise"]))
+    users = [reqs.n for _, (_, _, reqs), _, _, _ in specs]
+    results = run_batch(mechs, [s[2] for s in specs], [s[3] for s in specs],
+                        postprocess=POSTPROCESSED, users=users)
+    rows = []
+    for (repeat, ((E, w, ratio), _, _), _, true, _), res in zip(specs, results, strict=True):
+        rows.append({"dataset": dataset, "mechanism": name, "E": E, "w": w,
+                     "repeat": repeat, "amre": res.amre, "ajsd": res.ajsd, "mae": res.mae,
+                     "fresh": res.fresh, "slots": true.shape[0],
+                     "seconds": round(res.seconds, 3),
+                     "ratio": "" if ratio is None else ratio,
+                     **{f"amre_{m}": res.post[m][0] if m in res.post else ""
+                        for m in POSTPROCESSED},
+                     "coverage": "" if np.isnan(res.coverage) else res.coverage,
+                     "bars": "" if np.isnan(res.bars) else res.bars})
+    return rows
+
+
+def prepare(dataset: str, repeats: list[int], args: dict) -> tuple[list[Stream], list[dict]]:
+    """Some repeats of ``dataset``: each one's stream counted once per class of users (users
+    whose requirements agree in every setting), and the rows of the mechanisms that need each
+    user's cell, run here while the cells are at hand (each as one batch of the settings)."""
+    from mechanisms.evaluation.runs import class_counts
     from mechanisms.requirements import user_classes
 
+    streams: list[Stream] = []
     rows: list[dict] = []
-    streams: dict[int, tuple] = {}
-
-    def run(name: str, k: int, specs: list[tuple[int, tuple, np.ndarray, np.ndarray, int]]):
-        mechs = []
-        for repeat, (_, tag, reqs), _, _, d in specs:
-            rng = np.random.default_rng([args["seed"], repeat, 2, *tag, k])
-            mechs.append(make_step(name, reqs, d, rng, args["noise"]))
-        users = [reqs.n for _, (_, _, reqs), _, _, _ in specs]
-        results = run_batch(mechs, [s[2] for s in specs], [s[3] for s in specs],
-                            postprocess=POSTPROCESSED, users=users)
-        for (repeat, ((E, w, ratio), _, _), _, true, _), res in zip(specs, results, strict=True):
-            rows.append({"dataset": dataset, "mechanism": name, "E": E, "w": w,
-                         "repeat": repeat, "amre": res.amre, "ajsd": res.ajsd, "mae": res.mae,
-                         "fresh": res.fresh, "slots": true.shape[0],
-                         "seconds": round(res.seconds, 3),
-                         "ratio": "" if ratio is None else ratio,
-                         **{f"amre_{m}": res.post[m][0] if m in res.post else ""
-                            for m in POSTPROCESSED},
-                         "coverage": "" if np.isnan(res.coverage) else res.coverage,
-                         "bars": "" if np.isnan(res.bars) else res.bars})
-        if progress is not None:
-            progress.put(len(specs))
-
     for repeat in repeats:
         cells, d = load_cells(dataset, args, repeat)
         settings_ = _requirements(args, cells.shape[1], repeat)
         classes = user_classes(*(reqs for _, _, reqs in settings_))
         counts = class_counts(cells, classes, d)
         true = counts.counts.sum(axis=1)  # what true_histograms(cells, d) counts
-        streams[repeat] = (settings_, counts, true, d)
         for k, name in enumerate(args["mechanisms"]):
-            if not counted(name):  # needs each user's cell: run now, while the cells are here
-                run(name, k, [(repeat, st, cells, true, d) for st in settings_])
-        del cells
-    for k, name in enumerate(args["mechanisms"]):
-        if counted(name):
-            run(name, k, [(repeat, st, counts, true, d)
-                          for repeat, (settings_, counts, true, d) in streams.items()
-                          for st in settings_])
+            if not counted(name):
+                rows += _run(dataset, name, k, args,
+                             [(repeat, st, cells, true, d) for st in settings_])
+        streams.append(Stream(repeat, counts, true, d))
+    return streams, rows
+
+
+def run_counted(dataset: str, k: int, streams: list[Stream], args: dict) -> list[dict]:
+    """The ``k``-th mechanism of ``--mechanisms`` on every setting of every repeat in
+    ``streams``, all as one batch (:func:`mechanisms.evaluation.runs.run_batch`), each run with
+    the generator it has alone, so each gives what it gives alone."""
+    specs = [(s.repeat, st, s.counts, s.true, s.d) for s in streams
+             for st in _requirements(args, s.counts.classes.size, s.repeat)]
+    return _run(dataset, args["mechanisms"][k], k, args, specs)
+
+
+def task_cost(name: str, runs: int, slots: int) -> float:
+    """A counted task's expected cost, to order the tasks: runs x slots, weighted by
+    :data:`DYNAMIC_COST` for a dynamic mechanism."""
+    from mechanisms.registry import spec
+
+    return runs * slots * (DYNAMIC_COST if spec(name).family == "dynamic" else 1.0)
+
+
+def evaluate_all(pool: Executor, jobs: int, datasets: list[str], repeats: int, args: dict,
+                 report: Callable[[int, str], None] | None = None) -> list[dict]:
+    """Every run of the evaluation, on ``pool``'s processes; returns the rows.
+
+    First every (dataset, repeat) is prepared (:func:`prepare`; a real dataset's repeats in one
+    task, which reads the data once); once a dataset's repeats are all prepared, each counted
+    mechanism runs on all of them as one task
+    (:func:`run_counted`: the larger a batch, the less a run's slot costs). At most ``jobs``
+    tasks are handed out at a time, so the next one is chosen when a process is free:
+    preparations first, then the most expensive task left (:func:`task_cost`), which leaves
+    the shortest tasks for the end and keeps every process busy to it. ``report(runs, what)``
+    is told of each finished task.
+    """
+    order = itertools.count()
+    waiting: list[tuple[tuple, tuple]] = []
+    # a real dataset is read once, in one task for all its repeats (the first tasks handed
+    # out: the longest preparations), unless some mechanism needs each repeat's cells
+    together = all(counted(name) for name in args["mechanisms"])
+    for ds in sorted(datasets, key=lambda ds: ds not in REAL):
+        parts = [list(range(repeats))] if ds in REAL and together else [
+            [r] for r in range(repeats)]
+        for part in parts:
+            heapq.heappush(waiting, ((0, next(order)), ("prepare", ds, part)))
+    prepared: dict[str, list[Stream]] = {ds: [] for ds in datasets}
+    running: dict[Future, tuple] = {}
+    rows: list[dict] = []
+    while waiting or running:
+        while waiting and len(running) < max(1, jobs):
+            _, task = heapq.heappop(waiting)
+            if task[0] == "prepare":
+                running[pool.submit(prepare, task[1], task[2], args)] = task
+            else:
+                ds, k = task[1], task[2]
+                running[pool.submit(run_counted, ds, k, prepared[ds], args)] = task
+        finished, _ = wait(running, return_when=FIRST_COMPLETED)
+        for fut in finished:
+            task = running.pop(fut)
+            ds = task[1]
+            if task[0] == "prepare":
+                streams, got = fut.result()
+                prepared[ds].extend(streams)
+                if len(prepared[ds]) == repeats:
+                    prepared[ds].sort(key=lambda s: s.repeat)
+                    runs = repeats * len(args["settings"])
+                    slots = streams[0].true.shape[0]
+                    for k, name in enumerate(args["mechanisms"]):
+                        if counted(name):
+                            cost = task_cost(name, runs, slots)
+                            heapq.heappush(waiting, ((1, -cost, next(order)), ("run", ds, k)))
+                span = task[2][0] if len(task[2]) == 1 else f"{task[2][0]}-{task[2][-1]}"
+                what = f"{ds} repeats {span} prepared"
+            else:
+                got = fut.result()
+                what = f"{ds} {args['mechanisms'][task[2]]} done"
+            rows.extend(got)
+            if report is not None:
+                report(len(got), what)
     return rows
-
-
-def split_repeats(datasets: list[str], repeats: int, jobs: int) -> list[tuple[str, list[int]]]:
-    """(dataset, repeats) tasks: each dataset's repeats in the fewest parts that give every
-    process the same number of tasks (the more repeats a task holds, the larger its batches:
-    a task's runs of one mechanism are one batch)."""
-    jobs = max(1, jobs)
-    parts = -(-jobs // len(datasets))
-    while (len(datasets) * parts) % jobs:
-        parts += 1
-    parts = min(repeats, parts)
-    return [(ds, part.tolist()) for ds in datasets
-            for part in np.array_split(np.arange(repeats), parts)]

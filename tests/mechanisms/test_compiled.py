@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from mechanisms import compiled
 from mechanisms.ledgers.fixed import DistributionLedger
 from mechanisms.obs import batch_optimal_budget
+from mechanisms.release import ipw_runs
 from mechanisms.run_draws import draw_runs
 
 SETTINGS = settings(max_examples=60, deadline=None,
@@ -75,3 +76,25 @@ def test_draws_compiled_equal_numpy(seed, runs, d, count):
     got = draw_runs(b, who, rows, probs, begin[who], end[who], eps, count, "laplace")
     assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1])
     assert [g.bit_generator.state for g in a] == [g.bit_generator.state for g in b]
+
+
+@SETTINGS
+@given(seed=st.integers(0, 2**32 - 1), runs=st.integers(2, 6), levels=st.integers(1, 12),
+       d=st.integers(1, 5))
+def test_ipw_compiled_equals_numpy(seed, runs, levels, d):
+    """The same estimates and standard deviations from the same generators, left in the same
+    state: levels kept whole, sampled and dropped, more than eight sampled levels (numpy's
+    pairwise sum), no level sampled; one cell takes the numpy code."""
+    rng = np.random.default_rng(seed)
+    who = rng.permutation(runs)[: rng.integers(1, runs + 1)]
+    counts = rng.choice([0, 1, 3, 40, 900, 20000], (who.size, levels, d))
+    p = rng.choice([0.0, 1.0, 0.001, 0.3, 0.999], (who.size, levels))
+    p = np.where(rng.random((who.size, levels)) < 0.5, rng.uniform(0.001, 0.999, p.shape), p)
+    theta = rng.uniform(0.01, 5.0, who.size)
+    a = [np.random.default_rng([seed, b]) for b in range(runs)]
+    b = [np.random.default_rng([seed, b]) for b in range(runs)]
+    want = ipw_runs(a, who, counts, p, theta, compile_ok=False)
+    got = ipw_runs(b, who, counts, p, theta)
+    assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1])
+    assert [g.bit_generator.state for g in a] == [g.bit_generator.state for g in b]
+

@@ -6,6 +6,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from mechanisms import draw_noise, inclusion_probabilities, noise_variance, sample_counts
+from mechanisms.noise import noise_std, noise_stds
 from mechanisms.sampling import sample_users
 
 
@@ -85,3 +86,11 @@ def test_thinned_is_any_level_with_users_kept_with_probability_below_one(levels,
     sizes = np.array([n for _, n in levels])
     p = inclusion_probabilities(budgets, threshold)
     assert bool(thinned(budgets, sizes, threshold)) == bool(((p < 1) & (sizes > 0)).any())
+
+
+@pytest.mark.parametrize("kind", ["laplace", "discrete"])
+def test_noise_stds_are_noise_std_of_each_budget(kind):
+    eps = np.random.default_rng(3).uniform(1e-4, 12.0, 500)
+    assert noise_stds(eps, kind).tolist() == [noise_std(e, kind) for e in eps.tolist()]
+    with pytest.raises(ValueError, match="budget"):
+        noise_stds(np.array([1.0, 0.0]), kind)

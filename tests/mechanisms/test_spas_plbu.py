@@ -8,10 +8,12 @@ from hypothesis import strategies as st
 from mechanisms import FixedRequirements
 from mechanisms.baselines.ldp import (
     Plbu,
+    combine,
     grr_frequencies,
     grr_variance,
     oue_frequencies,
     oue_variance,
+    runs_by_groups,
 )
 from mechanisms.baselines.spas import Spas
 
@@ -100,3 +102,25 @@ def test_spas_refuses_cells_outside_the_domain():
         with pytest.raises(ValueError, match="cell"):
             spas.step(bad)
     assert spas.step(np.array([0, 2, -1])).slot == 1  # nothing was released before
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_plbu_combines_a_batch_as_each_run_alone(seed):
+    """The runs' estimates, taken together by their number of groups, are those of the
+    product and sum of each run alone."""
+    rng = np.random.default_rng(seed)
+    runs, widest = int(rng.integers(1, 40)), int(rng.integers(1, 12))
+    d = int(rng.choice([2, 3, 100]))
+    groups = rng.integers(1, widest + 1, runs)
+    sizes = rng.integers(0, 3000, (runs, widest)) * (rng.random((runs, widest)) < 0.8)
+    sizes[np.arange(widest)[None, :] >= groups[:, None]] = 0
+    weights = np.where(sizes > 0, rng.random((runs, widest)) * 10.0 ** rng.uniform(-3, 6), 0.0)
+    freq = rng.normal(0.3, 1.0, (runs, widest, d)) * 10.0 ** rng.uniform(-2, 2, (runs, widest, 1))
+    want = np.zeros((runs, d))
+    for b in range(runs):
+        G, total = groups[b], int(sizes[b].sum())
+        if total:
+            w = weights[b, :G]
+            want[b] = total * (w @ np.array(freq[b, :G])) / w.sum()
+    got = combine(weights, freq, sizes, runs_by_groups(groups.tolist()))
+    assert np.array_equal(got, want)
