@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import numpy as np
+from hypothesis import strategies as st
+
+from mechanisms.requirements import FixedRequirements
 
 
 def window_sums(charges: np.ndarray, w: np.ndarray) -> np.ndarray:
@@ -15,6 +18,17 @@ def window_sums(charges: np.ndarray, w: np.ndarray) -> np.ndarray:
         worst[i] = (csum[k:, i] - csum[:-k, i]).max() if T else 0.0
         worst[i] = max(worst[i], csum[k, i])
     return worst
+
+
+@st.composite
+def fixed_schedules(draw, max_users: int, max_window: int, max_slots: int):
+    """Random fixed requirements (users u0, u1, ...) and a publish/approximate schedule."""
+    n = draw(st.integers(1, max_users))
+    w = draw(st.lists(st.integers(1, max_window), min_size=n, max_size=n))
+    E = draw(st.lists(st.floats(0.001, 5.0), min_size=n, max_size=n))
+    T = draw(st.integers(1, max_slots))
+    bits = draw(st.lists(st.booleans(), min_size=T, max_size=T))
+    return FixedRequirements.from_arrays([f"u{i}" for i in range(n)], w, E), bits
 
 
 def local_stream(

@@ -4,14 +4,13 @@ sets a slot's budget, and its state and batches."""
 import numpy as np
 import pytest
 from hypothesis import given, settings
-from hypothesis import strategies as st
 
 from mechanisms import FixedRequirements, create_mechanism, ledger_for
 from mechanisms.central import BatchedFixed
 from mechanisms.ledgers.adaptive import AdaptiveLedger
 from mechanisms.ledgers.fixed import AbsorptionLedger, DistributionLedger
 
-from support import window_sums
+from support import fixed_schedules, window_sums
 
 
 def reference_plan(w: int, E: float, past: list[float], since: int) -> float:
@@ -22,14 +21,8 @@ def reference_plan(w: int, E: float, past: list[float], since: int) -> float:
     return min(max(remaining / 2, absorbed), remaining)
 
 
-@st.composite
-def cases(draw):
-    n = draw(st.integers(1, 8))
-    w = draw(st.lists(st.integers(1, 60), min_size=n, max_size=n))
-    E = draw(st.lists(st.floats(0.001, 5.0), min_size=n, max_size=n))
-    T = draw(st.integers(1, 200))
-    bits = draw(st.lists(st.booleans(), min_size=T, max_size=T))
-    return FixedRequirements.from_arrays([f"u{i}" for i in range(n)], w, E), bits
+def cases():
+    return fixed_schedules(8, 60, 200)
 
 
 @settings(max_examples=150, deadline=None)

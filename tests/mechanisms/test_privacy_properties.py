@@ -4,20 +4,15 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mechanisms import FIXED_MECHANISMS, FixedRequirements, ledger_for
+from mechanisms import FIXED_MECHANISMS, ledger_for
 
-from support import window_sums
+from support import fixed_schedules, window_sums
 
 
 @st.composite
 def cases(draw):
-    n = draw(st.integers(1, 12))
-    w = draw(st.lists(st.integers(1, 200), min_size=n, max_size=n))
-    E = draw(st.lists(st.floats(0.001, 5.0), min_size=n, max_size=n))
-    T = draw(st.integers(1, 400))
-    bits = draw(st.lists(st.booleans(), min_size=T, max_size=T))
-    name = draw(st.sampled_from(FIXED_MECHANISMS))
-    return name, FixedRequirements.from_arrays([f"u{i}" for i in range(n)], w, E), bits
+    reqs, bits = draw(fixed_schedules(12, 200, 400))
+    return draw(st.sampled_from(FIXED_MECHANISMS)), reqs, bits
 
 
 @settings(max_examples=150, deadline=None)
