@@ -226,8 +226,8 @@ class Postprocessor:
             raise ValueError(f"unknown post-processing {method!r}; choose from "
                              f"{', '.join(METHODS)}")
         self.method, self.d = method, d
-        self.filter = KalmanState.fresh((d,))
-        self.bank = KalmanBank.fresh((d,))
+        self.filter: KalmanState | KalmanBank = (
+            KalmanBank.fresh((d,)) if method == "kalman_bank" else KalmanState.fresh((d,)))
 
     def step(self, histogram: np.ndarray | list, published: bool,
              std: np.ndarray | list | None, users: int) -> list[int]:
@@ -238,18 +238,18 @@ class Postprocessor:
         if self.method in ("kalman", "kalman_bank"):
             s = np.full(self.d, np.nan) if std is None else np.asarray(std, dtype=np.float64)
             fresh = np.asarray(bool(published) and std is not None)
-            if self.method == "kalman":
-                h = self.filter.step(h, fresh, s, process_variance(users, self.d))
+            if isinstance(self.filter, KalmanBank):
+                h = self.filter.step(h, fresh, s, users, self.d)
             else:
-                h = self.bank.step(h, fresh, s, users, self.d)
+                h = self.filter.step(h, fresh, s, process_variance(users, self.d))
         return [int(v) for v in project(h).tolist()]
 
     def state(self) -> dict:
         """The filters as a JSON-able document (a variance of None: no measurement yet)."""
-        if self.method == "kalman_bank":
-            return {"method": self.method, "x": self.bank.filters.x.tolist(),
-                    "p": _finite_or_none(self.bank.filters.p),
-                    "score": self.bank.score.tolist()}
+        if isinstance(self.filter, KalmanBank):
+            return {"method": self.method, "x": self.filter.filters.x.tolist(),
+                    "p": _finite_or_none(self.filter.filters.p),
+                    "score": self.filter.score.tolist()}
         return {"method": self.method, "x": self.filter.x.tolist(),
                 "p": _finite_or_none(self.filter.p)}
 
@@ -259,10 +259,8 @@ class Postprocessor:
             raise ValueError(f"saved post-processing {doc.get('method')!r}, configured "
                              f"{self.method!r}")
         state = KalmanState(np.asarray(doc["x"], dtype=np.float64), _none_as_inf(doc["p"]))
-        if self.method == "kalman_bank":
-            self.bank = KalmanBank(state, np.asarray(doc["score"], dtype=np.float64))
-        else:
-            self.filter = state
+        self.filter = (KalmanBank(state, np.asarray(doc["score"], dtype=np.float64))
+                       if self.method == "kalman_bank" else state)
 
 
 def _finite_or_none(values: np.ndarray) -> list:
