@@ -307,20 +307,20 @@ def full_topic_run(bootstrap: str, n: int) -> dict:
     topics = Topics(prefix=prefix, partitions=PARTS)
     asyncio.run(create_topics(bootstrap, topics.specs()))
     worker = Worker(bootstrap, prefix, "pbd", Path(tempfile.mkdtemp(prefix="pwevent-reg-")))
+
+    def drain(counter: str) -> tuple[float, float]:
+        """Start the worker on the full topic, time it through ``n`` of ``counter``, stop it."""
+        worker.start()
+        try:
+            worker.wait_ready()
+            return worker.wait_count(counter, n)
+        finally:
+            worker.stop()
+
     produce(bootstrap, topics.requirements, fixed_requirements(n))
-    worker.start()
-    try:
-        worker.wait_ready()
-        first, done = worker.wait_count("pwevent_requirements_total", n)
-    finally:
-        worker.stop()
+    first, done = drain("pwevent_requirements_total")
     produce(bootstrap, topics.reports, reports(range(n), 0))
-    worker.start()
-    try:
-        worker.wait_ready()
-        rfirst, rdone = worker.wait_count('pwevent_reports_total{outcome="accepted"}', n)
-    finally:
-        worker.stop()
+    rfirst, rdone = drain('pwevent_reports_total{outcome="accepted"}')
     return {"users": n, "register_rate": n / max(done - first, 0.05),
             "report_rate": n / max(rdone - rfirst, 0.05)}
 
