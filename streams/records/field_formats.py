@@ -59,6 +59,11 @@ class Reason(StrEnum):
     MALFORMED_AVRO = "malformed_avro"
     UNKNOWN_SCHEMA = "unknown_schema"
     SCHEMA_UNAVAILABLE = "schema_unavailable"
+    UNSUPPORTED_SCHEMA = "unsupported_schema"
+    # any input topic (streams/records/json_limits.py, streams/job/isolation.py)
+    TOO_DEEP = "too_deep"
+    TOO_LARGE = "too_large"
+    UNPROCESSABLE = "unprocessable"
 
 
 USER: Final = OneOf(

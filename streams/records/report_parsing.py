@@ -21,6 +21,7 @@ from streams.records.field_parsing import (
     parse_user,
 )
 from streams.records.input_formats import REPORT_FIELDS
+from streams.records.json_limits import screen, screen_one
 
 __all__ = ["ReportBatch", "parse_reports", "source_order"]
 
@@ -125,16 +126,22 @@ def _typed(values: Sequence[bytes | None], keys: Sequence[bytes | None] | None
     """The reports of the common shape, decoded with msgspec into columns (positions, users,
     times, values, packed sources), and the positions of the others, which
     :func:`_parse_general` takes one by one with the same outcome."""
+    refused = {r.index for r in screen(values)}  # for the general path to reject
     try:
+        if refused:
+            raise TypeError
         reports = list(map(_decode_report, values))  # type: ignore[arg-type]
         taken = list(range(len(values)))
         left: list[int] = []
-    except (msgspec.DecodeError, TypeError):  # one report to leave: decode them one by one
+    except Exception:  # noqa: BLE001 - a report to leave: decode them one by one
         reports, taken, left = [], [], []
         for i, raw in enumerate(values):
+            if i in refused:
+                left.append(i)
+                continue
             try:
                 reports.append(_decode_report(raw))  # type: ignore[arg-type]
-            except (msgspec.DecodeError, TypeError):
+            except Exception:  # noqa: BLE001 - the general path says why
                 left.append(i)
                 continue
             taken.append(i)
@@ -206,9 +213,23 @@ def _parse_general(values: Sequence[bytes | None], keys: Sequence[bytes | None] 
         if raw is None:
             rejected.append(Rejection(i, Reason.MALFORMED_JSON, "empty value (tombstone)"))
             continue
+        refused = screen_one(raw)
+        if refused is not None:
+            rejected.append(Rejection(i, *refused))
+            continue
         try:
             doc = loads(raw)
         except decode_error as exc:
+            # a number beyond a double's range in a field the typed path skips unread: both
+            # paths take the report alike
+            rescued = _typed([raw], None if keys is None else [keys[i]])
+            if rescued[0]:
+                pos.append(i)
+                users.extend(rescued[1])
+                times.extend(rescued[2])
+                raw_values.extend(rescued[3])
+                sources.extend(rescued[4])
+                continue
             rejected.append(Rejection(i, Reason.MALFORMED_JSON, str(exc)[:200]))
             continue
         if type(doc) is not dict:

@@ -13,6 +13,7 @@ import orjson
 from streams.records.field_formats import WINDOW_MIN, Reason
 from streams.records.field_parsing import RecordError, json_type, parse_user
 from streams.records.input_formats import DYNAMIC_FIELDS, FIXED_FIELDS
+from streams.records.json_limits import screen_one
 
 __all__ = [
     "DynamicRequirement",
@@ -89,6 +90,9 @@ def parse_requirement(
             return RequirementRemoval(parse_user(key.decode()))
         except UnicodeDecodeError:
             raise RecordError(Reason.BAD_TYPE, "key is not UTF-8") from None
+    refused = screen_one(value)
+    if refused is not None:
+        raise RecordError(*refused)
     try:
         doc = orjson.loads(value)
     except orjson.JSONDecodeError as exc:

@@ -61,6 +61,10 @@ def test_reason_enum_is_fixed() -> None:
         "malformed_avro",
         "unknown_schema",
         "schema_unavailable",
+        "unsupported_schema",
+        "too_deep",
+        "too_large",
+        "unprocessable",
     )
     assert validator("dead-letters").schema["properties"]["reason"]["enum"] == list(REASONS)
 

@@ -157,6 +157,10 @@ class WorkerMetrics:
         self.source_problems = Counter("pwevent_source_mapping_problems", "Problems of a "
                                        "source mapping, once per source topic and problem "
                                        "(logged as errors)", ["problem"], registry=r)
+        self.isolated = Counter("pwevent_isolated_records", "Records whose processing raised "
+                                "inside a batch: taken out of it by bisection and "
+                                "dead-lettered as unprocessable (logged once each)",
+                                ["topic"], registry=r)
         # every series exists from the start, so that rate() sees the first increment
         self.reports.labels(ACCEPTED)
         for reason in Reason:
@@ -183,6 +187,8 @@ class WorkerMetrics:
             return
         for (topic, reason), n in Tally((d.topic, d.reason) for d in letters).items():
             self.dead_letters.labels(reason).inc(n)
+            if reason == Reason.UNPROCESSABLE:  # taken out of its batch (streams.job.isolation)
+                self.isolated.labels(topic).inc(n)
             if topic == self.reports_topic:
                 self.reports.labels(reason).inc(n)
 

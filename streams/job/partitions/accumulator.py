@@ -29,6 +29,7 @@ import orjson
 
 from streams.job.batch_handling import RawRecord
 from streams.job.config import JobConfig
+from streams.job.isolation import isolated
 from streams.job.partitions.admission import check_placement
 from streams.job.partitions.ordering import Replaced, SlotOrder
 from streams.job.partitions.placement import Placement
@@ -192,9 +193,15 @@ class PartitionAccumulator:
     ) -> None:
         if not recs:
             return
-        batch = parse_reports([r[1] for r in recs], self.domain, [r[0] for r in recs])
-        dead = [self._dead(recs[r.index], topic, r.reason.value, r.detail)
-                for r in batch.rejected]
+        keep, batch, broken = isolated(
+            recs, lambda sub: parse_reports([r[1] for r in sub], self.domain,
+                                            [r[0] for r in sub]),
+            lambda i: (topic, recs[i][2], recs[i][3]))
+        dead = [self._dead(recs[r.index], topic, r.reason.value, r.detail) for r in broken]
+        if broken:
+            recs = [recs[i] for i in keep]
+        dead += [self._dead(recs[r.index], topic, r.reason.value, r.detail)
+                 for r in batch.rejected]
         bound, start = self.clock_bound(), self.start_bound()
         if len(batch) and (int(batch.times.min()) < start
                            or (bound is not None and int(batch.times.max()) > bound)):

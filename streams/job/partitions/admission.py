@@ -24,6 +24,7 @@ from streams.job.partitions.key_hashing import key_partitions
 from streams.kafka.producer import key_partition
 from streams.records.field_formats import USER_MAX_LENGTH, WINDOW_MIN, Reason
 from streams.records.field_parsing import RecordError
+from streams.records.json_limits import screen_one
 from streams.records.requirement_parsing import (
     DynamicRequirement,
     FixedRequirement,
@@ -132,7 +133,7 @@ def admit_requirements(keys: Sequence[bytes | None], values: Sequence[bytes | No
                     continue
             else:
                 try:
-                    doc = loads(value)
+                    doc = None if screen_one(value) else loads(value)
                 except orjson.JSONDecodeError:
                     doc = None
                 if type(doc) is dict:
@@ -161,6 +162,10 @@ def admit_requirements(keys: Sequence[bytes | None], values: Sequence[bytes | No
             req = admit_requirement(key, value, partition, config)
         except RecordError as exc:
             errors[i] = exc
+            continue
+        except Exception as exc:  # noqa: BLE001 - no record may stop the worker
+            errors[i] = RecordError(Reason.UNPROCESSABLE, f"processing it raised "
+                                    f"{type(exc).__name__}: {exc}"[:200])
             continue
         users[i] = req.user
         if isinstance(req, RequirementRemoval):

@@ -27,6 +27,7 @@ from streams.job.source.typed_paths import PathDecoder
 from streams.records.domains import CategoryDomain, Domain, GridDomain
 from streams.records.field_formats import TIME_LIMIT_MS, USER_MAX_LENGTH, Reason
 from streams.records.field_parsing import RecordError, Rejection, json_type, parse_time, parse_user
+from streams.records.json_limits import screen_one
 from streams.records.time_columns import iso_times_ms
 
 __all__ = ["MappedBatch", "SourceMapping", "TIME_UNITS", "parse_path"]
@@ -263,9 +264,15 @@ class SourceMapping:
             if raw is None:
                 rejected.append(Rejection(i, Reason.MALFORMED_JSON, "empty value (tombstone)"))
                 continue
+            refused = screen_one(raw) if isinstance(raw, bytes) else None
+            if refused is not None:
+                rejected.append(Rejection(i, *refused))
+                continue
             try:
                 doc = loads(raw)
             except decode_error as exc:
+                if self._rescued(i, rec, extra, seen, (pos, users, raw_times, values, extras)):
+                    continue
                 rejected.append(Rejection(i, Reason.MALFORMED_JSON, str(exc)[:200]))
                 continue
             if type(doc) is not dict:
@@ -303,6 +310,27 @@ class SourceMapping:
                 extras.append(tuple(None if (v := _get(doc, keys)) is _MISSING else v
                                     for keys in extra))
         return pos, users, raw_times, values, extras
+
+    def _rescued(self, i: int, rec: SourceRecord, extra: tuple[tuple[str, ...], ...],
+                 seen: dict[str, int], out: tuple[list[Any], ...]) -> bool:
+        """Whether the typed path takes record ``i``, which ``orjson`` refuses (a number beyond a
+        double's range in a field the mapping skips, which the typed path skips unread); if so,
+        its columns are appended to ``out``, so both paths give it the same outcome."""
+        if not isinstance(rec[1], bytes):
+            return False
+        taken = self._map_typed([rec], extra)
+        if not taken[0]:
+            return False
+        for name in seen:
+            seen[name] += 1
+        pos, users, raw_times, values, extras = out
+        pos.append(i)
+        users.extend(taken[1])
+        raw_times.extend(taken[2])
+        values.extend(taken[3])
+        if extra:
+            extras.extend(taken[4])
+        return True
 
     def _times(self, raw: list[Any]) -> tuple[np.ndarray, list[tuple[int, str]]]:
         """Epoch ms per raw time (-1 where it is bad), and the bad ones' details by position:

@@ -30,6 +30,7 @@ users' reports go on meanwhile.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 from collections import Counter, deque
@@ -37,16 +38,19 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+import numpy as np
 import orjson
 
 from streams.job.batch_handling import RawRecord
 from streams.job.config import JobConfig
+from streams.job.isolation import isolated
 from streams.job.partitions.accumulator import DeadLetter
 from streams.job.partitions.key_hashing import key_partitions
 from streams.job.source.defaults import DefaultRequirements
-from streams.job.source.mapping import MappingWatch, SourceMapping
+from streams.job.source.mapping import MappedBatch, MappingWatch, SourceMapping
 from streams.kafka.settings import client_options
 from streams.kafka.topics import Topics
+from streams.records.field_parsing import Rejection
 
 log = logging.getLogger("pwevent.source")
 
@@ -79,6 +83,18 @@ def report_values(users: Sequence[str], times: Sequence[int], values: Sequence[A
     return [_REPORT % (u, t, v, topic_index, partition, o)
             for u, t, v, o in zip(map(dumps, users), times, map(dumps, values), offsets,
                                   strict=True)]
+
+
+def _remapped(keep: list[int], batch: MappedBatch, broken: list[Rejection]) -> MappedBatch:
+    """A batch mapped from the records at positions ``keep`` with its indices turned back into
+    positions of the whole batch, and the ``broken`` records' rejections added
+    (:func:`~streams.job.isolation.isolated`)."""
+    if not broken:
+        return batch
+    at = np.asarray(keep, dtype=np.int64)
+    rejected = broken + [Rejection(keep[r.index], r.reason, r.detail) for r in batch.rejected]
+    rejected.sort(key=lambda r: r.index)
+    return dataclasses.replace(batch, index=at[batch.index], rejected=rejected)
 
 
 @dataclass(frozen=True)
@@ -165,7 +181,9 @@ class Rekeyer:
         p = records[0][2]
         ti = self.index[topic]
         if self.avro is None:
-            batch = self.mapping.map(records, self.defaults.paths)
+            batch = _remapped(*isolated(records,
+                                        lambda sub: self.mapping.map(sub, self.defaults.paths),
+                                        lambda i: (topic, p, records[i][3])))
         else:
             batch = await self.avro.map(self.mapping, records, self.defaults.paths)
         self.watch.take(topic, batch, self._mapped_count(records, batch), self.clock_ms())

@@ -3,8 +3,9 @@
 :class:`PathDecoder` builds, from the mapping's dotted paths, a msgspec type that holds just
 those fields (nested objects as nested structs, every other field of the record skipped while
 parsing) and decodes each record into it: about half the time of ``orjson.loads`` on telemetry
-events, and the fields come out as columns. It is a fast path only. A record it cannot take (not
-JSON, not an object, a required path absent or not under objects, a leaf it does not pass) is
+events, and the fields come out as columns. It is a fast path only. A record it cannot take
+(beyond the bounds of :mod:`streams.records.json_limits`, not JSON, not an object, a required
+path absent or not under objects, a leaf it does not pass, anything its decoder raises on) is
 handed back by position, and the mapping runs its general per-record code on it, so every
 rejection and every edge case (integers beyond 64 bits, which ``orjson`` reads as floats) stays
 exactly as that code decides. A leaf passes when it is a string, a float, a boolean, null or an
@@ -19,6 +20,8 @@ from operator import attrgetter
 from typing import Any, Final
 
 import msgspec
+
+from streams.records.json_limits import screen
 
 __all__ = ["PathDecoder"]
 
@@ -92,21 +95,23 @@ class PathDecoder:
 
     def _structs(self, values: Sequence[bytes | None]) -> tuple[list[int], list[Any], list[int]]:
         """The records decoded: the positions taken, their structs, the positions left."""
-        try:
-            return list(range(len(values))), list(map(self._decode, values)), []
-        except (msgspec.DecodeError, TypeError):  # a record to leave (None: a TypeError)
-            pass
-        decode, error = self._decode, msgspec.DecodeError
+        refused = {r.index for r in screen(values)}  # the general path rejects them
+        if not refused:
+            try:
+                return list(range(len(values))), list(map(self._decode, values)), []
+            except Exception:  # noqa: BLE001 - a record to leave (None: a TypeError)
+                pass
+        decode = self._decode
         taken: list[int] = []
         structs = []
         left: list[int] = []
         for i, raw in enumerate(values):
-            if raw is None:
+            if raw is None or i in refused:
                 left.append(i)
                 continue
             try:
                 structs.append(decode(raw))
-            except error:
+            except Exception:  # noqa: BLE001 - the general path says why
                 left.append(i)
                 continue
             taken.append(i)
