@@ -10,8 +10,8 @@ Every decoder of input records (reports, requirements, source topics, watermark 
 outcome for every record.
 
 The depth is measured without decoding: counting ``[`` and ``{`` bytes bounds it from above, so
-a record with at most :data:`MAX_JSON_DEPTH` of them (nearly every record) costs two
-``bytes.count`` calls; only the others are scanned exactly (:func:`json_depth`, vectorised, and
+a batch's bracket bytes are counted per record in one vectorised pass, and only a record with
+more than :data:`MAX_JSON_DEPTH` of them is scanned exactly (:func:`json_depth`, vectorised, and
 aware of strings and their escapes).
 """
 
@@ -75,13 +75,23 @@ def screen_one(raw: bytes) -> tuple[Reason, str] | None:
 
 def screen(values: Sequence[bytes | None]) -> list[Rejection]:
     """The rejections of the values (by position) that must not be decoded (:func:`screen_one`);
-    ``None`` values (tombstones) are left to the decoders."""
+    ``None`` values (tombstones) are left to the decoders. The bracket bytes of the whole batch
+    are counted in one vectorised pass; only the values with more than :data:`MAX_JSON_DEPTH`
+    of them are looked at one by one."""
+    if not values:
+        return []
+    plain = values if None not in values else [b"" if v is None else v for v in values]
+    lengths = np.fromiter(map(len, plain), dtype=np.int64, count=len(plain))  # type: ignore[arg-type]
+    suspects = lengths > MAX_RECORD_BYTES
+    if int(lengths.sum()) > MAX_JSON_DEPTH:
+        a = np.frombuffer(b"".join(plain), dtype=np.uint8)  # type: ignore[arg-type]
+        # "[" (0x5b) and "{" (0x7b) are the only bytes that become 0x7b with bit 0x20 set
+        hits = np.flatnonzero((a | 0x20) == _OPEN[1])
+        per_value = np.diff(np.searchsorted(hits, np.cumsum(lengths)), prepend=0)
+        suspects |= per_value > MAX_JSON_DEPTH
     out: list[Rejection] = []
-    for i, raw in enumerate(values):
-        if raw is None:
-            continue
-        if len(raw) > MAX_RECORD_BYTES or raw.count(b"[") + raw.count(b"{") > MAX_JSON_DEPTH:
-            found = screen_one(raw)
-            if found is not None:
-                out.append(Rejection(i, found[0], found[1]))
+    for i in np.flatnonzero(suspects).tolist():
+        found = screen_one(plain[i])  # type: ignore[arg-type]
+        if found is not None:
+            out.append(Rejection(i, found[0], found[1]))
     return out
