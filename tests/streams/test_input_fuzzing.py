@@ -268,3 +268,33 @@ def test_a_record_that_makes_decoding_raise_is_taken_out_of_its_batch(caplog) ->
     assert acc.next_offset == 43
     assert "pw.reports[0] offset 42" in caplog.text
     assert np.asarray(list(acc.seen[0][:2])).all()
+
+
+def test_an_avro_record_that_makes_mapping_raise_is_taken_out_of_its_batch() -> None:
+    """The same for a decoded Avro source record: the record the mapping raises on is an
+    ``unprocessable`` dead letter, its neighbours are mapped."""
+    import asyncio
+    import io
+    from types import SimpleNamespace
+
+    from fastavro import parse_schema, schemaless_writer
+
+    from streams.job.source.avro import AvroSource
+
+    schema = parse_schema({"type": "record", "name": "E", "fields": [
+        {"name": "u", "type": "string"}, {"name": "t", "type": "long"},
+        {"name": "v", "type": "long"}]})
+
+    def wire(doc: dict) -> bytes:
+        body = io.BytesIO()
+        schemaless_writer(body, schema, doc)
+        return b"\0" + (7).to_bytes(4, "big") + body.getvalue()
+
+    mapping = SourceMapping.from_flags("u", "t", ["v"], {"kind": "cells", "size": 3})
+    object.__setattr__(mapping, "_domain", _Trap(3))  # a fault nobody foresaw
+    records = [(None, wire({"u": f"d{i}", "t": 1_764_756_900_000, "v": i}), 0, 10 + i,
+                1_764_756_900_000) for i in range(3)]
+    source = AvroSource(SimpleNamespace(schemas={7: schema}, refused={}))  # type: ignore[arg-type]
+    batch = asyncio.run(source.map(mapping, records, (), "events"))
+    assert batch.users == ["d0", "d1"] and batch.index.tolist() == [0, 1]
+    assert [(r.index, r.reason) for r in batch.rejected] == [(2, Reason.UNPROCESSABLE)]

@@ -11,8 +11,16 @@ paths into the decoded record.
 A record that cannot be decoded is rejected with its reason, never dropped: ``malformed_avro``
 (a tombstone, no wire-format header, a magic byte other than 0, a body that does not decode with
 its schema or has bytes left after the datum, a datum that is not an Avro record),
-``unknown_schema`` (an id the registry does not know, or a schema that is not Avro) or
-``schema_unavailable`` (the registry could not be reached for an id not cached yet).
+``unknown_schema`` (an id the registry does not know, or a schema that is not Avro),
+``unsupported_schema`` (a schema refused before anything is decoded with it: recursive, nested
+too deep, or decoding to far more values than its bytes;
+:func:`~streams.job.source.schema_registry.schema_refusal`) or ``schema_unavailable`` (the
+registry could not be reached for an id not cached yet).
+
+Decoding is bounded for every schema accepted: at most
+:data:`~streams.job.source.schema_registry.MAX_DEPTH` deep, into a number of values linear in
+the body's length; a length or an item count larger than the body holds fails once its bytes
+are used up (``malformed_avro``), nothing of the declared size allocated.
 
 Needs the ``avro`` extra (fastavro).
 """
@@ -27,6 +35,7 @@ from typing import Any, Final
 
 import numpy as np
 
+from streams.job.isolation import isolated
 from streams.job.source.mapping import MappedBatch, SourceMapping, SourceRecord
 from streams.job.source.schema_registry import SchemaError, SchemaRegistry
 from streams.records.field_formats import Reason
@@ -39,7 +48,7 @@ MAGIC: Final = 0
 HEADER: Final = 5
 #: The reasons of records that were never decoded (so the mapping never saw them).
 UNDECODED: Final = frozenset({Reason.MALFORMED_AVRO, Reason.UNKNOWN_SCHEMA,
-                              Reason.SCHEMA_UNAVAILABLE})
+                              Reason.SCHEMA_UNAVAILABLE, Reason.UNSUPPORTED_SCHEMA})
 #: What to install for ``--source-format avro``.
 AVRO_EXTRA: Final = "the avro extra: pip install 'pwevent[avro]'"
 
@@ -86,7 +95,11 @@ class AvroSource:
             else:
                 ids.append(-1)
         errors: dict[int, SchemaError] = {}
+        refused = self.registry.refused
         for sid in sorted(missing):
+            if sid in refused:  # for good: no need to ask again
+                errors[sid] = refused[sid]
+                continue
             try:
                 await asyncio.to_thread(self.registry.fetch, sid)
             except SchemaError as exc:
@@ -129,16 +142,20 @@ class AvroSource:
         return DecodedBatch(index, records, rejected)
 
     async def map(self, mapping: SourceMapping, records: Sequence[SourceRecord],
-                  extra: Sequence[tuple[str, ...]] = ()) -> MappedBatch:
+                  extra: Sequence[tuple[str, ...]] = (), topic: str = "source") -> MappedBatch:
         """Decode one batch and map it with ``mapping``, as :meth:`SourceMapping.map` maps JSON
-        records: indices and rejections refer to positions in ``records``."""
+        records: indices and rejections refer to positions in ``records``. A decoded record the
+        mapping raises on is taken out of the batch (:func:`~streams.job.isolation.isolated`,
+        ``unprocessable``; ``topic`` names it in the log)."""
         decoded = await self.decode([r[1] for r in records])
-        at = decoded.index
-        batch = mapping.map_decoded([(records[i][0], doc, records[i][2], records[i][3],
-                                      records[i][4]) for i, doc in zip(at, decoded.records,
-                                                                       strict=True)], extra)
-        rejected = decoded.rejected + [Rejection(at[r.index], r.reason, r.detail)
-                                       for r in batch.rejected]
+        docs = [(records[i][0], doc, records[i][2], records[i][3], records[i][4])
+                for i, doc in zip(decoded.index, decoded.records, strict=True)]
+        keep, batch, broken = isolated(docs, lambda sub: mapping.map_decoded(sub, extra),
+                                       lambda j: (topic, docs[j][2], docs[j][3]))
+        at = [decoded.index[j] for j in keep]
+        rejected = decoded.rejected + [Rejection(decoded.index[r.index], r.reason, r.detail)
+                                       for r in broken]
+        rejected += [Rejection(at[r.index], r.reason, r.detail) for r in batch.rejected]
         rejected.sort(key=lambda r: r.index)
         return dataclasses.replace(batch, index=np.asarray(at, dtype=np.int64)[batch.index],
                                    rejected=rejected)
