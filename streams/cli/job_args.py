@@ -94,6 +94,10 @@ JOB_OPTIONS = (
            default=None),
     option("--idle-close-ms", "close open slots after this many ms without reports "
            "(default: %(default)s)", type=int, default=2_000),
+    option("--max-hold-ms", "live: the longest a slot waits past its end, by the worker's "
+           "clock, for an input partition that lags (a restart's backlog, a rebalance); then it "
+           "closes and what comes later is 'late' (default: %(default)s, 10 minutes)",
+           type=int, default=600_000),
 )
 
 
@@ -124,6 +128,7 @@ def job_config(args: argparse.Namespace) -> JobConfig:
         prefix=args.prefix,
         partitions=args.partitions,
         idle_close_ms=args.idle_close_ms,
+        max_hold_ms=getattr(args, "max_hold_ms", 600_000),
         max_window=args.max_window,
         min_epsilon=args.min_epsilon,
         max_epsilon=args.max_epsilon,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 import sys
 from pathlib import Path
@@ -91,7 +92,10 @@ def run(args: argparse.Namespace) -> int:
         # the topics first: a data directory is bound only once the deployment is known right
         check_topics(broker, topics, args.startup_timeout)
         if source is not None:
-            check_source_topics(broker, source.topics, args.startup_timeout)
+            counts = check_source_topics(broker, source.topics, args.startup_timeout)
+            # the stream's event time is the smallest any source partition reached
+            config = dataclasses.replace(config, source_partitions=tuple(
+                counts[t] for t in source.topics))
         bound = bind_data_dir(args.data_dir, config.prefix, config.stream,
                               reset=args.reset_local_state)
         if args.reset_local_state:

@@ -76,6 +76,12 @@ class JobConfig:
     max_skew_ms: int = 300_000
     nonce: str = ""
     postprocess: str = "none"
+    #: partitions of each source topic (``--source-topic``, in order); the stream's event time
+    #: is then the smallest any of them has reached (streams/job/source_progress.py)
+    source_partitions: tuple[int, ...] = ()
+    #: live: the longest a slot waits past its end, by the worker's clock, for a lagging input
+    #: partition before it closes (``--max-hold-ms``)
+    max_hold_ms: int = 600_000
 
     def __post_init__(self) -> None:
         if self.mechanism not in JOB_MECHANISMS:
@@ -96,6 +102,8 @@ class JobConfig:
             raise ValueError(f"event time must be one of {EVENT_TIME}, got {self.event_time!r}")
         if self.max_skew_ms < 0:
             raise ValueError("max clock skew must be >= 0 ms")
+        if self.max_hold_ms < 1:
+            raise ValueError("max hold must be >= 1 ms")
         if self.nonce and not _is_hex(self.nonce):
             raise ValueError("a pinned nonce must be hexadecimal")
         if self.noise not in ("laplace", "discrete"):

@@ -231,13 +231,20 @@ def _batch(first: int, n: int) -> list:
 def test_batches_on_their_way_are_acknowledged_in_source_order() -> None:
     """The stage maps the next batch while the last one's reports travel; a batch's source
     offsets are acknowledged only once the broker has its reports and every earlier batch's."""
+    from streams.job.source_progress import Progress, progress_of
+
     async def run() -> None:
         sends: list = []
         acks: list = []
         stage = _stage(sends, acks)
         assert await stage.on_batch("t", _batch(0, 3)) == 0  # on its way: hold from 0
         assert await stage.on_batch("t", _batch(3, 2)) == 0
-        assert [len(r) for r, _f in sends] == [3, 2]
+        # the first batch moved its source partition's event time: a progress record for
+        # each partition of reports follows its reports (streams/job/source_progress.py)
+        assert [len(r) for r, _f in sends] == [5, 2]
+        assert [k for k, _v in sends[0][0][3:]] == [None, None]
+        assert [progress_of(v, b"x", "s", q) for q, (_k, v) in enumerate(sends[0][0][3:])] \
+            == [Progress(0, 0, 1000, False)] * 2
         sends[1][1].set_result(2)  # the later batch first: nothing may be acknowledged yet
         await asyncio.sleep(0)
         assert acks == []

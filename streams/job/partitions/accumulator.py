@@ -36,6 +36,7 @@ from streams.job.partitions.placement import Placement
 from streams.job.partitions.registries import UserRegistry
 from streams.job.partitions.slotting import DUPLICATE, OK, STATUS_REASON, Slotter
 from streams.job.slot_protocol import Control
+from streams.job.source_progress import Progress, SourceProgress, progress_of
 from streams.records.field_formats import Reason
 from streams.records.field_parsing import RecordError
 from streams.records.report_parsing import parse_reports
@@ -112,7 +113,11 @@ class PartitionAccumulator:
         self.domain = config.make_domain()
         self.d = config.d
         horizon = NO_HORIZON if config.horizon_ms is None else config.horizon_ms
-        self.slotter = Slotter(config.clock, config.lateness_ms, horizon, dedupe=False)
+        # with source topics the stream's event time is their partitions' progress
+        self.sources = (SourceProgress(config.source_partitions)
+                        if config.source_partitions else None)
+        self.slotter = Slotter(config.clock, config.lateness_ms, horizon, dedupe=False,
+                               advance=self.sources is None)
         self.stream_start: int | None = None  # live: the earliest event time accepted
         self.start_unsaved = False  # the start was just recorded: checkpoint it
         self.seen: dict[int, np.ndarray] = {}  # open slot -> users counted (bool by index)
@@ -150,8 +155,15 @@ class PartitionAccumulator:
             try:
                 mark = None if rec[0] is not None else watermark_of(
                     rec, self.secret, self.config.stream)
+                progress = None if rec[0] is not None or rec[1] is None else progress_of(
+                    rec[1], self.secret, self.config.stream, self.partition)
             except RecordError as exc:
                 dead.append(self._dead(rec, topic, exc.reason.value, exc.detail))
+                continue
+            if progress is not None:
+                self._take(segment, topic, partials, dead)
+                segment = []
+                partials.extend(self._progressed(progress))
                 continue
             if mark is None:
                 segment.append(rec)
@@ -167,6 +179,23 @@ class PartitionAccumulator:
             partials.extend(self.advance_messages(mark))
         self._take(segment, topic, partials, dead)
         return partials, dead
+
+    def _progressed(self, progress: Progress) -> list[dict]:
+        """A source partition's progress: the watermark follows the stream's event time, the
+        smallest any busy source partition has reached, less the allowed lateness (all idle:
+        the end of the slot of the largest time seen; :mod:`streams.job.source_progress`)."""
+        if self.sources is None:  # a job without source topics has no use for them
+            return []
+        self.sources.take(progress)
+        reached = self.sources.event_time()
+        if reached is None:
+            return []
+        if all(w in self.sources.idle for w in self.sources.expected()):
+            clock = self.config.clock
+            mark = clock.end(int(clock.slot_of(reached)))
+        else:
+            mark = reached - self.config.lateness_ms
+        return self.advance_messages(mark)
 
     def start_bound(self) -> int:
         """The earliest event time accepted: replaying history, the origin; live, the stream's
@@ -412,6 +441,7 @@ class PartitionAccumulator:
                      for s, m in self.seen.items()},
             "accepted": {str(s): n for s, n in self.accepted.items()},
             "order": {str(s): o.state() for s, o in self.order.items()},
+            **({"sources": self.sources.state()} if self.sources is not None else {}),
         }
 
     def restore(self, data: bytes) -> None:
@@ -435,3 +465,5 @@ class PartitionAccumulator:
         }
         self.accepted = Counter({int(s): int(n) for s, n in doc["accepted"].items()})
         self.order = {int(s): SlotOrder.from_state(o) for s, o in doc.get("order", {}).items()}
+        if self.sources is not None:
+            self.sources.load(doc.get("sources"))

@@ -81,6 +81,9 @@ class Slotter:
     initial_watermark: int | None = None
     #: False leaves the one-report-per-(user, slot) rule to the caller (statuses never DUPLICATE)
     dedupe: bool = True
+    #: False: reports never move the watermark; only :meth:`restore` does (a stream whose event
+    #: time comes from its source partitions' progress, :mod:`streams.job.source_progress`)
+    advance: bool = True
     watermark: int | None = field(init=False, default=None)
     first_slot: int | None = field(init=False, default=None)
     _seen: dict[int, set[str]] = field(init=False, default_factory=dict, repr=False)
@@ -132,13 +135,19 @@ class Slotter:
 
         # Reports that may be future against the batch-start watermark; with no watermark yet,
         # the first report defines it, so everything after it is a candidate.
-        if before is None:
+        if not self.advance:
+            maybe_future = np.zeros(n, dtype=bool) if before is None else times > w0 + horizon
+            cand = np.full(n, _NEG, dtype=np.int64)
+        elif before is None:
             maybe_future = np.ones(n, dtype=bool)
             maybe_future[0] = False
         else:
             maybe_future = times > w0 + horizon
         future = np.zeros(n, dtype=bool)
-        if maybe_future.any():
+        if not self.advance:
+            future = maybe_future
+            contrib = cand
+        elif maybe_future.any():
             # watermark contributions of the certain non-future reports (late ones contribute
             # less than the watermark already is, so they never matter)
             base = np.where(maybe_future, _NEG, cand)

@@ -48,6 +48,7 @@ from streams.job.partitions.accumulator import DeadLetter
 from streams.job.partitions.key_hashing import key_partitions
 from streams.job.source.defaults import DefaultRequirements
 from streams.job.source.mapping import MappedBatch, MappingWatch, SourceMapping
+from streams.job.source_progress import Progress, progress_record
 from streams.kafka.settings import client_options
 from streams.kafka.topics import Topics
 from streams.records.field_parsing import Rejection
@@ -120,6 +121,7 @@ class _Held:
     waiting: dict[int, int]  # requirements partition -> offset its commit must pass
     since: float = field(default_factory=time.monotonic)
     sending: asyncio.Future[Any] | None = None  # resolved when the broker has them all
+    marks: int = 0  # progress records at the end of ``records``
 
 
 class Rekeyer:
@@ -158,6 +160,13 @@ class Rekeyer:
         # future until the broker answers; dropped once the group's commit passed it
         self.defaulted: dict[str, Any] = {}
         self.applied: dict[int, int] = {}  # the group's committed offsets on requirements
+        # per source partition: the largest event time read, when records last came, and
+        # whether its idle progress was written (streams/job/source_progress.py)
+        self.reached: dict[tuple[str, int], int] = {}
+        self.last_read: dict[tuple[str, int], float] = {}
+        self.idle_said: set[tuple[str, int]] = set()
+        self.in_batch: set[tuple[str, int]] = set()
+        self.secret = config.secret_bytes()
         self.held: dict[tuple[str, int], deque[_Held]] = {}
         self.failed: BaseException | None = None  # a send of reports the broker refused
         self._enqueue = asyncio.Lock()  # batches are enqueued one after the other, in order
@@ -179,13 +188,21 @@ class Rekeyer:
         await self.ready.wait()
         self.on_produced()  # the stage is busy: the stream is not idle
         p = records[0][2]
+        self.last_read[(topic, p)] = time.monotonic()
+        self.in_batch.add((topic, p))
+        try:
+            return await self._on_batch(topic, p, records)
+        finally:
+            self.in_batch.discard((topic, p))
+
+    async def _on_batch(self, topic: str, p: int, records: Sequence[Any]) -> int | None:
         ti = self.index[topic]
         if self.avro is None:
             batch = _remapped(*isolated(records,
                                         lambda sub: self.mapping.map(sub, self.defaults.paths),
                                         lambda i: (topic, p, records[i][3])))
         else:
-            batch = await self.avro.map(self.mapping, records, self.defaults.paths)
+            batch = await self.avro.map(self.mapping, records, self.defaults.paths, topic)
         self.watch.take(topic, batch, self._mapped_count(records, batch), self.clock_ms())
         dead = [DeadLetter(topic, p, records[r.index][3], records[r.index][0],
                            records[r.index][1], r.reason.value, r.detail)
@@ -199,6 +216,9 @@ class Rekeyer:
         offsets = [records[j][3] for j in batch.index.tolist()]
         out = list(zip(keys, report_values(users, batch.times.tolist(), batch.values, ti, p,
                                            offsets), strict=True))
+        marks = self._progress((topic, p), batch.times)
+        parts += [q for q, _mark in marks]
+        out += [(None, mark) for _q, mark in marks]
         sent: list[tuple[str, Any]] = []
         if self.defaults:
             fresh = set(users).difference(self.declared, self.defaulted)
@@ -227,12 +247,56 @@ class Rekeyer:
                 if self.applied.get(part, 0) <= offset:
                     waiting[part] = max(waiting.get(part, 0), offset)
         self.held.setdefault((topic, p), deque()).append(
-            _Held(int(records[0][3]), int(records[-1][3]) + 1, out, parts, waiting))
+            _Held(int(records[0][3]), int(records[-1][3]) + 1, out, parts, waiting,
+                  marks=len(marks)))
         if futures:
             await asyncio.gather(*futures)
         await self._advance((topic, p))
         queue = self.held.get((topic, p))
         return queue[0].first_offset if queue else None
+
+    def _progress(self, where: tuple[str, int], times: np.ndarray) -> list[tuple[int, bytes]]:
+        """The progress records of a source partition after a batch with these mapped event
+        times, one per partition of ``reports`` (none when its progress did not change and it
+        was not idle). Live, a time beyond the clock plus the allowed skew is no progress (its
+        report is ``future``)."""
+        self.last_read[where] = time.monotonic()
+        if self.config.event_time == "live" and times.size:
+            times = times[times <= self.clock_ms() + self.config.max_skew_ms]
+        before = self.reached.get(where, -1)
+        now = max(before, int(times.max())) if times.size else before
+        if now == before and where not in self.idle_said:
+            return []
+        self.reached[where] = now
+        self.idle_said.discard(where)
+        return self._marks(where, now, idle=False)
+
+    def _marks(self, where: tuple[str, int], ms: int, idle: bool) -> list[tuple[int, bytes]]:
+        progress = Progress(self.index[where[0]], where[1], ms, idle)
+        return [(q, progress_record(progress, self.secret, self.config.stream, q))
+                for q in range(self.config.partitions)]
+
+    async def say_idle(self, assigned: Sequence[tuple[str, int]],
+                       caught_up: Callable[[str, int], Awaitable[bool]]) -> None:
+        """Write idle progress for the ``assigned`` source partitions that are read to their end
+        (``caught_up``), took no record for ``--idle-close-ms`` and have nothing on its way to
+        ``reports``: they stop holding the stream's event time back."""
+        quiet = self.config.idle_close_ms / 1000.0
+        now = time.monotonic()
+        for where in assigned:
+            if where in self.idle_said or self.held.get(where) or where in self.in_batch:
+                continue
+            last = self.last_read.setdefault(where, now)  # (an empty partition: since now)
+            if now - last < quiet or not await caught_up(*where):
+                continue
+            async with self._enqueue:
+                if self.held.get(where) or where in self.idle_said or where in self.in_batch:
+                    continue
+                marks = self._marks(where, self.reached.get(where, -1), idle=True)
+                sending = await self._produce([(None, m) for _q, m in marks],
+                                              [q for q, _m in marks])
+            await sending
+            self.idle_said.add(where)
 
     def _mapped_count(self, records: Sequence[Any], batch: Any) -> int:
         """How many of the batch's records reached the mapping: an Avro record that did not
@@ -288,7 +352,7 @@ class Rekeyer:
                               self.failed)
                 return
             queue.popleft()
-            self.counters["source_produced"] += len(head.records)
+            self.counters["source_produced"] += len(head.records) - head.marks
             self.on_produced()
             # its source offsets may be committed now (the ingest held them back)
             self.acknowledge(where[0], where[1],
@@ -329,6 +393,8 @@ class Rekeyer:
     def forget(self, topic: str, partition: int) -> None:
         """A source partition went to another worker: what it held is read again there."""
         self.held.pop((topic, partition), None)
+        self.last_read.pop((topic, partition), None)
+        self.idle_said.discard((topic, partition))
 
     def held_offset(self, topic: str, partition: int) -> int | None:
         """The first source offset of ``topic``'s ``partition`` still held, if any."""
@@ -336,14 +402,16 @@ class Rekeyer:
         return queue[0].first_offset if queue else None
 
     def _avro_source(self) -> Any:
-        """The decoder of Avro source records, its registry reporting an outage once."""
+        """The decoder of Avro source records, its registry reporting an outage once and each
+        refused schema once."""
         from streams.job.source.avro import AvroSource
         from streams.job.source.schema_registry import SchemaRegistry
 
         assert self.settings.schema_registry is not None
         return AvroSource(SchemaRegistry(
             self.settings.schema_registry,
-            report=lambda message: self._problem("", "schema_registry_unreachable", message)))
+            report=lambda message: self._problem("", "schema_registry_unreachable", message),
+            refuse=lambda message: self._problem("", "unsupported_schema", message)))
 
     def _problem(self, topic: str, problem: str, message: str) -> None:
         log.error(message)

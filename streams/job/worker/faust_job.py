@@ -200,14 +200,16 @@ class Job:
             for topic in source.topics:
                 BatchIngest(self.app, topic, self.rekeyer.handler(topic), timestamps=True)
             self.app.task(self._follow_registrations)
+            self.app.timer(interval=0.25)(self._say_idle)
         self.app.timer(interval=0.25)(self.partitions.on_tick)
         self.app.timer(interval=1.0)(self.partitions.check_reads)
         self.app.timer(interval=10.0)(self.on_status)
         self.recovery = RecoveryWatch(self.app)
         self.app.timer(interval=1.0)(self.recovery.check)
-        if placement_type(config).converses:  # partitions keep ledgers: they hear decisions
+        self.converses = placement_type(config).converses
+        if self.converses:  # partitions keep ledgers: they hear decisions
             self.app.task(self.partitions.read_decisions)
-            self.app.on_rebalance_complete.connect(self.on_rebalance_complete)
+        self.app.on_rebalance_complete.connect(self.on_rebalance_complete)
         self.app.on_partitions_revoked.connect(self.on_revoked)
         # the endpoints on ``metrics_port`` (0: no server)
         self.observer = Observer(self, metrics_host, metrics_port) if metrics_port else None
@@ -240,6 +242,28 @@ class Job:
     def _acknowledge(self, topic: str, partition: int, stop: int) -> None:
         self.app.consumer.acknowledge(TP(topic, partition), stop)
 
+    async def _say_idle(self) -> None:
+        """Source partitions this worker holds that are read to their end and quiet stop
+        holding the stream's event time back (:meth:`Rekeyer.say_idle`)."""
+        assert self.rekeyer is not None
+        consumer = self.app.consumer
+        if not consumer.flow_active:
+            return
+        sources = set(self.rekeyer.settings.topics)
+        assigned = sorted((tp.topic, tp.partition) for tp in consumer.assignment()
+                          if tp.topic in sources)
+
+        async def caught_up(topic: str, partition: int) -> bool:
+            tp = TP(topic, partition)
+            highwater = consumer.highwater(tp)
+            try:
+                position = await asyncio.wait_for(consumer.position(tp), 2.0)
+            except Exception:  # noqa: BLE001 - a rebalance may take the partition away
+                return False
+            return highwater is not None and position is not None and position >= highwater
+
+        await self.rekeyer.say_idle(assigned, caught_up)
+
     async def _follow_registrations(self) -> None:
         assert self.rekeyer is not None
         await self.rekeyer.follow(self.broker, self.group_id)
@@ -267,10 +291,14 @@ class Job:
                 self.rekeyer.forget(tp.topic, tp.partition)
 
     async def on_rebalance_complete(self, sender: Any, **_: Any) -> None:
-        """Under the partitions' ledgers, once the tables are recovered after a rebalance,
-        resume the partitions this worker holds that have not resumed (one kept across the
-        rebalance with nothing left to read would otherwise never plan another slot)."""
-        await self.partitions.resume_assigned()
+        """Once the tables are recovered after a rebalance, before records flow: live, close
+        what ``--max-hold-ms`` allows no longer to wait (:meth:`PartitionRunner.hold_assigned`);
+        under the partitions' ledgers, resume the partitions this worker holds that have not
+        resumed (one kept across the rebalance with nothing left to read would otherwise never
+        plan another slot)."""
+        await self.partitions.hold_assigned()
+        if self.converses:
+            await self.partitions.resume_assigned()
 
     async def on_status(self) -> None:
         """Log counters now and then."""

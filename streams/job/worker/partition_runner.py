@@ -356,6 +356,44 @@ class PartitionRunner:
         """The source stage produced reports: the stream is not idle (idle close waits)."""
         self.last_report = time.monotonic()
 
+    async def hold_assigned(self) -> None:
+        """Live, once the tables are recovered after a rebalance (a restart, a worker joining or
+        leaving) and before records flow: every assigned partition of ``reports`` whose stream
+        has begun gets a watermark record at :meth:`hold_bound` when it is behind it, so the
+        slots that have waited longer than ``--max-hold-ms`` close before the backlog is read
+        (what it holds for them is ``late``); the others stay open while it is read."""
+        bound = self.hold_bound()
+        if bound is None:
+            return
+        futures = []
+        for tp in sorted(self.app.consumer.assignment()):
+            if tp.topic != self.topics.reports:
+                continue
+            p = tp.partition
+            async with self._lock(p):
+                acc = self.accumulator(p)
+                current = acc.slotter.watermark
+                if acc.slotter.first_slot is None or (current is not None and current >= bound):
+                    continue
+                self.last_tick[p] = bound
+                mark = watermark_record(bound, self.secret, self.config.stream, p)
+                futures.append(await self.app.producer.send(self.topics.reports, None, mark, p,
+                                                            None, None))
+        if futures:
+            await asyncio.gather(*futures)
+            log.info("slots ending before %d waited longer than --max-hold-ms: closed on %d "
+                     "partitions before reading on", bound, len(futures))
+
+    def hold_bound(self) -> int | None:
+        """Live: the watermark every partition has reached at the latest, whatever an input
+        partition that lags still holds: the worker's clock less ``--max-hold-ms``, at a slot's
+        end (what comes later for the slots it closes is ``late``). ``None`` replaying history."""
+        if self.config.event_time != "live":
+            return None
+        clock = self.config.clock
+        limit = int(time.time() * 1000) - self.config.max_hold_ms
+        return clock.start(int(clock.slot_of(limit)))
+
     async def on_tick(self) -> None:
         """Close slots of partitions that went quiet: watermark records through the data path."""
         assigned = [tp.partition for tp in self.app.consumer.assignment()
@@ -366,20 +404,30 @@ class PartitionRunner:
         idle = self.config.idle_close_ms / 1000.0
         marks = [a.slotter.watermark for a in self.accumulators.values()
                  if a.slotter.watermark is not None]
-        target = max(marks, default=None)
-        if now - self.last_report >= idle:
+        # with source topics every partition hears every source partition's progress (its
+        # idle ones included), so none is moved by the others (streams/job/source_progress.py)
+        sourced = bool(self.config.source_partitions)
+        target = None if sourced else max(marks, default=None)
+        if now - self.last_report >= idle and not sourced:
             ends = [a.idle_watermark() for a in self.accumulators.values()]
             ends = [e for e in ends if e is not None]
             if ends:
                 target = max(max(ends), target or 0)
-        if target is None:
+        bound = self.hold_bound()
+        if bound is not None and not any(a.slotter.first_slot is not None
+                                         for a in self.accumulators.values()):
+            bound = None  # the stream has not begun here: nothing to close
+        if target is None and bound is None:
             return
         for p in assigned:
             acc = self.accumulators.get(p)
             current = acc.slotter.watermark if acc is not None else None
             quiet = now - self.last_activity.get(p, 0.0) >= idle
-            if (current is None or current < target) and quiet \
-                    and self.last_tick.get(p, -1) < target:
-                self.last_tick[p] = target
-                mark = watermark_record(target, self.secret, self.config.stream, p)
+            # a quiet partition follows the others; any partition follows the live bound
+            goal = max(target if quiet and target is not None else -1,
+                       bound if bound is not None else -1)
+            if goal >= 0 and (current is None or current < goal) \
+                    and self.last_tick.get(p, -1) < goal:
+                self.last_tick[p] = goal
+                mark = watermark_record(goal, self.secret, self.config.stream, p)
                 await self.app.producer.send(self.topics.reports, None, mark, p, None, None)

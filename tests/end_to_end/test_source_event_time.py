@@ -1,0 +1,151 @@
+"""A stream's event time over a source of several partitions (README.md, "Event time"): with
+default flags (no allowed lateness), a keyless topic of 6 partitions of unequal sizes, every
+device once or more in each slot, replayed as history. Kafka hands the consumer the partitions'
+records apart in event time (a fetch covers all slots of one partition before the next): none
+becomes ``late``, every slot is released once, and the releases are the in-process run of the
+same mapped reports; also with the worker SIGKILLed mid-way and started again on its data
+directory, and with two workers sharing the source. On both brokers."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import orjson
+import pytest
+from brokers import broker_fixture
+from test_source import DOMAIN, ORIGIN, iso
+
+from streams.job.pipeline import InProcessJob
+from streams.job.source.mapping import SourceMapping
+from streams.job.source.rekey import report_value
+from streams.kafka.offsets import read_topic, wait_consumed
+from streams.kafka.producer import RawProducer
+from streams.kafka.topics import TopicSpec, create_topics
+from streams.records.dead_letters import decode_dead_letter
+from tests.jobkit import (
+    config,
+    job_nonce,
+    setup_topics,
+    start_configured_worker,
+    stop_worker,
+    timestamped_records,
+    wait_for_slots,
+)
+
+SLOT, SLOTS, PARTS, DEVICES = 60_000, 8, 6, 60
+#: The README's plug-in shape with every flag the job leaves at its default.
+CONFIG = """
+[worker]
+stream = "ev"
+mechanism = "pbd"
+domain = '{{"kind": "labels", "labels": ["DE", "FR", "IT", "other"], "other": "other"}}'
+slot-ms = 60000
+event-time = "history"
+origin-ms = {origin}
+source-topic = ["{source}"]
+user-field = "device.id"
+time-field = "ts"
+value-field = ["country"]
+default-requirement = ["w=20,E=1"]
+"""
+
+broker = broker_fixture()
+
+
+def events() -> list[tuple[int, dict]]:
+    """(source partition, event): device i sits on partition ``i % 6`` only for even devices;
+    odd ones spread over the first three partitions, so the partitions differ in size (the
+    first three hold about twice what the last three do)."""
+    out = []
+    for s in range(SLOTS):
+        for i in range(DEVICES):
+            for k in range(1 + (i + s) % 2):
+                t = ORIGIN + s * SLOT + (i * 7919 + k * 104_729) % SLOT
+                part = i % PARTS if i % 2 == 0 else (i + s) % 3
+                out.append((part, {"device": {"id": f"d{i}"}, "ts": iso(t),
+                                   "country": ["DE", "FR", "IT", "US"][(i + s + k) % 4]}))
+    return out
+
+
+def produce_events(bootstrap: str, topic: str, evs: list[tuple[int, dict]]) -> None:
+    async def go() -> None:
+        prod = RawProducer(bootstrap, topic, PARTS)
+        await prod.start()
+        try:
+            for p in range(PARTS):
+                await prod.send_many([(None, orjson.dumps(e)) for q, e in evs if q == p],
+                                     partition=p)
+        finally:
+            await prod.stop()
+
+    asyncio.run(go())
+
+
+def mapped_reports(records: list[tuple]) -> list[tuple[bytes, bytes]]:
+    """The reports the source stage writes for these source records."""
+    mapping = SourceMapping.from_flags("device.id", "ts", ["country"], DOMAIN)
+    out = []
+    for p in range(PARTS):
+        recs = [r for r in records if r[2] == p]
+        b = mapping.map(recs)
+        assert not b.rejected
+        out += [(u.encode(), report_value(u, int(b.times[j]), b.values[j],
+                                          (0, p, recs[int(b.index[j])][3])))
+                for j, u in enumerate(b.users)]
+    return out
+
+
+@pytest.mark.parametrize("how", ["one", "killed", "two"])
+def test_no_event_of_a_multi_partition_source_is_late(broker, tmp_path: Path, how: str) -> None:
+    prefix, source = f"evt{how}", f"ev-{how}"
+    cfg = config(prefix, stream="ev", domain=DOMAIN, slot_ms=SLOT, origin_ms=ORIGIN)
+    topics = setup_topics(broker.bootstrap, cfg)
+    asyncio.run(create_topics(broker.bootstrap, [TopicSpec("ev", source, PARTS)]))
+    evs = events()
+    half = [e for e in evs if e[1]["ts"] < iso(ORIGIN + 4 * SLOT)]
+    produce_events(broker.bootstrap, source, half if how == "killed" else evs)
+    conf = tmp_path / "pwevent.toml"
+    conf.write_text(CONFIG.format(origin=ORIGIN, source=source))
+    logs = [tmp_path / "w0.log", tmp_path / "w1.log"]
+    workers = [start_configured_worker(broker.bootstrap, prefix, conf, tmp_path / "d0", logs[0])]
+    try:
+        if how == "two":
+            workers.append(start_configured_worker(broker.bootstrap, prefix, conf,
+                                                   tmp_path / "d1", logs[1]))
+        if how == "killed":
+            deadline = time.monotonic() + 90
+            while not asyncio.run(read_topic(broker.bootstrap, topics.reports, cfg.partitions)):
+                assert time.monotonic() < deadline and workers[0].poll() is None
+                time.sleep(0.05)
+            stop_worker(workers[0], kill=True)
+            produce_events(broker.bootstrap, source, [e for e in evs if e not in half])
+            workers[0] = start_configured_worker(broker.bootstrap, prefix, conf,
+                                                 tmp_path / "d0", logs[0])
+        alive = lambda: all(w.poll() is None for w in workers)  # noqa: E731
+        assert asyncio.run(wait_consumed(broker.bootstrap, cfg.app_id(), source, PARTS, 120,
+                                         alive=alive))
+        docs = wait_for_slots(broker.bootstrap, topics, set(range(SLOTS)), 120)
+        assert alive(), "".join(p.read_text()[-2000:] for p in logs if p.exists())
+    finally:
+        for w in workers:
+            stop_worker(w)
+    text = "".join(p.read_text()[-3000:] for p in logs if p.exists())
+    assert sorted(d["slot"] for d in docs) == list(range(SLOTS)), text
+    dead = [decode_dead_letter(v) for _k, v in
+            asyncio.run(read_topic(broker.bootstrap, topics.dead_letters, 1))]
+    assert [d for d in dead if d["reason"] == "late"] == [], "an event on time became late"
+    assert {d["reason"] for d in dead} <= {"duplicate_in_slot"}, dead[:3]
+    # every device counted in every slot, and the releases are the in-process run's
+    records = timestamped_records(broker.bootstrap, source, PARTS)
+    job = InProcessJob(replace(cfg, nonce=job_nonce(broker.bootstrap, topics, "ev")))
+    job.register(asyncio.run(read_topic(broker.bootstrap, topics.requirements, cfg.partitions)))
+    # (in event-time order: the in-process run's reports move its watermark themselves)
+    job.feed(sorted(mapped_reports(records), key=lambda r: orjson.loads(r[1])["time"]))
+    job.finish(ORIGIN + SLOTS * SLOT)
+    raw = sorted((v for _k, v in asyncio.run(read_topic(broker.bootstrap, topics.releases, 1))),
+                 key=lambda v: orjson.loads(v)["slot"])
+    assert raw == job.releases
+    assert all(orjson.loads(v)["users"] == DEVICES for v in raw)

@@ -1,0 +1,136 @@
+"""A stream's event time over source partitions (:mod:`streams.job.source_progress`): the
+smallest time any busy source partition has reached, idle ones left out; progress records are
+signed per partition of ``reports``; a partition of ``reports`` closes a slot only once every
+source partition has passed its end, whatever order their reports arrive in."""
+
+from __future__ import annotations
+
+import orjson
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from streams.job.config import JobConfig
+from streams.job.partitions.slotting import LATE, OK, Slotter
+from streams.job.roles import make_accumulator, make_registry
+from streams.job.slot_clock import SlotClock
+from streams.job.source.rekey import report_value
+from streams.job.source_progress import Progress, SourceProgress, progress_of, progress_record
+from streams.records.field_formats import Reason
+from streams.records.field_parsing import RecordError
+
+SECRET, STREAM = b"k", "s"
+
+
+def test_the_event_time_is_the_smallest_busy_partition_s() -> None:
+    sp = SourceProgress((2, 1))
+    assert sp.event_time() is None
+    sp.take(Progress(0, 0, 5_000, False))
+    sp.take(Progress(0, 1, 9_000, False))
+    assert sp.event_time() is None, "a partition that said nothing yet holds time back"
+    sp.take(Progress(1, 0, 3_000, False))
+    assert sp.event_time() == 3_000
+    assert sp.holding_back() == ((1, 0), 6_000)
+    sp.take(Progress(1, 0, 2_000, False))
+    assert sp.event_time() == 3_000, "a partition's time never goes back"
+    sp.take(Progress(1, 0, 3_000, True))
+    assert sp.event_time() == 5_000, "an idle partition does not hold time back"
+    sp.take(Progress(0, 0, 5_000, True))
+    sp.take(Progress(0, 1, 9_000, True))
+    assert sp.event_time() == 9_000, "all idle: the largest time any reached"
+    sp.take(Progress(0, 0, 6_000, False))
+    assert sp.event_time() == 6_000, "records again: the partition holds time back again"
+    again = SourceProgress((2, 1))
+    again.load(orjson.loads(orjson.dumps(sp.state())))
+    assert (again.reached, again.idle) == (sp.reached, sp.idle)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 2), st.integers(-1, 10_000), st.booleans()),
+                max_size=30))
+def test_the_event_time_matches_its_definition(steps: list) -> None:
+    sp = SourceProgress((3,))
+    reached: dict[int, int] = {}
+    idle: set[int] = set()
+    for p, ms, is_idle in steps:
+        sp.take(Progress(0, p, ms, is_idle))
+        reached[p] = max(reached.get(p, -1), ms)
+        (idle.add if is_idle else idle.discard)(p)
+        busy = [q for q in range(3) if q not in idle]
+        if busy:
+            low = min(reached.get(q, -1) for q in busy)
+            want = None if low < 0 else low
+        else:
+            want = max((t for t in reached.values() if t >= 0), default=None)
+        assert sp.event_time() == want
+
+
+def test_progress_records_are_signed_for_one_partition_of_reports() -> None:
+    p = Progress(1, 4, 123_456, False)
+    value = progress_record(p, SECRET, STREAM, 2)
+    assert progress_of(value, SECRET, STREAM, 2) == p
+    assert progress_of(b'{"user":"a"}', SECRET, STREAM, 2) is None
+    for forged in (progress_record(p, SECRET, STREAM, 3),  # another partition's
+                   progress_record(p, b"other", STREAM, 2),
+                   value.replace(b"123456", b"999999"),
+                   b'{"progress":5,"source":[0,0],"idle":true}'):
+        with pytest.raises(RecordError) as err:
+            progress_of(forged, SECRET, STREAM, 2)
+        assert err.value.reason is Reason.UNAUTHENTICATED_CONTROL
+
+
+def test_a_slotter_that_does_not_advance_only_moves_when_told() -> None:
+    slotter = Slotter(SlotClock(1000), advance=False)
+    import numpy as np
+
+    got = slotter.assign(np.array(["a", "b"], dtype=object), np.array([5_500, 1_200]))
+    assert got.status.tolist() == [OK, OK] and slotter.watermark is None
+    slotter.restore(2_000, {}, slotter.first_slot)
+    got = slotter.assign(np.array(["c", "d"], dtype=object), np.array([1_999, 2_000]))
+    assert got.status.tolist() == [LATE, OK]
+
+
+CFG = JobConfig(stream=STREAM, mechanism="pbd", domain={"kind": "cells", "size": 2},
+                slot_ms=1000, partitions=1, secret="k", event_time="history",
+                source_partitions=(3,))
+
+
+def _report(user: str, t: int, src: int, offset: int) -> tuple:
+    return (user.encode(), report_value(user, t, 1, (0, src, offset)), 0, 0)
+
+
+def test_a_partition_of_reports_waits_for_every_source_partition() -> None:
+    """Source partitions 0 and 1 run four slots ahead of partition 2; partition 2's reports of
+    slot 0 arrive last and count; slot 0 closes only once partition 2 has passed its end."""
+    registry = make_registry(CFG, 0)
+    users = [f"u{i}" for i in range(6)]
+    registry.apply_batch([u.encode() for u in users],
+                         [orjson.dumps({"user": u, "w": 4, "E": 1.0}) for u in users])
+    acc = make_accumulator(0, CFG, registry)
+
+    def mark(src: int, ms: int, idle: bool = False) -> tuple:
+        return (None, progress_record(Progress(0, src, ms, idle), SECRET, STREAM, 0), 0, 0)
+
+    fast = [_report("u0", 100, 0, 0), _report("u1", 4_500, 1, 0), mark(0, 4_600),
+            mark(1, 4_500)]
+    slow = [_report("u2", 300, 2, 0), _report("u3", 900, 2, 1), mark(2, 900)]
+    records = [(k, v, 0, i) for i, (k, v, _p, _o) in enumerate(fast + slow)]
+    partials, dead = acc.process(records[:4], "reports")
+    assert dead == [] and partials == [] and acc.closed_through is None
+    partials, dead = acc.process(records[4:6], "reports")
+    assert dead == [], "partition 2's reports of slot 0 are on time"
+    assert acc.closed_through is None
+    partials, dead = acc.process(records[6:], "reports")
+    assert acc.closed_through is None, "900 ms has not passed slot 0's end"
+    tail = [(k, v, 0, 7 + i) for i, (k, v, _p, _o) in enumerate([mark(2, 2_000)])]
+    partials, dead = acc.process(tail, "reports")
+    assert acc.closed_through == 1
+    assert partials[-1]["slots"]["0"]["accepted"] == 3, "partition 2's two reports counted"
+    # a report of slot 0 from partition 2 after that is late by partition 2's own order
+    late = [(b"u4", report_value("u4", 500, 1, (0, 2, 9)), 0, 8)]
+    _partials, dead = acc.process(late, "reports")
+    assert [d.reason for d in dead] == ["late"]
+    # the progress survives a checkpoint
+    again = make_accumulator(0, CFG, registry)
+    again.restore(acc.snapshot())
+    assert again.sources.reached == acc.sources.reached
