@@ -134,3 +134,52 @@ def test_a_partition_of_reports_waits_for_every_source_partition() -> None:
     again = make_accumulator(0, CFG, registry)
     again.restore(acc.snapshot())
     assert again.sources.reached == acc.sources.reached
+
+
+def test_a_restarted_live_worker_closes_what_waited_longer_than_the_bound() -> None:
+    """Live, a worker that comes back after its partitions' slots waited past ``--max-hold-ms``
+    writes, before records flow, a signed watermark record at the bound to each partition whose
+    stream has begun (what the backlog holds for those slots is then ``late``); the status says
+    how long the oldest open slot has waited."""
+    import asyncio
+    import time
+    from collections import Counter
+    from dataclasses import replace
+    from types import SimpleNamespace
+
+    from faust.types import TP
+
+    from streams.job.operations.worker_metrics import WorkerMetrics
+    from streams.job.partitions.accumulator import watermark_of
+    from streams.job.partitions.checkpoint_store import write_chunked
+    from streams.job.worker.partition_runner import PartitionRunner
+    from streams.kafka.topics import Topics
+
+    cfg = replace(CFG, event_time="live", partitions=2, max_hold_ms=5_000)
+    topics = Topics(prefix="hold", partitions=2)
+    now = int(time.time() * 1000)
+    checkpoints: dict[bytes, bytes] = {}
+    registry = make_registry(cfg, 0)
+    registry.apply_batch([b"u0"], [orjson.dumps({"user": "u0", "w": 4, "E": 1.0})])
+    acc = make_accumulator(0, cfg, registry)
+    acc.process([(b"u0", report_value("u0", now - 30_000, 1, (0, 0, 0)), 0, 0)])
+    write_chunked(checkpoints, 0, acc.snapshot())  # partition 1 never began
+    sent: list[tuple[int, bytes]] = []
+
+    async def send(topic: str, key: bytes | None, value: bytes, partition: int, *_: object):
+        sent.append((partition, value))
+        done = asyncio.get_running_loop().create_future()
+        done.set_result(None)
+        return done
+
+    assigned = {TP(topics.reports, 0), TP(topics.reports, 1)}
+    app = SimpleNamespace(producer=SimpleNamespace(send=send),
+                          consumer=SimpleNamespace(assignment=lambda: assigned))
+    runner = PartitionRunner(app, cfg, "unused:9092", topics, {}, checkpoints,  # type: ignore[arg-type]
+                             Counter(), WorkerMetrics(topics.reports))
+    asyncio.run(runner.hold_assigned())
+    bound = runner.hold_bound()
+    assert bound is not None and now - 7_000 <= bound <= now - 5_000
+    assert [(p, watermark_of((None, v, p, 0), b"k", STREAM)) for p, v in sent] == [(0, bound)]
+    wait, holding = runner.event_time_status()
+    assert 29 <= wait <= 40 and holding is None  # slot of now - 30 s, still open here

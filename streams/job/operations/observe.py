@@ -186,6 +186,7 @@ class Observer(Service):
     async def _metrics(self, _request: web.Request) -> web.Response:
         metrics = self.job.metrics
         metrics.set_coordinator(self.job.coordinator)
+        metrics.set_event_time(*self.job.event_time_status())
         return web.Response(body=metrics.render(), headers={"Content-Type": CONTENT_TYPE_LATEST})
 
     async def _healthz(self, _request: web.Request) -> web.Response:

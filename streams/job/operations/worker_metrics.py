@@ -161,6 +161,13 @@ class WorkerMetrics:
                                 "inside a batch: taken out of it by bisection and "
                                 "dead-lettered as unprocessable (logged once each)",
                                 ["topic"], registry=r)
+        self.open_slot_wait = Gauge("pwevent_open_slot_wait_seconds", "Live: how long past "
+                                    "its end the oldest slot this worker's partitions hold open "
+                                    "is (its release is that late)", registry=r)
+        self.holding_back = Gauge("pwevent_source_holding_back_ms", "The source partition the "
+                                  "stream's event time waits for, and by how many ms of event "
+                                  "time it is behind the most advanced one",
+                                  ["topic", "partition"], registry=r)
         # every series exists from the start, so that rate() sees the first increment
         self.reports.labels(ACCEPTED)
         for reason in Reason:
@@ -226,6 +233,14 @@ class WorkerMetrics:
                 closes.forget(slot)
 
     # -- gauges --------------------------------------------------------------------------------
+
+    def set_event_time(self, wait_s: float, holding: tuple[str, int, int] | None) -> None:
+        """The oldest open slot's wait past its end, and the source partition (topic, partition,
+        ms behind) holding the stream's event time back, if any."""
+        self.open_slot_wait.set(max(wait_s, 0.0))
+        self.holding_back.clear()
+        if holding is not None:
+            self.holding_back.labels(holding[0], str(holding[1])).set(holding[2])
 
     def set_lag(self, lags: Mapping[int, int]) -> None:
         """Lag per assigned reports partition (partitions not given are no longer assigned)."""

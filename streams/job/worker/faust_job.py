@@ -300,7 +300,25 @@ class Job:
         if self.converses:
             await self.partitions.resume_assigned()
 
+    def event_time_status(self) -> tuple[float, tuple[str, int, int] | None]:
+        """:meth:`PartitionRunner.event_time_status`, the source topic named."""
+        wait, holding = self.partitions.event_time_status()
+        if holding is None or self.rekeyer is None:
+            return wait, None
+        topics = self.rekeyer.settings.topics
+        name = topics[holding[0]] if holding[0] < len(topics) else str(holding[0])
+        return wait, (name, holding[1], holding[2])
+
     async def on_status(self) -> None:
-        """Log counters now and then."""
+        """Log counters now and then, and that the job is catching up while a live slot is
+        held open past its end (a backlog being read, a lagging input partition)."""
         if self.counters:
             log.info("counters %s", dict(sorted(self.counters.items())))
+        wait, holding = self.event_time_status()
+        expected = (self.config.lateness_ms + self.config.idle_close_ms) / 1000 + 5
+        if wait > expected:
+            waits_for = (f"; the stream waits for source partition {holding[0]}[{holding[1]}], "
+                         f"{holding[2]} ms of event time behind" if holding else "")
+            log.warning("catching up: the oldest open slot ended %.0f s ago and closes once every "
+                        "input partition is read past it, or --max-hold-ms (%d ms) after its "
+                        "end%s", wait, self.config.max_hold_ms, waits_for)

@@ -384,6 +384,29 @@ class PartitionRunner:
             log.info("slots ending before %d waited longer than --max-hold-ms: closed on %d "
                      "partitions before reading on", bound, len(futures))
 
+    def event_time_status(self) -> tuple[float, tuple[int, int, int] | None]:
+        """Live, how many seconds past its end the oldest slot this worker's partitions hold
+        open is (0 when none is late, and replaying history); and, with source topics, the
+        source partition the stream waits for: (topic index, partition, ms of event time behind
+        the most advanced one), or ``None``."""
+        wait = 0.0
+        if self.config.event_time == "live":
+            clock, now = self.config.clock, time.time() * 1000
+            for acc in list(self.accumulators.values()):
+                first = acc.slotter.first_slot
+                if first is None:
+                    continue
+                oldest = first if acc.closed_through is None else max(first,
+                                                                      acc.closed_through + 1)
+                wait = max(wait, (now - clock.end(oldest)) / 1000)
+        holding = None
+        for acc in list(self.accumulators.values()):
+            if acc.sources is not None:
+                found = acc.sources.holding_back()
+                if found is not None and (holding is None or found[1] > holding[2]):
+                    holding = (found[0][0], found[0][1], found[1])
+        return wait, holding
+
     def hold_bound(self) -> int | None:
         """Live: the watermark every partition has reached at the latest, whatever an input
         partition that lags still holds: the worker's clock less ``--max-hold-ms``, at a slot's
