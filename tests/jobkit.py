@@ -610,3 +610,19 @@ def parse_worker_args(argv: list[str], conf: dict | None = None):
     if conf is not None:
         defaults.apply(sub.choices["worker"], "worker", conf, environ={})
     return top.parse_args(["worker", *argv])
+
+
+def slot_winners(mapped: list[tuple[bytes, bytes]], slot_ms: int,
+                 origin_ms: int = 0) -> set[tuple[bytes, bytes]]:
+    """Of re-keyed reports (key, value with ``source``), per user and slot the one with the
+    smallest (event time, source position): the one that counts, and the only one the source
+    stage must forward of those it reads together."""
+    best: dict[tuple[str, int], tuple[tuple, tuple[bytes, bytes]]] = {}
+    for key, value in mapped:
+        doc = orjson.loads(value)
+        slot = (doc["time"] - origin_ms) // slot_ms
+        rank = (doc["time"], *doc["source"])
+        at = best.get((doc["user"], slot))
+        if at is None or rank < at[0]:
+            best[(doc["user"], slot)] = (rank, (key, value))
+    return {record for _rank, record in best.values()}

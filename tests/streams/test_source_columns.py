@@ -292,3 +292,33 @@ def test_no_more_than_in_flight_batches_travel_at_once() -> None:
         assert len(sends) == rekey.IN_FLIGHT + 1 and acks == [("t", 0, 2)]
 
     asyncio.run(run())
+
+
+def test_the_stage_forwards_only_reports_that_can_still_win() -> None:
+    """Per (user, slot) the report with the smallest (event time, source position) counts: the
+    stage forwards a device's event only when it comes before every one it forwarded for that
+    slot, and counts the others (not dead letters)."""
+    from streams.job.source_progress import PROGRESS_PREFIX
+
+    def event(user: str, t: int, offset: int) -> tuple:
+        return (None, orjson.dumps({"u": user, "v": 1}), 0, offset, t)
+
+    def forwarded(sends: list, k: int) -> list[tuple[str, int]]:
+        return [(orjson.loads(v)["user"], orjson.loads(v)["time"]) for _k, v in sends[k][0]
+                if not v.startswith(PROGRESS_PREFIX)]
+
+    async def run() -> None:
+        sends: list = []
+        stage = _stage(sends, [])
+        # slot length 60 s: three events of u0 and two of u1 in slot 0, one of u0 in slot 1
+        await stage.on_batch("t", [event("u0", 3_000, 0), event("u0", 1_000, 1),
+                                   event("u1", 2_000, 2), event("u0", 1_000, 3),
+                                   event("u1", 2_500, 4), event("u0", 61_000, 5)])
+        assert forwarded(sends, 0) == [("u0", 1_000), ("u1", 2_000), ("u0", 61_000)]
+        assert stage.counters["source_superseded"] == 3
+        await stage.on_batch("t", [event("u0", 500, 6), event("u1", 2_000, 7)])
+        assert forwarded(sends, 1) == [("u0", 500)], "only what comes first can still win"
+        assert stage.counters["source_superseded"] == 4
+        assert stage.dead_letters.sent == []
+
+    asyncio.run(run())

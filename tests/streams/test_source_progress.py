@@ -183,3 +183,25 @@ def test_a_restarted_live_worker_closes_what_waited_longer_than_the_bound() -> N
     assert [(p, watermark_of((None, v, p, 0), b"k", STREAM)) for p, v in sent] == [(0, bound)]
     wait, holding = runner.event_time_status()
     assert 29 <= wait <= 40 and holding is None  # slot of now - 30 s, still open here
+
+
+def test_a_copy_sent_again_after_its_slot_closed_is_no_late_report() -> None:
+    """A source batch read again after a crash sends its reports again; a copy that reaches its
+    partition after the slot closed is counted as superseded, not dead-lettered as ``late``.
+    A report past every source offset taken that comes after its slot closed is ``late``."""
+    registry = make_registry(CFG, 0)
+    registry.apply_batch([b"u0", b"u1"], [orjson.dumps({"user": u, "w": 4, "E": 1.0})
+                                          for u in ("u0", "u1")])
+    acc = make_accumulator(0, CFG, registry)
+
+    def mark(src: int, ms: int) -> tuple:
+        return (None, progress_record(Progress(0, src, ms, False), SECRET, STREAM, 0))
+
+    first = [_report("u0", 100, 0, 7)[:2], mark(0, 1_500), mark(1, 1_500), mark(2, 1_500)]
+    acc.process([(k, v, 0, i) for i, (k, v) in enumerate(first)], "reports")
+    assert acc.closed_through == 0
+    again = [_report("u0", 100, 0, 7)[:2], _report("u1", 200, 0, 8)[:2]]
+    _partials, dead = acc.process([(k, v, 0, 10 + i) for i, (k, v) in enumerate(again)],
+                                  "reports")
+    assert acc.superseded == 1
+    assert [(d.offset, d.reason) for d in dead] == [(11, "late")]

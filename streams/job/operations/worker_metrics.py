@@ -33,6 +33,8 @@ from streams.records.field_formats import Reason
 RELEASE_BUCKETS: Final = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
                           60.0)
 ACCEPTED: Final = "accepted"
+#: The outcome of a report that lost its (user, slot) to one coming first (source positions).
+SUPERSEDED: Final = "superseded"
 
 
 def accepted_since(open_before: int, open_now: int, messages: Iterable[Mapping]) -> int:
@@ -161,6 +163,9 @@ class WorkerMetrics:
                                 "inside a batch: taken out of it by bisection and "
                                 "dead-lettered as unprocessable (logged once each)",
                                 ["topic"], registry=r)
+        self.superseded_events = Counter("pwevent_source_events_superseded", "Source events "
+                                         "not forwarded: a report of the same user and slot "
+                                         "that comes first was forwarded already", registry=r)
         self.open_slot_wait = Gauge("pwevent_open_slot_wait_seconds", "Live: how long past "
                                     "its end the oldest slot this worker's partitions hold open "
                                     "is (its release is that late)", registry=r)
@@ -170,6 +175,7 @@ class WorkerMetrics:
                                   ["topic", "partition"], registry=r)
         # every series exists from the start, so that rate() sees the first increment
         self.reports.labels(ACCEPTED)
+        self.reports.labels(SUPERSEDED)
         for reason in Reason:
             self.dead_letters.labels(reason.value)
             if reason is not Reason.INVALID_REQUIREMENT:
@@ -177,11 +183,14 @@ class WorkerMetrics:
 
     # -- counting, once per batch ------------------------------------------------------------
 
-    def took_reports(self, accepted: int) -> None:
+    def took_reports(self, accepted: int, superseded: int = 0) -> None:
         """A batch of reports was taken, ``accepted`` of them counted (see :func:`accepted_since`;
-        the others are dead letters, counted by :meth:`dead`, or control records)."""
+        ``superseded`` lost their (user, slot) to a report coming first in (event time, source
+        position); the others are dead letters, counted by :meth:`dead`, or control records)."""
         if accepted:
             self.reports.labels(ACCEPTED).inc(accepted)
+        if superseded:
+            self.reports.labels(SUPERSEDED).inc(superseded)
 
     def took_requirements(self, applied: int) -> None:
         """``applied`` requirement records were applied."""
@@ -198,6 +207,10 @@ class WorkerMetrics:
                 self.isolated.labels(topic).inc(n)
             if topic == self.reports_topic:
                 self.reports.labels(reason).inc(n)
+
+    def superseded(self, n: int) -> None:
+        """``n`` source events could no longer win their (user, slot): not forwarded."""
+        self.superseded_events.inc(n)
 
     def source_problem(self, problem: str) -> None:
         """A source mapping looks wrong (:class:`streams.job.source.mapping.MappingWatch`)."""

@@ -34,7 +34,7 @@ from streams.job.partitions.admission import check_placement
 from streams.job.partitions.ordering import Replaced, SlotOrder
 from streams.job.partitions.placement import Placement
 from streams.job.partitions.registries import UserRegistry
-from streams.job.partitions.slotting import DUPLICATE, OK, STATUS_REASON, Slotter
+from streams.job.partitions.slotting import DUPLICATE, OK, STATUS_REASON, SUPERSEDED, Slotter
 from streams.job.slot_protocol import Control
 from streams.job.source_progress import Progress, SourceProgress, progress_of
 from streams.records.field_formats import Reason
@@ -125,6 +125,11 @@ class PartitionAccumulator:
         self.order: dict[int, SlotOrder] = {}
         self.accepted: Counter[int] = Counter()
         self.rejected = 0
+        #: reports with a source position that lost their (user, slot) to one coming first:
+        #: counted here (and in the metrics), not dead-lettered
+        self.superseded = 0
+        # per source partition (topic index << 16 | partition): the largest source offset taken
+        self.source_offsets: dict[int, int] = {}
         self.closed_through: int | None = None
         self.next_offset = 0
         self.max_event = -1
@@ -231,6 +236,16 @@ class PartitionAccumulator:
             recs = [recs[i] for i in keep]
         dead += [self._dead(recs[r.index], topic, r.reason.value, r.detail)
                  for r in batch.rejected]
+        if batch.sources is not None and len(batch) and int(batch.sources.max()) >= 0:
+            repeat = self._repeats(batch.sources)
+            wm = self.slotter.watermark  # only a copy for a closed slot needs telling apart
+            clock = self.config.clock
+            closed = (np.zeros_like(repeat) if wm is None
+                      else clock.slot_of(batch.times) + 1 <= int(clock.slot_of(wm)))
+            repeat &= closed
+            if repeat.any():
+                self.superseded += int(repeat.sum())
+                batch = batch.select(~repeat)
         bound, start = self.clock_bound(), self.start_bound()
         if len(batch) and (int(batch.times.min()) < start
                            or (bound is not None and int(batch.times.max()) > bound)):
@@ -275,7 +290,9 @@ class PartitionAccumulator:
                         sources, batch.cells[idx], levels[idx],
                         np.fromiter((recs[int(i)][3] for i in batch.index[idx]), dtype=np.int64,
                                     count=idx.shape[0]), status, recs[0], topic, dead)
-        for i in np.flatnonzero(status != OK).tolist():
+        superseded = status == SUPERSEDED
+        self.superseded += int(superseded.sum())
+        for i in np.flatnonzero((status != OK) & ~superseded).tolist():
             slot = int(assignment.slots[i])
             dead.append(self._dead(recs[int(batch.index[idx[i]])], topic,
                                    STATUS_REASON[int(status[i])],
@@ -292,6 +309,28 @@ class PartitionAccumulator:
         dead.sort(key=lambda x: x.offset)
         out.extend(dead)
         partials.extend(self._closed_messages())
+
+    def _repeats(self, sources: np.ndarray) -> np.ndarray:
+        """Which reports may repeat one taken before: the source stage writes a source
+        partition's reports to this partition in source-offset order (one idempotent producer
+        per worker, batches in order), so a report whose source offset is not beyond the largest
+        taken from its source partition is a copy, sent again after the stage read its batch
+        again (a crash, a rebalance). The caller uses it for reports of closed slots only: such
+        a copy is counted as superseded, not dead-lettered as ``late`` (its first copy was
+        taken while the slot was open); in an open slot the (event time, source position) rule
+        already tells a copy apart."""
+        repeat = np.zeros(sources.shape[0], dtype=bool)
+        sourced = sources >= 0
+        partitions = np.where(sourced, sources >> 40, -1)
+        offsets = sources & ((1 << 40) - 1)
+        for key in np.unique(partitions[sourced]).tolist():
+            at = np.flatnonzero(partitions == key)
+            mine = offsets[at]
+            before = np.maximum.accumulate(np.concatenate(
+                ([self.source_offsets.get(key, -1)], mine)))[:-1]
+            repeat[at] = mine <= before
+            self.source_offsets[key] = max(self.source_offsets.get(key, -1), int(mine.max()))
+        return repeat
 
     def _dedupe(self, slots: np.ndarray, users: np.ndarray, status: np.ndarray,
                 where: np.ndarray) -> None:
@@ -321,7 +360,8 @@ class PartitionAccumulator:
         """Reports with a source position (``where``, into the registered reports): per (user,
         slot) the smallest (event time, source position) counts
         (:mod:`streams.job.partitions.ordering`); a counted report it replaces is taken back from
-        its placement and dead-lettered."""
+        its placement. Those that lose to a sourced report are counted (``superseded``), not
+        dead-lettered: telemetry sends many events per device and slot."""
         size = max(len(self.registry.users), 1)
         for slot in np.unique(slots[where]).tolist():
             pos = where[slots[where] == slot]
@@ -334,7 +374,10 @@ class PartitionAccumulator:
             order = self.order.setdefault(slot, SlotOrder(size))
             accept, replaced = order.decide(seen, users[pos], times[pos], sources[pos],
                                             cells[pos], levels[pos], offsets[pos])
-            status[pos[~accept]] = DUPLICATE
+            # losing to a sourced report: superseded; to a plain one: a duplicate
+            behind_sourced = order.sources[users[pos]] >= 0
+            status[pos[~accept & behind_sourced]] = SUPERSEDED
+            status[pos[~accept & ~behind_sourced]] = DUPLICATE
             if replaced.users.size:
                 self._replace(slot, replaced, some, topic, dead)
 
@@ -345,11 +388,7 @@ class PartitionAccumulator:
         self.placement.uncount(np.full(n, slot, dtype=np.int64), replaced.users,
                                replaced.levels, replaced.cells)
         self.accepted[slot] -= n
-        for u, off in zip(replaced.users.tolist(), replaced.offsets.tolist(), strict=True):
-            dead.append(DeadLetter(topic, some[2], int(off), self.registry.users[u].encode(), None,
-                                   Reason.DUPLICATE_IN_SLOT.value,
-                                   f"slot {slot}: replaced by a report of the same user whose "
-                                   "(event time, source position) comes first"))
+        self.superseded += n
 
     def advance_messages(self, watermark: int) -> list[dict]:
         """Move the watermark forward (the worker's, or at idle time); returns the messages
@@ -442,6 +481,7 @@ class PartitionAccumulator:
             "accepted": {str(s): n for s, n in self.accepted.items()},
             "order": {str(s): o.state() for s, o in self.order.items()},
             **({"sources": self.sources.state()} if self.sources is not None else {}),
+            "source_offsets": [[k, v] for k, v in sorted(self.source_offsets.items())],
         }
 
     def restore(self, data: bytes) -> None:
@@ -467,3 +507,4 @@ class PartitionAccumulator:
         self.order = {int(s): SlotOrder.from_state(o) for s, o in doc.get("order", {}).items()}
         if self.sources is not None:
             self.sources.load(doc.get("sources"))
+        self.source_offsets = {int(k): int(v) for k, v in doc.get("source_offsets", [])}

@@ -34,6 +34,7 @@ __all__ = [
     "FUTURE",
     "LATE",
     "OK",
+    "SUPERSEDED",
     "SlotAssignment",
     "SlotClock",
     "Slotter",
@@ -43,6 +44,10 @@ OK: Final = 0
 LATE: Final = 1
 FUTURE: Final = 2
 DUPLICATE: Final = 3
+#: A report with a source position that loses to one of the same user and slot coming first (in
+#: (event time, source position)): counted, not dead-lettered (telemetry sends many events per
+#: device and slot; :mod:`streams.job.partitions.ordering`).
+SUPERSEDED: Final = 4
 
 #: Status code -> dead-letter reason.
 STATUS_REASON: Final = {LATE: "late", FUTURE: "future", DUPLICATE: "duplicate_in_slot"}

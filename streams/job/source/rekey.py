@@ -166,6 +166,9 @@ class Rekeyer:
         self.last_read: dict[tuple[str, int], float] = {}
         self.idle_said: set[tuple[str, int]] = set()
         self.in_batch: set[tuple[str, int]] = set()
+        # per slot, per user: the (event time, topic index, partition, offset) of the report
+        # forwarded so far; only a report that comes before it can still win
+        self.forwarded: dict[int, dict[str, tuple[int, int, int, int]]] = {}
         self.secret = config.secret_bytes()
         self.held: dict[tuple[str, int], deque[_Held]] = {}
         self.failed: BaseException | None = None  # a send of reports the broker refused
@@ -210,6 +213,7 @@ class Rekeyer:
         self.counters["source_records"] += len(records)
         self.counters["source_rejected"] += len(dead)
         futures = await self.dead_letters.send(dead, wait=False)
+        batch = self._can_win(batch, ti, p, [records[j][3] for j in batch.index.tolist()])
         users = batch.users
         keys = [user.encode() for user in users]
         parts = key_partitions(keys, self.config.partitions).tolist() if keys else []
@@ -254,6 +258,55 @@ class Rekeyer:
         await self._advance((topic, p))
         queue = self.held.get((topic, p))
         return queue[0].first_offset if queue else None
+
+    def _can_win(self, batch: MappedBatch, ti: int, p: int, offsets: list[int]) -> MappedBatch:
+        """The mapped reports that can still win their (user, slot): per user and slot the
+        report with the smallest (event time, source position) counts, so one that comes after
+        a report this stage forwarded already never will. Telemetry sends many events per
+        device and slot; the others are counted (``source_superseded``), not forwarded (and not
+        dead-lettered: they are no bad input). Slots well behind this stage's own source
+        partitions are forgotten (a report for them from here would be late)."""
+        if not batch.users:
+            return batch
+        slots = self.config.clock.slot_of(batch.times).tolist()
+        keep = np.zeros(len(batch.users), dtype=bool)
+        forwarded = self.forwarded
+        here: dict[tuple[str, int], int] = {}
+        for j, (user, slot, t, offset) in enumerate(zip(batch.users, slots,
+                                                         batch.times.tolist(), offsets,
+                                                         strict=True)):
+            seen = forwarded.get(slot)
+            if seen is None:
+                seen = forwarded[slot] = {}
+            position = (t, ti, p, offset)
+            best = seen.get(user)
+            if best is not None and best <= position:
+                continue
+            seen[user] = position
+            before = here.get((user, slot))
+            if before is not None:
+                keep[before] = False
+            here[(user, slot)] = j
+            keep[j] = True
+        dropped = len(keep) - int(keep.sum())
+        if dropped:
+            self.counters["source_superseded"] += dropped
+            if self.metrics is not None:
+                self.metrics.superseded(dropped)
+        reached = [self.reached[w] for w in self.reached if w[0] in self.index]
+        if reached:
+            behind = int(self.config.clock.slot_of(min(reached) - self.config.lateness_ms)) - 2
+            for slot in [s for s in forwarded if s < behind]:
+                del forwarded[slot]
+        if bool(keep.all()):
+            return batch
+        where = np.flatnonzero(keep)
+        kept = where.tolist()
+        return dataclasses.replace(
+            batch, index=batch.index[where], users=[batch.users[j] for j in kept],
+            times=batch.times[where], values=[batch.values[j] for j in kept],
+            cells=batch.cells[where], extras=[batch.extras[j] for j in kept] if batch.extras
+            else batch.extras)
 
     def _progress(self, where: tuple[str, int], times: np.ndarray) -> list[tuple[int, bytes]]:
         """The progress records of a source partition after a batch with these mapped event

@@ -171,9 +171,10 @@ class PartitionRunner:
             return rewind
         async with self._lock(p):
             acc, messages = self._resumed(p)
-            before = acc.accepted.total()
+            before, superseded = acc.accepted.total(), acc.superseded
             more, dead = acc.process(records, self.topics.reports)
-            self.metrics.took_reports(accepted_since(before, acc.accepted.total(), more))
+            self.metrics.took_reports(accepted_since(before, acc.accepted.total(), more),
+                                      acc.superseded - superseded)
             messages += more
             futures = await self._took_reports(p, records, dead)
             await self._say(p, acc, messages, futures, checkpoint=acc.start_unsaved)
