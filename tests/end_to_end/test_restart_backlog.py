@@ -128,10 +128,20 @@ def copies(bootstrap: str, topic: str, partitions: int
     return {k: v for k, v in out.items() if k[0] != "mark"}
 
 
-@pytest.mark.parametrize("hold", [None, 4000], ids=["default", "bound-exceeded"])
-def test_a_restart_loses_nothing_that_waited_in_kafka(broker, tmp_path: Path,
-                                                      hold: int | None) -> None:
-    prefix, source = f"bk{hold or 0}", f"devices-{hold or 0}"
+@pytest.mark.parametrize("how", ["restart", "bound-exceeded"])
+def test_a_restart_loses_nothing_that_waited_in_kafka(broker, tmp_path: Path, how: str) -> None:
+    """``restart``: the worker is SIGKILLed, down for 16 slots, started again on its data
+    directory. ``bound-exceeded``: the same with ``--max-hold-ms`` 4000."""
+    run_scenario(broker, tmp_path, how)
+
+
+def run_scenario(broker, tmp_path: Path, how: str) -> None:  # noqa: C901 - one story
+    """The scenario of the module doc, one way (the test's doc); ``joined-then-killed``: a
+    second worker joins the running group, takes its share of the partitions and is SIGKILLed
+    for good: the first takes them back through the session timeout
+    (test_takeover_backlog.py)."""
+    hold = 4000 if how == "bound-exceeded" else None
+    prefix, source = f"bk{how[:4]}", f"devices-{how[:4]}"
     cfg = config(prefix, stream="live", domain=DOMAIN, slot_ms=SLOT, event_time="live")
     topics = setup_topics(broker.bootstrap, cfg)
     asyncio.run(create_topics(broker.bootstrap, [TopicSpec("live", source, PARTS)]))
@@ -152,10 +162,17 @@ def test_a_restart_loses_nothing_that_waited_in_kafka(broker, tmp_path: Path,
                 log.read_text()[-3000:]
             time.sleep(0.2)
         time.sleep(2)
-        stop_worker(worker, kill=True)
-        time.sleep(16)  # 16 slots of events wait in Kafka
-        worker = start_configured_worker(broker.bootstrap, prefix, conf, data, log)
-        time.sleep(5)
+        if how == "joined-then-killed":
+            other = start_configured_worker(broker.bootstrap, prefix, conf,
+                                            tmp_path / "data-2", tmp_path / "worker-2.log")
+            time.sleep(8)  # it joins and takes its share
+            stop_worker(other, kill=True)
+            time.sleep(16)  # its partitions wait for the session timeout, then move back
+        else:
+            stop_worker(worker, kill=True)
+            time.sleep(16)  # 16 slots of events wait in Kafka
+            worker = start_configured_worker(broker.bootstrap, prefix, conf, data, log)
+            time.sleep(5)
         devices.halt.set()
         devices.join(10)
         assert devices.error is None, devices.error
