@@ -626,3 +626,20 @@ def slot_winners(mapped: list[tuple[bytes, bytes]], slot_ms: int,
         if at is None or rank < at[0]:
             best[(doc["user"], slot)] = (rank, (key, value))
     return {record for _rank, record in best.values()}
+
+
+def rekeyed(records: list[tuple], mapping: object, partitions: int,
+            topic_index: int = 0) -> list[tuple[bytes, bytes]]:
+    """The reports the source stage writes for source ``records`` (as
+    :func:`timestamped_records` reads them) under ``mapping``, before it keeps only those that
+    can still win: every mapped record, with its source position, in event-time order."""
+    from streams.job.source.rekey import report_value
+
+    out = []
+    for p in range(partitions):
+        recs = [r for r in records if r[2] == p]
+        b = mapping.map(recs)  # type: ignore[attr-defined]
+        out += [(u.encode(), report_value(u, int(b.times[j]), b.values[j],
+                                          (topic_index, p, recs[int(b.index[j])][3])))
+                for j, u in enumerate(b.users)]
+    return sorted(out, key=lambda r: orjson.loads(r[1])["time"])

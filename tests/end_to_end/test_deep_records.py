@@ -30,7 +30,6 @@ from test_source import (
 
 from streams.job.pipeline import InProcessJob
 from streams.job.source.mapping import SourceMapping
-from streams.job.source.rekey import report_value
 from streams.kafka.offsets import wait_consumed
 from streams.kafka.topics import TopicSpec, create_topics
 from streams.records.dead_letters import decode_dead_letter
@@ -41,6 +40,7 @@ from tests.jobkit import (
     job_nonce,
     produce,
     register,
+    rekeyed,
     requirement_records,
     setup_topics,
     slot_reports,
@@ -152,18 +152,12 @@ def test_deep_records_on_a_source_topic(broker, tmp_path: Path) -> None:
     records = timestamped_records(broker.bootstrap, source, SOURCE_PARTS)
     good = [r for r in records if r[1] not in poison]
     assert len(good) == len(records) - 2
-    mapping = SourceMapping.from_flags("device.id", "ts", ["country"], DOMAIN)
-    mapped = []
-    for p in range(SOURCE_PARTS):
-        recs = [r for r in good if r[2] == p]
-        b = mapping.map(recs)
-        assert not b.rejected
-        mapped += [(u.encode(), report_value(u, int(b.times[j]), b.values[j],
-                                             (0, p, recs[int(b.index[j])][3])))
-                   for j, u in enumerate(b.users)]
+    mapped = rekeyed(good, SourceMapping.from_flags("device.id", "ts", ["country"], DOMAIN),
+                     SOURCE_PARTS)
+    assert len(mapped) == len(good)
     job = InProcessJob(replace(cfg, nonce=job_nonce(broker.bootstrap, topics, "app")))
     job.register(read_all(broker.bootstrap, topics.requirements, cfg.partitions))
-    job.feed(sorted(mapped, key=lambda r: orjson.loads(r[1])["time"]))
+    job.feed(mapped)
     job.finish(ORIGIN + 4 * SLOT)
     raw = sorted((v for _k, v in read_all(broker.bootstrap, topics.releases, 1)),
                  key=lambda v: orjson.loads(v)["slot"])

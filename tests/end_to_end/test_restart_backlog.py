@@ -20,7 +20,6 @@ from brokers import broker_fixture
 
 from streams.job.pipeline import InProcessJob
 from streams.job.source.mapping import SourceMapping
-from streams.job.source.rekey import report_value
 from streams.kafka.offsets import read_topic
 from streams.kafka.producer import RawProducer, key_partition
 from streams.kafka.topics import TopicSpec, create_topics
@@ -29,6 +28,7 @@ from tests.jobkit import (
     config,
     job_nonce,
     produce,
+    rekeyed,
     requirement_records,
     setup_topics,
     start_configured_worker,
@@ -90,15 +90,8 @@ class Devices(threading.Thread):
 
 
 def mapped(records: list[tuple]) -> list[tuple[bytes, bytes]]:
-    mapping = SourceMapping.from_flags("device.id", "ts", ["country"], DOMAIN)
-    out = []
-    for p in range(PARTS):
-        recs = [r for r in records if r[2] == p]
-        b = mapping.map(recs)
-        out += [(u.encode(), report_value(u, int(b.times[j]), b.values[j],
-                                          (0, p, recs[int(b.index[j])][3])))
-                for j, u in enumerate(b.users)]
-    return sorted(out, key=lambda r: orjson.loads(r[1])["time"])
+    return rekeyed(records, SourceMapping.from_flags("device.id", "ts", ["country"], DOMAIN),
+                   PARTS)
 
 
 def forwarded(bootstrap: str, topic: str, partitions: int

@@ -77,12 +77,13 @@ def app_events(devices: int) -> list[tuple[int, dict]]:
     return out
 
 
-def produce_source(bootstrap: str, topic: str, events) -> None:
+def produce_source(bootstrap: str, topic: str, events, parts: int = SOURCE_PARTS) -> None:
+    """Each (source partition, event) as a keyless JSON record on that partition."""
     async def go() -> None:
-        prod = RawProducer(bootstrap, topic, SOURCE_PARTS)
+        prod = RawProducer(bootstrap, topic, parts)
         await prod.start()
         try:
-            for p in range(SOURCE_PARTS):
+            for p in range(parts):
                 await prod.send_many([(None, orjson.dumps(e)) for q, e in events if q == p],
                                      partition=p)
         finally:

@@ -16,18 +16,17 @@ from pathlib import Path
 import orjson
 import pytest
 from brokers import broker_fixture
-from test_source import DOMAIN, ORIGIN, iso
+from test_source import DOMAIN, ORIGIN, iso, produce_source
 
 from streams.job.pipeline import InProcessJob
 from streams.job.source.mapping import SourceMapping
-from streams.job.source.rekey import report_value
 from streams.kafka.offsets import read_topic, wait_consumed
-from streams.kafka.producer import RawProducer
 from streams.kafka.topics import TopicSpec, create_topics
 from streams.records.dead_letters import decode_dead_letter
 from tests.jobkit import (
     config,
     job_nonce,
+    rekeyed,
     setup_topics,
     start_configured_worker,
     stop_worker,
@@ -70,34 +69,6 @@ def events() -> list[tuple[int, dict]]:
     return out
 
 
-def produce_events(bootstrap: str, topic: str, evs: list[tuple[int, dict]]) -> None:
-    async def go() -> None:
-        prod = RawProducer(bootstrap, topic, PARTS)
-        await prod.start()
-        try:
-            for p in range(PARTS):
-                await prod.send_many([(None, orjson.dumps(e)) for q, e in evs if q == p],
-                                     partition=p)
-        finally:
-            await prod.stop()
-
-    asyncio.run(go())
-
-
-def mapped_reports(records: list[tuple]) -> list[tuple[bytes, bytes]]:
-    """The reports the source stage writes for these source records."""
-    mapping = SourceMapping.from_flags("device.id", "ts", ["country"], DOMAIN)
-    out = []
-    for p in range(PARTS):
-        recs = [r for r in records if r[2] == p]
-        b = mapping.map(recs)
-        assert not b.rejected
-        out += [(u.encode(), report_value(u, int(b.times[j]), b.values[j],
-                                          (0, p, recs[int(b.index[j])][3])))
-                for j, u in enumerate(b.users)]
-    return out
-
-
 @pytest.mark.parametrize("how", ["one", "killed", "two"])
 def test_no_event_of_a_multi_partition_source_is_late(broker, tmp_path: Path, how: str) -> None:
     prefix, source = f"evt{how}", f"ev-{how}"
@@ -106,7 +77,7 @@ def test_no_event_of_a_multi_partition_source_is_late(broker, tmp_path: Path, ho
     asyncio.run(create_topics(broker.bootstrap, [TopicSpec("ev", source, PARTS)]))
     evs = events()
     half = [e for e in evs if e[1]["ts"] < iso(ORIGIN + 4 * SLOT)]
-    produce_events(broker.bootstrap, source, half if how == "killed" else evs)
+    produce_source(broker.bootstrap, source, half if how == "killed" else evs, PARTS)
     conf = tmp_path / "pwevent.toml"
     conf.write_text(CONFIG.format(origin=ORIGIN, source=source))
     logs = [tmp_path / "w0.log", tmp_path / "w1.log"]
@@ -121,7 +92,7 @@ def test_no_event_of_a_multi_partition_source_is_late(broker, tmp_path: Path, ho
                 assert time.monotonic() < deadline and workers[0].poll() is None
                 time.sleep(0.05)
             stop_worker(workers[0], kill=True)
-            produce_events(broker.bootstrap, source, [e for e in evs if e not in half])
+            produce_source(broker.bootstrap, source, [e for e in evs if e not in half], PARTS)
             workers[0] = start_configured_worker(broker.bootstrap, prefix, conf,
                                                  tmp_path / "d0", logs[0])
         alive = lambda: all(w.poll() is None for w in workers)  # noqa: E731
@@ -143,7 +114,10 @@ def test_no_event_of_a_multi_partition_source_is_late(broker, tmp_path: Path, ho
     job = InProcessJob(replace(cfg, nonce=job_nonce(broker.bootstrap, topics, "ev")))
     job.register(asyncio.run(read_topic(broker.bootstrap, topics.requirements, cfg.partitions)))
     # (in event-time order: the in-process run's reports move its watermark themselves)
-    job.feed(sorted(mapped_reports(records), key=lambda r: orjson.loads(r[1])["time"]))
+    mapped = rekeyed(records, SourceMapping.from_flags("device.id", "ts", ["country"], DOMAIN),
+                     PARTS)
+    assert len(mapped) == len(records)
+    job.feed(mapped)
     job.finish(ORIGIN + SLOTS * SLOT)
     raw = sorted((v for _k, v in asyncio.run(read_topic(broker.bootstrap, topics.releases, 1))),
                  key=lambda v: orjson.loads(v)["slot"])
