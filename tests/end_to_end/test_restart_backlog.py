@@ -195,21 +195,6 @@ def run_scenario(broker, tmp_path: Path, how: str) -> None:  # noqa: C901 - one 
     for where, (event, _bounded) in reported.items():
         events.setdefault(event, []).append(where in late_copies)
     late = {e for e, lates in events.items() if all(lates)}
-    # exactly the copies behind the bound's watermark record are late, but for those whose
-    # device and slot had a report taken before (a copy, or an event that loses to it, forwarded
-    # again by a stage that read the source batch again after the crash): superseded
-    bounded = {w for w, (_e, behind) in reported.items() if behind}
-    per_slot: dict[tuple[str, int], int] = {}
-    for (user, t), _b in reported.values():
-        per_slot[(user, t // SLOT)] = per_slot.get((user, t // SLOT), 0) + 1
-    assert late_copies <= bounded
-    assert all(per_slot[(reported[w][0][0], reported[w][0][1] // SLOT)] > 1
-               for w in bounded - late_copies)
-    if hold is None:
-        assert late == set(), f"{len(late)} events that waited in Kafka became late"
-        assert bounded == set()
-    else:
-        assert late, "16 slots down with a 4-slot bound: the bound closed slots with events"
     # every device-slot is counted unless every copy of its forwarded report was late (the
     # stage forwards per device and slot only the event that can still win: the earliest)
     on_time = {reported[w][0] for w in reported if w not in late_copies}
@@ -218,9 +203,23 @@ def run_scenario(broker, tmp_path: Path, how: str) -> None:  # noqa: C901 - one 
     counted = {(u, t // SLOT) for u, t in on_time}
     assert counted <= device_slots
     lost = device_slots - counted
-    assert lost == {(u, t // SLOT) for u, t in late}
+    assert lost <= {(u, t // SLOT) for u, t in late}
+    # a late copy is behind the bound's watermark record, or of a device-slot counted anyway
+    # (an event that lost to the counted one before the crash, forwarded again by a stage that
+    # read its source batch again); the copies behind the bound that are not late are copies
+    # of, or lose to, a report taken before
+    bounded = {w for w, (_e, behind) in reported.items() if behind}
+    per_slot: dict[tuple[str, int], int] = {}
+    for (user, t), _b in reported.values():
+        per_slot[(user, t // SLOT)] = per_slot.get((user, t // SLOT), 0) + 1
+    slot_of = {w: (e[0], e[1] // SLOT) for w, (e, _b) in reported.items()}
+    assert all(w in bounded or slot_of[w] in counted for w in late_copies)
+    assert all(per_slot[slot_of[w]] > 1 for w in bounded - late_copies)
     if hold is None:
-        assert lost == set()
+        assert lost == set(), f"{len(lost)} device-slots that waited in Kafka were lost"
+        assert bounded == set()
+    else:
+        assert lost, "16 slots down with a 4-slot bound: the bound closed slots with events"
     # the releases are the in-process run of the reports taken (the forwarded ones that were
     # not late) under the job's nonce, from the stream's first slot on
     taken = {w: v for w, v in ((w, v) for w, v in forwarded(broker.bootstrap, topics.reports,

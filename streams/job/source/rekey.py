@@ -329,6 +329,24 @@ class Rekeyer:
         return [(q, progress_record(progress, self.secret, self.config.stream, q))
                 for q in range(self.config.partitions)]
 
+    async def say_busy(self, assigned: Sequence[tuple[str, int]]) -> None:
+        """After a rebalance, before records flow: every ``assigned`` source partition holds
+        the stream's event time at its last progress again until it is read (a partition said
+        idle before may have records now: another's progress must not close their slots
+        first). One that is still quiet and read to its end is said idle again
+        (:meth:`say_idle`)."""
+        if not assigned:
+            return
+        async with self._enqueue:
+            marks = [m for where in assigned
+                     for m in self._marks(where, self.reached.get(where, -1), idle=False)]
+            for where in assigned:
+                self.idle_said.discard(where)
+                self.last_read.pop(where, None)
+            sending = await self._produce([(None, m) for _q, m in marks],
+                                          [q for q, _m in marks])
+        await sending
+
     async def say_idle(self, assigned: Sequence[tuple[str, int]],
                        caught_up: Callable[[str, int], Awaitable[bool]]) -> None:
         """Write idle progress for the ``assigned`` source partitions that are read to their end

@@ -293,10 +293,17 @@ class Job:
     async def on_rebalance_complete(self, sender: Any, **_: Any) -> None:
         """Once the tables are recovered after a rebalance, before records flow: live, close
         what ``--max-hold-ms`` allows no longer to wait (:meth:`PartitionRunner.hold_assigned`);
+        the source partitions this worker now holds hold the stream's event time until read
+        (:meth:`Rekeyer.say_busy`);
         under the partitions' ledgers, resume the partitions this worker holds that have not
         resumed (one kept across the rebalance with nothing left to read would otherwise never
         plan another slot)."""
         await self.partitions.hold_assigned()
+        if self.rekeyer is not None:
+            sources = set(self.rekeyer.settings.topics)
+            await self.rekeyer.say_busy(sorted(
+                (tp.topic, tp.partition) for tp in self.app.consumer.assignment()
+                if tp.topic in sources))
         if self.converses:
             await self.partitions.resume_assigned()
 
