@@ -289,7 +289,7 @@ class PartitionAccumulator:
             self._order(ok[sourced], assignment.slots, uidx[idx], batch.times[idx],
                         sources, batch.cells[idx], levels[idx],
                         np.fromiter((recs[int(i)][3] for i in batch.index[idx]), dtype=np.int64,
-                                    count=idx.shape[0]), status, recs[0], topic, dead)
+                                    count=idx.shape[0]), status)
         superseded = status == SUPERSEDED
         self.superseded += int(superseded.sum())
         for i in np.flatnonzero((status != OK) & ~superseded).tolist():
@@ -355,8 +355,7 @@ class PartitionAccumulator:
 
     def _order(self, where: np.ndarray, slots: np.ndarray, users: np.ndarray,
                times: np.ndarray, sources: np.ndarray, cells: np.ndarray, levels: np.ndarray,
-               offsets: np.ndarray, status: np.ndarray, some: RawRecord, topic: str,
-               dead: list[DeadLetter]) -> None:
+               offsets: np.ndarray, status: np.ndarray) -> None:
         """Reports with a source position (``where``, into the registered reports): per (user,
         slot) the smallest (event time, source position) counts
         (:mod:`streams.job.partitions.ordering`); a counted report it replaces is taken back from
@@ -379,11 +378,11 @@ class PartitionAccumulator:
             status[pos[~accept & behind_sourced]] = SUPERSEDED
             status[pos[~accept & ~behind_sourced]] = DUPLICATE
             if replaced.users.size:
-                self._replace(slot, replaced, some, topic, dead)
+                self._replace(slot, replaced)
 
-    def _replace(self, slot: int, replaced: Replaced, some: RawRecord, topic: str,
-                 dead: list[DeadLetter]) -> None:
-        """Take back counted reports that a report with a smaller source position replaced."""
+    def _replace(self, slot: int, replaced: Replaced) -> None:
+        """Take back counted reports that a report with a smaller source position replaced
+        (counted as superseded)."""
         n = int(replaced.users.size)
         self.placement.uncount(np.full(n, slot, dtype=np.int64), replaced.users,
                                replaced.levels, replaced.cells)
