@@ -123,3 +123,50 @@ def test_no_event_of_a_multi_partition_source_is_late(broker, tmp_path: Path, ho
                  key=lambda v: orjson.loads(v)["slot"])
     assert raw == job.releases
     assert all(orjson.loads(v)["users"] == DEVICES for v in raw)
+
+
+def test_two_source_topics_at_once(broker, tmp_path: Path) -> None:
+    """The rule over several source topics: events split over two topics (6 and 2 partitions,
+    unequal in size), read by one worker at their own speeds; every partition of both holds the
+    stream's event time, so none is ``late``."""
+    prefix, sources = "evt2", ("ev2-a", "ev2-b")
+    cfg = config(prefix, stream="ev", domain=DOMAIN, slot_ms=SLOT, origin_ms=ORIGIN)
+    topics = setup_topics(broker.bootstrap, cfg)
+    asyncio.run(create_topics(broker.bootstrap, [TopicSpec("ev", sources[0], PARTS),
+                                                 TopicSpec("ev", sources[1], 2)]))
+    evs = events()
+    first = [e for i, e in enumerate(evs) if i % 3]
+    second = [(p % 2, e) for i, (p, e) in enumerate(evs) if not i % 3]
+    produce_source(broker.bootstrap, sources[0], first, PARTS)
+    produce_source(broker.bootstrap, sources[1], second, 2)
+    conf = tmp_path / "pwevent.toml"
+    conf.write_text(CONFIG.format(origin=ORIGIN, source=sources[0]).replace(
+        f'source-topic = ["{sources[0]}"]', f'source-topic = ["{sources[0]}", "{sources[1]}"]'))
+    log = tmp_path / "worker.log"
+    worker = start_configured_worker(broker.bootstrap, prefix, conf, tmp_path / "data", log)
+    try:
+        assert asyncio.run(wait_consumed(broker.bootstrap, cfg.app_id(), sources[0], PARTS, 120,
+                                         alive=lambda: worker.poll() is None))
+        assert asyncio.run(wait_consumed(broker.bootstrap, cfg.app_id(), sources[1], 2, 120,
+                                         alive=lambda: worker.poll() is None))
+        docs = wait_for_slots(broker.bootstrap, topics, set(range(SLOTS)), 120, worker)
+        assert worker.poll() is None, log.read_text()[-3000:]
+    finally:
+        stop_worker(worker)
+    assert sorted(d["slot"] for d in docs) == list(range(SLOTS)), log.read_text()[-3000:]
+    dead = [decode_dead_letter(v) for _k, v in
+            asyncio.run(read_topic(broker.bootstrap, topics.dead_letters, 1))]
+    assert [d for d in dead if d["reason"] == "late"] == [], "an event on time became late"
+    mapping = SourceMapping.from_flags("device.id", "ts", ["country"], DOMAIN)
+    mapped = sorted(
+        rekeyed(timestamped_records(broker.bootstrap, sources[0], PARTS), mapping, PARTS, 0)
+        + rekeyed(timestamped_records(broker.bootstrap, sources[1], 2), mapping, 2, 1),
+        key=lambda r: orjson.loads(r[1])["time"])
+    assert len(mapped) == len(evs)
+    job = InProcessJob(replace(cfg, nonce=job_nonce(broker.bootstrap, topics, "ev")))
+    job.register(asyncio.run(read_topic(broker.bootstrap, topics.requirements, cfg.partitions)))
+    job.feed(mapped)
+    job.finish(ORIGIN + SLOTS * SLOT)
+    raw = sorted((v for _k, v in asyncio.run(read_topic(broker.bootstrap, topics.releases, 1))),
+                 key=lambda v: orjson.loads(v)["slot"])
+    assert raw == job.releases
