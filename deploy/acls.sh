@@ -5,8 +5,11 @@
 #   worker    the job: reads its inputs, writes its outputs and internal topics, creates and
 #             uses its tables' changelogs and consumer group; nothing else
 #   producer  writes reports and requirements; reads nothing
-#   analyst   reads releases and decisions; nothing else (refused on reports, slot-partials,
-#             dead-letters and the changelogs)
+#   analyst   reads releases and decisions; nothing else (refused on reports, requirements,
+#             slot-partials, dead-letters and the changelogs). It learns the configuration,
+#             the declared requirements and the noisy releases; under default requirements
+#             each default level counts its public prior, so not who appeared when (the
+#             requirements topic, which records every default registration, stays closed)
 #
 # Usage: deploy/acls.sh BOOTSTRAP PREFIX STREAM [WORKER PRODUCER ANALYST]
 # Environment: KAFKA_ACLS, the kafka-acls command (default: kafka-acls.sh on PATH);

@@ -39,6 +39,7 @@ from typing import Any, Final
 from mechanisms.dynamic import DYNAMIC_MECHANISMS
 from streams.audit.charge_checks import check_charges
 from streams.audit.dynamic import check_users
+from streams.audit.population import check_population, population_priors
 from streams.audit.registrations import registrations
 from streams.audit.release_checks import check_releases
 from streams.audit.report import AuditReport, Record, is_num
@@ -149,7 +150,9 @@ def audit(requirements: Iterable[Record], decisions: Iterable[Record],
             report.add("missing_decision", slot, f"malformed decision: {error}")
         else:
             good[slot] = docs[0]
-    check_charges(report, good, first, last, regs, dynamic)
+    priors = population_priors(config)
+    check_charges(report, good, first, last, regs, dynamic, frozenset(priors))
+    report.population = check_population(report, good, regs, config)
     if dynamic:
         check_users(report, decisions, good, first, last, stream, config)
     check_releases(report, released, good, first, last, _int(config.get("d"), 0))

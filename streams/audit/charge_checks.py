@@ -39,8 +39,11 @@ def _window_sums(charges: np.ndarray, w: np.ndarray) -> np.ndarray:
 
 
 def check_charges(report: AuditReport, good: dict[int, dict[str, Any]], first: int, last: int,
-                  regs: Registrations, dynamic: bool) -> None:
-    """Charges and user counts of the decisions, as (levels, slots) matrices."""
+                  regs: Registrations, dynamic: bool, priors: frozenset[str] = frozenset()
+                  ) -> None:
+    """Charges and user counts of the decisions, as (levels, slots) matrices. ``priors``: the
+    default levels, whose users are a public prior, not a count (checked by
+    :mod:`streams.audit.population`)."""
     levels = sorted({k for doc in good.values() for part in ("eps1", "eps2", "users")
                      for k in doc[part]})
     row = {k: i for i, k in enumerate(levels)}
@@ -70,8 +73,9 @@ def check_charges(report: AuditReport, good: dict[int, dict[str, Any]], first: i
     parsed = [_parse_level(k) for k in levels]
     valid = np.array([len(regs.levels.get(k, ())) if p else 0 for k, p in zip(
         levels, parsed, strict=True)], dtype=np.int64)
-    unregistered = (users > 0) & (valid == 0)[:, None]
-    excess = (users > valid[:, None]) & ~unregistered
+    counted = np.array([k not in priors for k in levels], dtype=bool)[:, None]
+    unregistered = (users > 0) & (valid == 0)[:, None] & counted
+    excess = (users > valid[:, None]) & ~unregistered & counted
     uncharged = (users > 0) & ~charged.all(axis=0)
     ok = [i for i, p in enumerate(parsed) if p is not None]
     w = np.array([parsed[i][0] for i in ok], dtype=np.int64)
@@ -97,7 +101,8 @@ def check_charges(report: AuditReport, good: dict[int, dict[str, Any]], first: i
                        f"{sums[j, a:b + 1].max():.12g} > E = {E[j]:g} "
                        f"(up to {users[i, a:b + 1].max()} users)")
     flagged = (excess | unregistered).any(axis=0)
-    _check_total(report, np.where(flagged, 0, total), len(regs.users), first)
+    declared = len(regs.users) - sum(len(regs.levels.get(k, ())) for k in priors)
+    _check_total(report, np.where(flagged, 0, (users * counted).sum(axis=0)), declared, first)
 
 
 def _parse_level(key: str) -> tuple[int, float] | None:

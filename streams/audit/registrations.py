@@ -31,6 +31,9 @@ class Registrations:
 
     levels: dict[str, set[str]] = field(default_factory=dict)  # fixed: level -> users
     users: set[str] = field(default_factory=set)
+    #: fixed: level -> users whose registration a default requirement wrote (the record's
+    #: ``"registered": "default"``): registered at their first event, a function of the stream
+    defaulted: dict[str, set[str]] = field(default_factory=dict)
     max_eb: float = 0.0  # dynamic: the largest valid backward budget
     rejected: Counter[str] = field(default_factory=Counter)
 
@@ -72,8 +75,14 @@ def registrations(records: Iterable[Record], partitions: int, config: dict[str, 
         elif declared.setdefault(req.user, level_key(req.w, req.E)) != level_key(req.w, req.E):
             out.rejected["changed_requirement"] += 1
         else:
+            key = level_key(req.w, req.E)
             out.users.add(req.user)
-            out.levels.setdefault(level_key(req.w, req.E), set()).add(req.user)
+            out.levels.setdefault(key, set()).add(req.user)
+            if type(rec.value) is dict and rec.value.get("registered") == "default":
+                out.defaulted.setdefault(key, set()).add(req.user)
+            else:
+                out.defaulted.get(key, set()).discard(req.user)
+    out.defaulted = {k: v for k, v in out.defaulted.items() if v}
     return out
 
 

@@ -43,6 +43,9 @@ class AuditReport:
     windows_checked: int = 0
     violations: list[Violation] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    #: how users registered and what each published field depends on
+    #: (:func:`streams.audit.population.check_population`)
+    population: dict[str, Any] = field(default_factory=dict)
 
     def add(self, kind: str, slot: int, detail: str) -> None:
         """Record a violation."""
@@ -52,7 +55,8 @@ class AuditReport:
         """The ``--json`` document."""
         return {"stream": self.stream, "mechanism": self.mechanism,
                 "slots_audited": self.slots_audited, "windows_checked": self.windows_checked,
-                "violations": [asdict(v) for v in self.sorted_violations()]}
+                "violations": [asdict(v) for v in self.sorted_violations()],
+                "population": self.population}
 
     def sorted_violations(self) -> list[Violation]:
         """Violations by slot (stable within a slot)."""

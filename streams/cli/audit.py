@@ -217,6 +217,12 @@ def summary(report: AuditReport) -> str:
              f"slots audited: {report.slots_audited}",
              f"windows checked: {report.windows_checked}",
              f"violations: {len(report.violations)}"]
+    if report.population:
+        pop = report.population
+        lines.append(f"registration: {pop['registration']}"
+                     + (f", {pop['defaulted_users']} users registered by defaults"
+                        if pop["defaulted_users"] else ""))
+        lines += [f"  {name}: {verdict}" for name, verdict in pop["fields"].items()]
     lines += [f"slot {v.slot}: {v.kind}: {v.detail}" for v in report.sorted_violations()]
     return "\n".join(lines) + "\n"
 

@@ -59,6 +59,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     """Check the deployment (exit status 2 with a one-line error), then run until stopped
     (SIGTERM or Ctrl-C)."""
+    from streams.job.source.defaults import default_levels
     from streams.job.source.options import source_settings
     from streams.job.worker.startup import (
         StartupError,
@@ -80,6 +81,10 @@ def run(args: argparse.Namespace) -> int:
         config = job_config(args)
         config.secret_bytes()
         source = source_settings(args, config)
+        if source is not None and source.defaults:
+            # the default rules' levels and public sizes: what the mechanism sees of them
+            config = dataclasses.replace(config, default_levels=default_levels(source.defaults,
+                                                                               config))
         topics = Topics(prefix=config.prefix, partitions=config.partitions)
         if not (math.isfinite(args.startup_timeout) and args.startup_timeout > 0):
             raise ValueError("--startup-timeout must be a positive number of seconds")

@@ -82,6 +82,10 @@ class JobConfig:
     #: live: the longest a slot waits past its end, by the worker's clock, for a lagging input
     #: partition before it closes (``--max-hold-ms``)
     max_hold_ms: int = 600_000
+    #: the levels default requirements register devices at (``--default-requirement``), each
+    #: with the size the mechanism sees for it, a public prior (docs/design.md, "Default
+    #: requirements"): ``(level key, size)`` in key order
+    default_levels: tuple[tuple[str, int], ...] = ()
 
     def __post_init__(self) -> None:
         if self.mechanism not in JOB_MECHANISMS:
@@ -104,6 +108,10 @@ class JobConfig:
             raise ValueError("max clock skew must be >= 0 ms")
         if self.max_hold_ms < 1:
             raise ValueError("max hold must be >= 1 ms")
+        if self.default_levels and self.mechanism in DYNAMIC_MECHANISMS:
+            raise ValueError("default requirements need a fixed-requirement mechanism")
+        if any(n < 1 for _k, n in self.default_levels):
+            raise ValueError("a default level's public size must be >= 1")
         if self.nonce and not _is_hex(self.nonce):
             raise ValueError("a pinned nonce must be hexadecimal")
         if self.noise not in ("laplace", "discrete"):
@@ -140,7 +148,8 @@ class JobConfig:
         return {"mechanism": self.mechanism, "d": self.d, "partitions": self.partitions,
                 "min_epsilon": self.min_epsilon, "max_epsilon": self.max_epsilon,
                 "max_window": self.max_window, "neighbouring": self.neighbouring,
-                "noise": self.noise, "slot_ms": self.slot_ms, "origin_ms": self.origin_ms}
+                "noise": self.noise, "slot_ms": self.slot_ms, "origin_ms": self.origin_ms,
+                **({"default_levels": dict(self.default_levels)} if self.default_levels else {})}
 
     @property
     def clock(self) -> SlotClock:

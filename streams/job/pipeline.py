@@ -32,6 +32,7 @@ class InProcessJob:
         self.dead: list[DeadLetter] = []
         self.releases: list[bytes] = []
         self.declarations: list[bytes] = []  # dynamic mechanisms: on the decisions topic
+        self.decisions: list[bytes] = []  # the decisions topic's records, start and slots
 
     def _partition(self, key: bytes | None) -> int:
         return 0 if key is None else key_partition(key, self.config.partitions)
@@ -88,6 +89,7 @@ class InProcessJob:
                 self.declarations.append(encode(msg))
                 continue
             for _slot, release, decision in self.coordinator.receive(msg):
+                self.decisions.append(decision)
                 if release is not None:
                     self.releases.append(release)
                 doc = control(orjson.loads(decision), self.config.stream)

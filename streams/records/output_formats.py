@@ -75,7 +75,9 @@ RELEASES: Final = Format(
             Field("histogram", Array(items=Num(), min_items=1)),
             Field("threshold", Num(minimum=0, description="The OBS threshold of the publication "
                                                          "budgets (0 when none applied).")),
-            Field("users", Int(minimum=0, description="Registered users charged at this slot.")),
+            Field("users", Int(minimum=0, description=(
+                "Registered users charged at this slot; under default requirements each default "
+                "level counts its public prior instead of the devices seen."))),
             Field(
                 "cells",
                 OneOf(

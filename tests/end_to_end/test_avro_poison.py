@@ -33,6 +33,7 @@ from test_source_avro import (
     DEVICES,
     DOMAIN,
     EVENT,
+    LEVELS,
     ORIGIN,
     SLOT,
     SOURCE_PARTS,
@@ -157,7 +158,7 @@ def run_until_released(bootstrap: str, prefix: str, conf: Path, data: Path, log:
 def test_a_recursive_writer_schema_cannot_crash_the_worker(broker, registry, tmp_path):
     prefix, source = "avropoison", "app-events-avro-poison"
     cfg = config(prefix, stream="app", domain=DOMAIN, slot_ms=SLOT, origin_ms=ORIGIN,
-                 lateness_ms=4 * SLOT, secret="test-secret")
+                 lateness_ms=4 * SLOT, secret="test-secret", default_levels=LEVELS)
     topics = setup_topics(broker.bootstrap, cfg)
     asyncio.run(create_topics(broker.bootstrap, [TopicSpec("app", source, SOURCE_PARTS)]))
     kind = type(broker).__name__

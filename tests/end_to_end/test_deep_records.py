@@ -19,6 +19,7 @@ from brokers import broker_fixture
 from test_source import (
     CONFIG,
     DOMAIN,
+    LEVELS,
     ORIGIN,
     SLOT,
     SOURCE_PARTS,
@@ -115,7 +116,8 @@ def test_deep_records_on_a_source_topic(broker, tmp_path: Path) -> None:
     """A source event whose mapped value nests 1,000 deep, and one that is 50,000 nested
     objects, among the README's app events."""
     prefix, source = "deepsrc", "deep-app-events"
-    cfg = config(prefix, stream="app", domain=DOMAIN, slot_ms=SLOT, origin_ms=ORIGIN)
+    cfg = config(prefix, stream="app", domain=DOMAIN, slot_ms=SLOT, origin_ms=ORIGIN,
+                 default_levels=LEVELS)
     topics = setup_topics(broker.bootstrap, cfg)
     asyncio.run(create_topics(broker.bootstrap, [TopicSpec("app", source, SOURCE_PARTS)]))
     events = [e for e in app_events(16) if "device" in e[1]]

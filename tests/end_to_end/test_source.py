@@ -16,7 +16,9 @@ import pytest
 from brokers import broker_fixture
 
 from streams.cli.main import main
+from streams.job.config import JobConfig
 from streams.job.pipeline import InProcessJob
+from streams.job.source.defaults import default_levels
 from streams.job.source.mapping import SourceMapping
 from streams.job.source.rekey import report_value
 from streams.kafka.offsets import read_topic, wait_consumed
@@ -52,6 +54,12 @@ time-field = "ts"
 value-field = ["country"]
 default-requirement = ["consent=full:w=10,E=2", "w=20,E=1"]
 """
+
+#: the default rules' levels and public sizes, as the worker derives them from the flags above
+RULES = ("consent=full:w=10,E=2", "w=20,E=1")
+LEVELS = default_levels(RULES, JobConfig())
+#: what every release's ``users`` reads: the default levels' public priors, whoever appeared
+PUBLIC_USERS = sum(n for _k, n in LEVELS)
 
 
 broker = broker_fixture()
@@ -115,7 +123,7 @@ def test_readme_example_app_events_plugged_in(broker, tmp_path: Path, capsys, ki
     events, and started again on its data directory after the second half was sent."""
     prefix, source = f"src{int(killed)}", f"app-events-{int(killed)}"
     cfg = config(prefix, stream="app", domain=DOMAIN, slot_ms=SLOT, origin_ms=ORIGIN,
-                 secret="test-secret")
+                 secret="test-secret", default_levels=LEVELS)
     topics = setup_topics(broker.bootstrap, cfg)
     asyncio.run(create_topics(broker.bootstrap, [TopicSpec("app", source, SOURCE_PARTS)]))
     events = app_events(24)
@@ -141,7 +149,7 @@ def test_readme_example_app_events_plugged_in(broker, tmp_path: Path, capsys, ki
         stop_worker(worker)
     log = (tmp_path / "worker.log").read_text()
     assert sorted(d["slot"] for d in docs) == list(range(SLOTS)), log[-3000:]
-    assert all(d["users"] == 24 for d in docs), log[-3000:]
+    assert all(d["users"] == PUBLIC_USERS for d in docs), log[-3000:]
     # no report waited out the limit for its user's default requirement
     assert "were not applied within" not in log, log[-3000:]
     # the source topic is untouched
@@ -151,7 +159,7 @@ def test_readme_example_app_events_plugged_in(broker, tmp_path: Path, capsys, ki
     assert sorted(k for k, _ in reqs) == sorted(f"d{i}".encode() for i in range(24))
     for k, v in reqs:
         want = {"w": 10, "E": 2.0} if int(k[1:]) % 4 == 0 else {"w": 20, "E": 1.0}
-        assert orjson.loads(v) == {"user": k.decode(), **want}
+        assert orjson.loads(v) == {"user": k.decode(), **want, "registered": "default"}
     # the event without a device is a dead letter naming the source record
     dead = [orjson.loads(v) for _k, v in read_all(broker.bootstrap, topics.dead_letters, 1)]
     missing = [d for d in dead if d["topic"] == source]
@@ -183,3 +191,7 @@ def test_readme_example_app_events_plugged_in(broker, tmp_path: Path, capsys, ki
     out = json.loads(capsys.readouterr().out)
     assert status == 0 and out["violations"] == [], out
     assert out["slots_audited"] == SLOTS
+    # and says what the analyst's topics depend on: the default levels' priors, not who came
+    pop = out["population"]
+    assert pop["defaulted_users"] == 24 and pop["default_levels"] == dict(LEVELS)
+    assert pop["fields"]["releases.users"].startswith("public"), pop

@@ -20,6 +20,7 @@ import pytest
 from brokers import broker_fixture
 from fastavro import parse_schema, schemaless_writer
 from schema_registry import SchemaRegistryServer, wire
+from test_source import LEVELS, PUBLIC_USERS
 
 from streams.cli.main import main
 from streams.job.pipeline import InProcessJob
@@ -135,7 +136,7 @@ def read_all(bootstrap: str, topic: str, partitions: int) -> list[tuple[bytes | 
 def test_avro_app_events_plugged_in(broker, registry, tmp_path: Path, capsys):
     prefix, source = "avro", "app-events-avro"
     cfg = config(prefix, stream="app", domain=DOMAIN, slot_ms=SLOT, origin_ms=ORIGIN,
-                 lateness_ms=4 * SLOT, secret="test-secret")
+                 lateness_ms=4 * SLOT, secret="test-secret", default_levels=LEVELS)
     topics = setup_topics(broker.bootstrap, cfg)
     asyncio.run(create_topics(broker.bootstrap, [TopicSpec("app", source, SOURCE_PARTS)]))
     subject = f"{source}-{type(broker).__name__}-value"
@@ -155,7 +156,7 @@ def test_avro_app_events_plugged_in(broker, registry, tmp_path: Path, capsys):
         stop_worker(worker)
     log = log_file.read_text()
     assert sorted(d["slot"] for d in docs) == list(range(SLOTS)), log[-3000:]
-    assert all(d["users"] == DEVICES for d in docs), log[-3000:]
+    assert all(d["users"] == PUBLIC_USERS for d in docs), log[-3000:]
     assert "were not applied within" not in log, log[-3000:]
     assert timestamped_records(broker.bootstrap, source, SOURCE_PARTS) == before  # untouched
     # every device registered once, by its default (the rule on the Avro enum first)
@@ -163,7 +164,7 @@ def test_avro_app_events_plugged_in(broker, registry, tmp_path: Path, capsys):
     assert sorted(k for k, _ in reqs) == sorted(f"d{i}".encode() for i in range(DEVICES))
     for k, v in reqs:
         want = {"w": 10, "E": 2.0} if int(k[1:]) % 4 == 0 else {"w": 20, "E": 1.0}
-        assert orjson.loads(v) == {"user": k.decode(), **want}
+        assert orjson.loads(v) == {"user": k.decode(), **want, "registered": "default"}
     # the records that do not decode are dead letters naming the source record, each once
     dead = [orjson.loads(v) for _k, v in read_all(broker.bootstrap, topics.dead_letters, 1)]
     from_source = sorted((d["partition"], d["reason"]) for d in dead if d["topic"] == source)
@@ -210,7 +211,7 @@ def test_a_registry_that_cannot_be_reached_costs_dead_letters_and_one_error(brok
     fields (more than the 1,000 the bad-mapping check looks at)."""
     prefix, source = "avrodown", "app-events-avro-down"
     cfg = config(prefix, stream="app", domain=DOMAIN, slot_ms=SLOT, origin_ms=ORIGIN,
-                 lateness_ms=4 * SLOT, secret="test-secret")
+                 lateness_ms=4 * SLOT, secret="test-secret", default_levels=LEVELS)
     topics = setup_topics(broker.bootstrap, cfg)
     asyncio.run(create_topics(broker.bootstrap, [TopicSpec("app", source, SOURCE_PARTS)]))
     events = [(p, avro(EVENT, 1, {"device": {"id": f"d{i}"}, "ts": ORIGIN + i,

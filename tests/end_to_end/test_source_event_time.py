@@ -18,7 +18,9 @@ import pytest
 from brokers import broker_fixture
 from test_source import DOMAIN, ORIGIN, iso, produce_source
 
+from streams.job.config import JobConfig
 from streams.job.pipeline import InProcessJob
+from streams.job.source.defaults import DEFAULT_PRIOR, default_levels
 from streams.job.source.mapping import SourceMapping
 from streams.kafka.offsets import read_topic, wait_consumed
 from streams.kafka.topics import TopicSpec, create_topics
@@ -50,6 +52,7 @@ time-field = "ts"
 value-field = ["country"]
 default-requirement = ["w=20,E=1"]
 """
+LEVELS = default_levels(["w=20,E=1"], JobConfig())  # the worker's, from the flag above
 
 broker = broker_fixture()
 
@@ -72,7 +75,8 @@ def events() -> list[tuple[int, dict]]:
 @pytest.mark.parametrize("how", ["one", "killed"])
 def test_no_event_of_a_multi_partition_source_is_late(broker, tmp_path: Path, how: str) -> None:
     prefix, source = f"evt{how}", f"ev-{how}"
-    cfg = config(prefix, stream="ev", domain=DOMAIN, slot_ms=SLOT, origin_ms=ORIGIN)
+    cfg = config(prefix, stream="ev", domain=DOMAIN, slot_ms=SLOT, origin_ms=ORIGIN,
+                 default_levels=LEVELS)
     topics = setup_topics(broker.bootstrap, cfg)
     asyncio.run(create_topics(broker.bootstrap, [TopicSpec("ev", source, PARTS)]))
     evs = events()
@@ -119,7 +123,7 @@ def test_no_event_of_a_multi_partition_source_is_late(broker, tmp_path: Path, ho
     raw = sorted((v for _k, v in asyncio.run(read_topic(broker.bootstrap, topics.releases, 1))),
                  key=lambda v: orjson.loads(v)["slot"])
     assert raw == job.releases
-    assert all(orjson.loads(v)["users"] == DEVICES for v in raw)
+    assert all(orjson.loads(v)["users"] == DEFAULT_PRIOR for v in raw)  # public: the prior
 
 
 def test_two_source_topics_at_once(broker, tmp_path: Path) -> None:
@@ -127,7 +131,8 @@ def test_two_source_topics_at_once(broker, tmp_path: Path) -> None:
     unequal in size), read by one worker at their own speeds; every partition of both holds the
     stream's event time, so none is ``late``."""
     prefix, sources = "evt2", ("ev2-a", "ev2-b")
-    cfg = config(prefix, stream="ev", domain=DOMAIN, slot_ms=SLOT, origin_ms=ORIGIN)
+    cfg = config(prefix, stream="ev", domain=DOMAIN, slot_ms=SLOT, origin_ms=ORIGIN,
+                 default_levels=LEVELS)
     topics = setup_topics(broker.bootstrap, cfg)
     asyncio.run(create_topics(broker.bootstrap, [TopicSpec("ev", sources[0], PARTS),
                                                  TopicSpec("ev", sources[1], 2)]))

@@ -11,7 +11,7 @@ import pytest
 
 from streams.job.config import JobConfig
 from streams.job.pipeline import InProcessJob
-from streams.job.source.defaults import DefaultRequirements
+from streams.job.source.defaults import DEFAULT_PRIOR, DefaultRequirements, default_levels
 from streams.job.source.mapping import MappingWatch, SourceMapping
 from streams.job.source.rekey import report_value
 
@@ -129,12 +129,21 @@ def test_default_requirement_rules_first_match_wins():
     assert d.choose((None, None)).fields == {"w": 20, "E": 0.5}
     only = DefaultRequirements(["tier=full:w=10,E=2"], JobConfig())
     assert only.choose(("basic",)) is None
-    assert orjson.loads(only.rules[0].requirement("u1")) == {"user": "u1", "w": 10, "E": 2.0}
-    dyn = DefaultRequirements(["wB=4,EB=1,wF=3,EF=1"], JobConfig(mechanism="dpbd"))
-    assert dyn.rules[0].fields == {"wB": 4, "EB": 1.0, "wF": 3, "EF": 1.0}
+    assert orjson.loads(only.rules[0].requirement("u1")) == {
+        "user": "u1", "w": 10, "E": 2.0, "registered": "default"}
+    # each rule's level, with its public prior (summed where two rules share a level)
+    assert [r.prior for r in d.rules] == [DEFAULT_PRIOR] * 3
+    assert default_levels(["a=1:w=10,E=2,n=50", "w=10,E=2,n=7", "w=3,E=1"], JobConfig()) == (
+        ("10:2.0", 57), ("3:1.0", DEFAULT_PRIOR))
+    # a dynamic ledger per user would publish when a device appeared: refused
+    with pytest.raises(ValueError, match="declare dynamic requirements"):
+        DefaultRequirements(["wB=4,EB=1,wF=3,EF=1"], JobConfig(mechanism="dpbd"))
+    with pytest.raises(ValueError, match="fixed-requirement"):
+        JobConfig(mechanism="dpba", default_levels=(("4:1.0", 10),))
     for bad, why in (("w=4", "takes"), ("w=4,E=1,E=2", "expected"), ("w=0,E=1", "w"),
                      ("w=4,E=100", "bounds"), ("tier:w=4,E=1", "PATH=VALUE"),
-                     ("wB=4,EB=1,wF=3,EF=1", "takes")):
+                     ("wB=4,EB=1,wF=3,EF=1", "takes"), ("w=4,E=1,n=0", "n "),
+                     ("w=4,E=1,n=x", "n "), ("w=4,E=1,n=2,n=3", "expected")):
         with pytest.raises(ValueError, match=why):
             DefaultRequirements([bad], JobConfig())
 

@@ -157,9 +157,20 @@ class CoordinatorLedgerRelease(ReleasePlacement):
                 total.update(by_close[min(closes)])
         return dict(total)
 
+    def public_sizes(self, slot: int) -> dict[str, int]:
+        """The users per level the mechanism sees at a slot: the registered users, except at a
+        level default requirements register devices at, which counts its public prior
+        (:attr:`JobConfig.default_levels`, docs/design.md, "Default requirements") from the
+        stream's first slot, whoever has appeared."""
+        sizes = self._users_at(slot)
+        if self.config.default_levels:
+            sizes.update(self.config.default_levels)
+            sizes = dict(sorted(sizes.items()))  # not in the order levels were first seen
+        return sizes
+
     def release(self, slot: int, rng: np.random.Generator) -> SlotOutcome:
         part = self.pending.pop(slot, {"counts": {}, "accepted": 0})
-        sizes = self._users_at(slot)
+        sizes = self.public_sizes(slot)
         rel = self.engine.step(sizes, part["counts"], rng)
         decision: Decision = {
             "stream": self.config.stream,

@@ -1,11 +1,20 @@
 """Default requirements: what a user who declared nothing is registered with at its first
 mapped report (``--default-requirement``).
 
-A spec is ``w=W,E=E`` (fixed mechanisms) or ``wB=..,EB=..,wF=..,EF=..`` (dpbd, dpba), optionally
-behind a rule on a field of the source record, ``PATH=VALUE:SPEC`` (``consent.tier=full:w=10,E=2``).
-The flag may be given several times; the first spec whose rule matches a record wins, and a spec
-without a rule matches every record. A record that no spec matches registers nobody: its report
-counts only if its user declared a requirement.
+A spec is ``w=W,E=E[,n=N]``, optionally behind a rule on a field of the source record,
+``PATH=VALUE:SPEC`` (``consent.tier=full:w=10,E=2``). The flag may be given several times; the
+first spec whose rule matches a record wins, and a spec without a rule matches every record. A
+record that no spec matches registers nobody: its report counts only if its user declared a
+requirement.
+
+Registration by a default depends on the protected stream (a device registers at its first
+event), so the job treats every default rule's level as a *latent population*
+(docs/design.md, "Default requirements"): the level exists from the stream's first slot and the
+mechanism sees its size as the rule's public prior ``n`` (:data:`DEFAULT_PRIOR` when not given),
+never the count of devices seen. The records a default writes carry ``"registered": "default"``
+so that the audit can tell them apart. Dynamic mechanisms (dpbd, dpba) keep a ledger per user
+whose budgets depend on its registration slot, which their decisions would publish: they take
+declared requirements only.
 """
 
 from __future__ import annotations
@@ -16,6 +25,7 @@ from typing import Any
 
 import orjson
 
+from mechanisms.engine import level_key
 from streams.job.config import JobConfig
 from streams.job.partitions.admission import check_bounds
 from streams.job.source.mapping import parse_path
@@ -26,9 +36,14 @@ from streams.records.requirement_parsing import (
     parse_requirement,
 )
 
-__all__ = ["DefaultRule", "DefaultRequirements"]
+__all__ = ["DEFAULT_PRIOR", "DEFAULT_MARK", "DefaultRule", "DefaultRequirements",
+           "default_levels"]
 
 _FIXED, _DYNAMIC = ("w", "E"), ("wB", "EB", "wF", "EF")
+#: the devices a rule without ``n=`` stands for, as the mechanism sees its level's size
+DEFAULT_PRIOR = 1000
+#: the field and value a default's requirement record carries (the audit reads it)
+DEFAULT_MARK = ("registered", "default")
 
 
 @dataclass(frozen=True)
@@ -38,10 +53,16 @@ class DefaultRule:
     fields: dict[str, Any]
     path: tuple[str, ...] | None = None
     equals: str | None = None
+    prior: int = DEFAULT_PRIOR
 
     def requirement(self, user: str) -> bytes:
-        """The requirement record's value for ``user``."""
-        return orjson.dumps({"user": user, **self.fields})
+        """The requirement record's value for ``user`` (marked as written by a default)."""
+        return orjson.dumps({"user": user, **self.fields, DEFAULT_MARK[0]: DEFAULT_MARK[1]})
+
+    @property
+    def level(self) -> str:
+        """The level key of the rule's requirement."""
+        return level_key(self.fields["w"], self.fields["E"])
 
 
 def _number(name: str, text: str) -> int | float:
@@ -64,15 +85,24 @@ def parse_rule(spec: str, config: JobConfig) -> DefaultRule:
         where, equals = cond.split("=", 1)
         path = parse_path(where.strip())
         equals = equals.strip()
+    if config.dynamic:
+        raise ValueError(f"default requirement {spec!r}: the {config.mechanism} mechanism keeps "
+                         "a ledger per user whose budgets would publish when a device first "
+                         "appeared; declare dynamic requirements on the requirements topic, or "
+                         "run a fixed-requirement mechanism")
     fields: dict[str, Any] = {}
+    prior = DEFAULT_PRIOR
     for part in body.split(","):
         name, sep, value = part.partition("=")
         name = name.strip()
+        if sep and name == "n" and "n" not in fields:
+            fields["n"] = prior = _prior(spec, value.strip())
+            continue
         if not sep or name not in _FIXED + _DYNAMIC or name in fields:
-            raise ValueError(f"default requirement {spec!r}: expected w=W,E=E or "
-                             "wB=..,EB=..,wF=..,EF=..")
+            raise ValueError(f"default requirement {spec!r}: expected w=W,E=E[,n=N]")
         fields[name] = _number(name, value.strip())
-    want = _DYNAMIC if config.dynamic else _FIXED
+    fields.pop("n", None)
+    want = _FIXED
     if set(fields) != set(want):
         raise ValueError(f"default requirement {spec!r}: the {config.mechanism} mechanism takes "
                          f"{','.join(f'{n}=..' for n in want)}")
@@ -82,7 +112,27 @@ def parse_rule(spec: str, config: JobConfig) -> DefaultRule:
         check_bounds(req, config)
     except RecordError as exc:
         raise ValueError(f"default requirement {spec!r}: {exc.detail}") from None
-    return DefaultRule({n: fields[n] for n in want}, path, equals)
+    return DefaultRule({n: fields[n] for n in want}, path, equals, prior)
+
+
+def _prior(spec: str, text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if not 1 <= n <= 10**12:
+        raise ValueError(f"default requirement {spec!r}: n (the devices the rule stands for, "
+                         f"public) must be an integer in [1, 10^12], not {text!r}")
+    return n
+
+
+def default_levels(specs: Sequence[str], config: JobConfig) -> tuple[tuple[str, int], ...]:
+    """Each level a default rule registers devices at, with the size the mechanism sees for
+    it: the rules' priors summed per level (levels in key order)."""
+    sizes: dict[str, int] = {}
+    for rule in DefaultRequirements(specs, config).rules:
+        sizes[rule.level] = sizes.get(rule.level, 0) + rule.prior
+    return tuple(sorted(sizes.items()))
 
 
 class DefaultRequirements:
