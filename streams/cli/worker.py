@@ -61,17 +61,19 @@ def run(args: argparse.Namespace) -> int:
     (SIGTERM or Ctrl-C)."""
     from streams.job.source.defaults import default_levels
     from streams.job.source.options import source_settings
-    from streams.job.worker.startup import (
-        StartupError,
-        bind_data_dir,
-        changelog_specs,
+    from streams.job.worker.data_dir import bind_data_dir
+    from streams.job.worker.local_state import (
         check_local_state,
+        reset_local_state,
+        restore_lost_releases,
+    )
+    from streams.job.worker.preflight import (
+        StartupError,
+        changelog_specs,
         check_secret,
         check_source_topics,
         check_topics,
         create_changelogs,
-        reset_local_state,
-        restore_lost_releases,
     )
     from streams.kafka.settings import current as current_settings
     from streams.kafka.topics import Topics

@@ -349,9 +349,10 @@ async def build_every_client(bootstrap: str, tmp_path: Path) -> None:
     from streams.job.operations.observe import Observer
     from streams.job.source.mapping import SourceMapping
     from streams.job.source.rekey import Rekeyer, SourceSettings
+    from streams.job.worker.local_state import changelog_ends, send_records
     from streams.job.worker.membership import leave_group
     from streams.job.worker.partition_runner import PartitionRunner
-    from streams.job.worker.startup import _changelog_ends, _partition_counts, _send_records
+    from streams.job.worker.preflight import partition_counts
     from streams.kafka.offsets import committed_offsets, end_offsets, read_topic
     from streams.kafka.producer import RawProducer
     from streams.kafka.topics import Topics, create_topics, describe_topics
@@ -370,9 +371,9 @@ async def build_every_client(bootstrap: str, tmp_path: Path) -> None:
         leave_group(bootstrap, "group", "instance", timeout=2),
         observer.probe_broker(),
         PartitionRunner.read_decisions(SimpleNamespace(broker=bootstrap, topics=topics)),
-        _partition_counts(bootstrap, 0.5),
-        _changelog_ends(bootstrap, "app", ["users"], 1),
-        _send_records(bootstrap, [(topics.releases, b"s/0", b"{}", 0)], 1),
+        partition_counts(bootstrap, 0.5),
+        changelog_ends(bootstrap, "app", ["users"], 1),
+        send_records(bootstrap, [(topics.releases, b"s/0", b"{}", 0)], 1),
         end_offsets(bootstrap, topics.reports, 1),
         committed_offsets(bootstrap, "group", topics.reports),
         read_topic(bootstrap, topics.reports, limit=2),

@@ -16,14 +16,8 @@ import pytest
 from aiokafka.admin import AIOKafkaAdminClient
 from brokers import broker_fixture
 
-from streams.job.worker.startup import (
-    BINDING_FILE,
-    RESET,
-    StartupError,
-    bind_data_dir,
-    check_topics,
-    layout_problem,
-)
+from streams.job.worker.data_dir import BINDING_FILE, RESET, bind_data_dir
+from streams.job.worker.preflight import StartupError, check_topics, layout_problem
 from streams.kafka.broker import free_port
 from streams.kafka.topics import Topics, create_topics
 
@@ -219,7 +213,7 @@ def test_another_secret_than_the_stream_started_with_is_one_line(broker, tmp_pat
     assert lines == [f"pwevent worker: error: the secret differs from the one stream 's' started "
                      f"with (its start record on {topics.decisions}): give every worker the "
                      f"deployment's secret (--secret or PWEVENT_SECRET)"]
-    from streams.job.worker.startup import check_secret
+    from streams.job.worker.preflight import check_secret
 
     # the right secret passes, and so does a stream that has not started
     check_secret(broker.bootstrap, topics.decisions, "s", b"another-secret", 10)

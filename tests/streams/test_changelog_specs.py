@@ -6,7 +6,7 @@ from pathlib import Path
 
 from streams.job.config import JobConfig
 from streams.job.worker.faust_job import Job
-from streams.job.worker.startup import changelog_specs
+from streams.job.worker.preflight import changelog_specs
 
 
 def test_the_changelogs_created_first_are_the_tables_changelogs(tmp_path: Path) -> None:

@@ -52,8 +52,8 @@ from streams.job.worker.coordinator_runner import CoordinatorRunner
 from streams.job.worker.ingest import BatchIngest, ingest_settings
 from streams.job.worker.membership import default_instance_id, leave_group
 from streams.job.worker.partition_runner import PartitionRunner
+from streams.job.worker.preflight import TABLE_PARTITIONS
 from streams.job.worker.recovery_watch import RecoveryWatch
-from streams.job.worker.startup import TABLE_PARTITIONS
 from streams.kafka.producer import RawProducer, key_partition
 from streams.kafka.settings import current as current_settings
 from streams.kafka.settings import faust_options
