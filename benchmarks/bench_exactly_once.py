@@ -55,8 +55,8 @@ from aiokafka.client import AIOKafkaClient  # noqa: E402
 sys.path.insert(0, str(ROOT / "tests"))
 from jobkit import ReleaseKiller  # noqa: E402
 
+from local_kafka.apache import ApacheKafka  # noqa: E402
 from streams.job.partitions.accumulator import watermark_record  # noqa: E402
-from streams.kafka.apache import ApacheKafka  # noqa: E402
 from streams.kafka.offsets import wait_consumed  # noqa: E402
 from streams.kafka.producer import RawProducer, produce_raw  # noqa: E402
 from streams.kafka.topics import Topics, create_topics  # noqa: E402

@@ -27,7 +27,7 @@ from aiokafka import AIOKafkaConsumer  # noqa: E402
 from aiokafka.client import AIOKafkaClient  # noqa: E402
 from jobkit import config, setup_topics, start_worker, stop_worker, wait_for_assignment  # noqa: E402
 
-from streams.kafka.broker import EmbeddedBroker  # noqa: E402
+from local_kafka.embedded import EmbeddedBroker  # noqa: E402
 from streams.kafka.settings import client_options  # noqa: E402
 from streams.kafka.topics import TopicSpec, create_topics  # noqa: E402
 

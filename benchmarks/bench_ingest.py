@@ -44,12 +44,12 @@ if str(ROOT) not in sys.path:
 
 from aiokafka import AIOKafkaConsumer  # noqa: E402
 
+from local_kafka.embedded import EmbeddedBroker  # noqa: E402
 from streams.job.worker.ingest import (  # noqa: E402
     BatchIngest,
     committed_offsets,
     ingest_settings,
 )
-from streams.kafka.broker import EmbeddedBroker  # noqa: E402
 from streams.kafka.producer import produce_raw  # noqa: E402
 from streams.kafka.topics import TopicSpec, create_topics  # noqa: E402
 from streams.records.domains import CellDomain  # noqa: E402

@@ -43,9 +43,9 @@ if str(ROOT) not in sys.path:
 from aiokafka import AIOKafkaConsumer, TopicPartition  # noqa: E402
 from bench_ingest import measure_raw  # noqa: E402
 
+from local_kafka.apache import ApacheKafka  # noqa: E402
+from local_kafka.embedded import EmbeddedBroker  # noqa: E402
 from streams.job.worker.membership import describe_group  # noqa: E402
-from streams.kafka.apache import ApacheKafka  # noqa: E402
-from streams.kafka.broker import EmbeddedBroker  # noqa: E402
 from streams.kafka.offsets import wait_consumed  # noqa: E402
 from streams.kafka.producer import produce_raw  # noqa: E402
 from streams.kafka.topics import Topics, create_topics  # noqa: E402

@@ -48,7 +48,7 @@ if str(ROOT) not in sys.path:
 
 from bench_job import timestamps  # noqa: E402
 
-from streams.kafka.broker import EmbeddedBroker  # noqa: E402
+from local_kafka.embedded import EmbeddedBroker  # noqa: E402
 from streams.kafka.producer import key_partition, produce_raw  # noqa: E402
 from streams.kafka.topics import Topics, create_topics  # noqa: E402
 

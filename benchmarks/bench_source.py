@@ -57,8 +57,8 @@ sys.path.insert(0, str(ROOT / "tests"))
 from aiokafka import AIOKafkaConsumer, TopicPartition  # noqa: E402
 from bench_ingest import consume_timed, measure_raw  # noqa: E402
 
-from streams.kafka.apache import ApacheKafka  # noqa: E402
-from streams.kafka.broker import EmbeddedBroker  # noqa: E402
+from local_kafka.apache import ApacheKafka  # noqa: E402
+from local_kafka.embedded import EmbeddedBroker  # noqa: E402
 from streams.kafka.producer import RawProducer, produce_raw  # noqa: E402
 from streams.kafka.topics import Topics, TopicSpec, create_topics  # noqa: E402
 

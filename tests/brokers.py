@@ -3,7 +3,7 @@
 A module's ``broker`` fixture made by :func:`broker_fixture` runs each of its tests on both (test
 ids ``[embedded]`` and ``[apache-kafka]``), one broker of each kind per module. Apache Kafka is a
 single KRaft node started from the jars ``./setup.sh test`` fetches
-(:class:`streams.kafka.apache.ApacheKafka`); without them its tests fail with the line naming
+(:class:`local_kafka.apache.ApacheKafka`); without them its tests fail with the line naming
 ``./setup.sh test``, they are never skipped. :func:`restartable` gives either kind on a fixed port
 that a test can stop, kill and start again with the data it kept.
 """
@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 from jobkit import RestartableBroker
 
-from streams.kafka.apache import ApacheKafka
-from streams.kafka.broker import EmbeddedBroker
+from local_kafka.apache import ApacheKafka
+from local_kafka.embedded import EmbeddedBroker
 
 BROKER_KINDS = ("embedded", "apache-kafka")
 

@@ -18,11 +18,11 @@ import orjson
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 
+from local_kafka.embedded import broker_binary, free_port
 from streams.job.config import JobConfig
 from streams.job.partitions.accumulator import watermark_record
 from streams.job.pipeline import InProcessJob
 from streams.job.worker.membership import describe_group
-from streams.kafka.broker import broker_binary, free_port
 from streams.kafka.offsets import read_topic, wait_consumed
 from streams.kafka.producer import RawProducer, key_partition
 from streams.kafka.topics import Topics, create_topics

@@ -26,8 +26,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from streams.kafka.apache import java
-from streams.kafka.broker import free_port
+from local_kafka.apache import java
+from local_kafka.embedded import free_port
 
 __all__ = ["SchemaRegistryServer", "registry_home", "wire"]
 

@@ -193,7 +193,7 @@ def _stop_worker_with(worker: subprocess.Popen, broker: Any, timeout: float = 20
 
 def run(args: argparse.Namespace) -> int:  # noqa: C901 - one orchestration, step by step
     """Execute ``pwevent demo``."""
-    from streams.kafka.broker import BrokerError, EmbeddedBroker, broker_binary, free_port
+    from local_kafka.embedded import BrokerError, EmbeddedBroker, broker_binary, free_port
     from streams.kafka.offsets import wait_consumed
     from streams.kafka.settings import current
 
@@ -210,7 +210,7 @@ def run(args: argparse.Namespace) -> int:  # noqa: C901 - one orchestration, ste
               file=sys.stderr)
         return 2
     if args.apache_kafka:
-        from streams.kafka.apache import kafka_libs
+        from local_kafka.apache import kafka_libs
 
         try:
             kafka_libs()
@@ -240,7 +240,7 @@ def run(args: argparse.Namespace) -> int:  # noqa: C901 - one orchestration, ste
         if args.broker:
             bootstrap = args.broker
         elif args.apache_kafka:
-            from streams.kafka.apache import ApacheKafka
+            from local_kafka.apache import ApacheKafka
 
             if show:
                 print("starting Apache Kafka (one KRaft node) ...", flush=True)

@@ -33,8 +33,8 @@ from jobkit import (
     wait_for_slots,
 )
 
+from local_kafka.apache import ApacheKafka, Security
 from streams.kafka import settings
-from streams.kafka.apache import ApacheKafka, Security
 from streams.kafka.offsets import wait_consumed
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -34,7 +34,7 @@ from jobkit import (
     wait_for_slots,
 )
 
-from streams.kafka.apache import ApacheKafka
+from local_kafka.apache import ApacheKafka
 from streams.kafka.topics import Topics
 
 USERS = [f"u{i}" for i in range(40)]

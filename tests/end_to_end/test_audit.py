@@ -12,10 +12,10 @@ import orjson
 import pytest
 from brokers import broker_fixture
 
+from local_kafka.embedded import free_port
 from streams.audit.registrations import registrations
 from streams.cli.audit import to_records
 from streams.cli.main import main
-from streams.kafka.broker import free_port
 from streams.kafka.producer import RawProducer, key_partition
 from streams.kafka.topics import Topics, create_topics
 

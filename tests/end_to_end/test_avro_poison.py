@@ -42,12 +42,12 @@ from test_source_avro import (
     read_all,
 )
 
+from local_kafka.embedded import free_port
 from streams.job.pipeline import InProcessJob
 from streams.job.source.avro import AvroSource
 from streams.job.source.mapping import SourceMapping
 from streams.job.source.rekey import report_value
 from streams.job.source.schema_registry import SchemaRegistry
-from streams.kafka.broker import free_port
 from streams.kafka.offsets import wait_consumed
 from streams.kafka.topics import Topics, TopicSpec, create_topics
 from streams.records.input_formats import DEAD_LETTER_PAYLOAD_BYTES

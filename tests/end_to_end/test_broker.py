@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
-from streams.kafka.broker import BrokerError, EmbeddedBroker, broker_binary, free_port
+from local_kafka.embedded import BrokerError, EmbeddedBroker, broker_binary, free_port
 
 
 def processes_mentioning(text: str) -> list[int]:

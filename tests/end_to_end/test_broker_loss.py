@@ -41,7 +41,7 @@ from jobkit import (
     wait_for_slots,
 )
 
-from streams.kafka.broker import EmbeddedBroker
+from local_kafka.embedded import EmbeddedBroker
 
 USERS = [f"u{i}" for i in range(20)]
 SLOTS = 12

@@ -75,8 +75,8 @@ def test_the_command_line_takes_a_config_file_and_the_environment(tmp_path: Path
     """``pwevent --config FILE topics create`` on the embedded broker: the prefix comes from
     the command's table, the partition count from the environment; inconsistent connection
     settings are one line and status 2."""
+    from local_kafka.embedded import EmbeddedBroker
     from streams.cli.main import main
-    from streams.kafka.broker import EmbeddedBroker
 
     path = tmp_path / "pwevent.toml"
     path.write_text('prefix = "top"\n[topics]\nprefix = "fromfile"\n')

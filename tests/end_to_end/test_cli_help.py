@@ -259,7 +259,7 @@ def test_foursquare_regions_without_the_eval_extra(monkeypatch: pytest.MonkeyPat
 
 def test_demo_without_the_demo_extra(monkeypatch: pytest.MonkeyPatch,
                                      capsys: pytest.CaptureFixture[str]) -> None:
-    from streams.kafka.broker import BrokerError, broker_binary
+    from local_kafka.embedded import BrokerError, broker_binary
 
     monkeypatch.setitem(sys.modules, "noida_db", None)
     with pytest.raises(BrokerError, match=re.escape("pip install 'pwevent[demo]'")):

@@ -26,7 +26,7 @@ import pytest
 from jobkit import config, in_process, produce, requirement_records, setup_topics, slot_reports
 from PIL import Image
 
-from streams.kafka.broker import EmbeddedBroker, broker_binary
+from local_kafka.embedded import EmbeddedBroker, broker_binary
 from streams.releases.dashboard import BAND_RGB, STATUS_RGB
 
 CHROMIUM = Path("/usr/bin/chromium")

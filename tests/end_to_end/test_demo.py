@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from local_kafka.embedded import broker_binary, free_port
 from streams.kafka import settings as kafka_settings
-from streams.kafka.broker import broker_binary, free_port
 
 
 def _brokers_running(tmp: Path) -> set[int]:

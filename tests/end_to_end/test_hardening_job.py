@@ -29,10 +29,10 @@ from jobkit import (
     wait_for_slots,
 )
 
+from local_kafka.embedded import EmbeddedBroker
 from streams.cli.main import main
 from streams.job.partitions.registries import Registry
 from streams.job.pipeline import InProcessJob
-from streams.kafka.broker import EmbeddedBroker
 from streams.kafka.offsets import read_topic
 from streams.kafka.producer import key_partition
 

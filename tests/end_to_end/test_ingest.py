@@ -14,9 +14,9 @@ import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from brokers import broker_fixture
 
+from local_kafka.embedded import EmbeddedBroker
 from streams.job.batch_handling import ContinuityGuard, RawRecord, Rewind
 from streams.job.worker.ingest import BatchIngest, ingest_settings
-from streams.kafka.broker import EmbeddedBroker
 from streams.kafka.offsets import end_offsets
 from streams.kafka.producer import key_partition, produce_raw
 from streams.kafka.topics import TopicSpec, create_topics

@@ -30,10 +30,10 @@ from jobkit import (
     wait_for_slots,
 )
 
+from local_kafka.embedded import free_port
 from streams.job.config import JobConfig
 from streams.job.pipeline import InProcessJob
 from streams.job.slot_protocol import secret_check
-from streams.kafka.broker import free_port
 from streams.kafka.offsets import read_topic
 from streams.kafka.topics import Topics
 

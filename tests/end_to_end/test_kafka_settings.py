@@ -36,11 +36,11 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 from jobkit import LoginRefusingBroker, config
 
+from local_kafka.embedded import free_port
 from streams.cli import defaults as cli_defaults
 from streams.cli.main import build_parser
 from streams.kafka import errors as kafka_errors
 from streams.kafka import settings as kafka_settings
-from streams.kafka.broker import free_port
 from streams.kafka.settings import KafkaSettings
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -294,12 +294,10 @@ def test_the_readiness_probe_logs_in_with_the_process_settings(settings: None):
 #: What builds a Kafka client or connection of its own.
 CLIENT_BUILDERS = ("AIOKafkaClient", "AIOKafkaConsumer", "AIOKafkaProducer",
                    "AIOKafkaAdminClient", "create_conn")
-#: The embedded broker (tests, demo) speaks plaintext only: its readiness probe connects so.
-PLAINTEXT_ONLY = {("streams/kafka/broker.py", "_probe_kafka"),
-                  # the local Apache Kafka's readiness probe logs in with the credentials it
-                  # created for its cluster, not the process's (tests/end_to_end/test_apache_acls.py
-                  # starts such a cluster with SASL_SSL)
-                  ("streams/kafka/apache.py", "ApacheKafka._brokers")}
+#: Client sites exempt from the process's settings (none: the local brokers' readiness probes,
+#: which connect in plaintext or with their own cluster's credentials, live in local_kafka/,
+#: outside the shipped package)
+PLAINTEXT_ONLY: set[tuple[str, str]] = set()
 
 
 def client_sites() -> set[tuple[str, str]]:

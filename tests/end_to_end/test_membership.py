@@ -287,8 +287,8 @@ def test_group_command_errors_are_one_line(broker, tmp_path: Path, capsys, monke
     """``pwevent group`` takes its options from the environment and the configuration file too;
     an unknown member, a missing INSTANCE_ID and an unreachable broker are one line and status
     2."""
+    from local_kafka.embedded import free_port
     from streams.cli.main import main
-    from streams.kafka.broker import free_port
 
     config_file = tmp_path / "pwevent.toml"
     config_file.write_text('timeout = 5\n[group]\nprefix = "fromfile"\n')

@@ -35,6 +35,7 @@ from jobkit import (
 )
 from prometheus_client.parser import text_string_to_metric_families
 
+from local_kafka.embedded import EmbeddedBroker, free_port
 from mechanisms.ledgers.fixed import (
     AbsorptionLedger,
     DistributionLedger,
@@ -49,7 +50,6 @@ from streams.job.operations.worker_metrics import (
     window_spend,
 )
 from streams.job.pipeline import InProcessJob
-from streams.kafka.broker import EmbeddedBroker, free_port
 
 USERS = [f"u{i}" for i in range(20)]
 LEVELS = {"4:0.5": (4, 0.5), "7:1.0": (7, 1.0)}  # the first ten users, the other ten

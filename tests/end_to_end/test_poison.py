@@ -27,7 +27,7 @@ from jobkit import (
 )
 from prometheus_client.parser import text_string_to_metric_families
 
-from streams.kafka.broker import free_port
+from local_kafka.embedded import free_port
 from streams.kafka.offsets import end_offsets, read_topic, wait_consumed
 from streams.kafka.producer import key_partition
 from streams.kafka.topics import Topics

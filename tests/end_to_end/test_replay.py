@@ -27,10 +27,10 @@ from jobkit import (
     wait_for_slots,
 )
 
+from local_kafka.embedded import EmbeddedBroker, free_port
 from streams.data.sources import make_source
 from streams.job.partitions.accumulator import watermark_of
 from streams.job.pipeline import InProcessJob
-from streams.kafka.broker import EmbeddedBroker, free_port
 from streams.kafka.topics import Topics, create_topics
 
 PARTITIONS = 2

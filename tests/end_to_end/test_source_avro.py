@@ -22,13 +22,13 @@ from fastavro import parse_schema, schemaless_writer
 from schema_registry import SchemaRegistryServer, wire
 from test_source import LEVELS, PUBLIC_USERS
 
+from local_kafka.embedded import free_port
 from streams.cli.main import main
 from streams.job.pipeline import InProcessJob
 from streams.job.source.avro import AvroSource
 from streams.job.source.mapping import SourceMapping
 from streams.job.source.rekey import report_value
 from streams.job.source.schema_registry import SchemaRegistry
-from streams.kafka.broker import free_port
 from streams.kafka.offsets import read_topic, wait_consumed
 from streams.kafka.producer import RawProducer
 from streams.kafka.topics import TopicSpec, create_topics

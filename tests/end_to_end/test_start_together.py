@@ -33,7 +33,7 @@ from jobkit import (
     slot_reports,
 )
 
-from streams.kafka.broker import EmbeddedBroker
+from local_kafka.embedded import EmbeddedBroker
 
 ROUNDS = 3
 SLOTS = 2

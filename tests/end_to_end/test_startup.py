@@ -16,9 +16,9 @@ import pytest
 from aiokafka.admin import AIOKafkaAdminClient
 from brokers import broker_fixture
 
+from local_kafka.embedded import free_port
 from streams.job.worker.data_dir import BINDING_FILE, RESET, bind_data_dir
 from streams.job.worker.preflight import StartupError, check_topics, layout_problem
-from streams.kafka.broker import free_port
 from streams.kafka.topics import Topics, create_topics
 
 SECRET = "test-secret"

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from brokers import broker_fixture
 
-from streams.kafka.broker import EmbeddedBroker
+from local_kafka.embedded import EmbeddedBroker
 from streams.kafka.topics import (
     TOPIC_KEYS,
     TopicError,

@@ -16,6 +16,7 @@ import pytest
 from fastavro import parse_schema, schemaless_writer
 from schema_registry import SchemaRegistryServer, wire
 
+from local_kafka.embedded import free_port
 from streams.job.source.avro import AvroSource
 from streams.job.source.mapping import SourceMapping
 from streams.job.source.schema_registry import (
@@ -24,7 +25,6 @@ from streams.job.source.schema_registry import (
     UnknownSchema,
     without_logical_types,
 )
-from streams.kafka.broker import free_port
 
 LABELS = {"kind": "labels", "labels": ["DE", "FR", "other"], "other": "other"}
 DEVICE = {"type": "record", "name": "Device", "namespace": "app",

@@ -12,8 +12,8 @@ import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.client import AIOKafkaClient
 
+from local_kafka.embedded import EmbeddedBroker
 from streams.kafka import fetch_pacing
-from streams.kafka.broker import EmbeddedBroker
 from streams.kafka.settings import client_options
 from streams.kafka.topics import TopicSpec, create_topics
 

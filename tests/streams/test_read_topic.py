@@ -11,7 +11,7 @@ import pytest
 from aiokafka.client import AIOKafkaClient
 from jobkit import produce
 
-from streams.kafka.broker import EmbeddedBroker
+from local_kafka.embedded import EmbeddedBroker
 from streams.kafka.offsets import read_topic
 from streams.kafka.topics import TopicSpec, create_topics
 

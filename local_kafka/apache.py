@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 
-from streams.kafka.broker import BrokerError, free_port
+from local_kafka.embedded import BrokerError, free_port
 
 __all__ = ["KAFKA_VERSION", "ApacheKafka", "Security", "kafka_libs", "missing_libs_message"]
 
