@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The trust model of README.md ("Trust model") as Kafka ACLs, for a cluster that runs Kafka's
+# The trust model of docs/operations.md ("Trust model") as Kafka ACLs, for a cluster that runs Kafka's
 # StandardAuthorizer with allow.everyone.if.no.acl.found=false and SASL principals:
 #
 #   worker    the job: reads its inputs, writes its outputs and internal topics, creates and

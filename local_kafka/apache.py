@@ -35,7 +35,7 @@ from local_kafka.embedded import BrokerError, free_port
 __all__ = ["KAFKA_VERSION", "ApacheKafka", "Security", "kafka_libs", "missing_libs_message"]
 
 KAFKA_VERSION = "4.1.1"
-_ROOT = Path(__file__).resolve().parents[2]
+_ROOT = Path(__file__).resolve().parents[1]
 _LIVE: weakref.WeakSet[ApacheKafka] = weakref.WeakSet()
 
 

@@ -22,6 +22,7 @@ import orjson
 
 from streams.audit.accounting import audit
 from streams.audit.report import AuditReport, Record
+from streams.cli import audit_empirical
 from streams.cli.options import PREFIX, add_options, option
 from streams.kafka.topics import Topics
 
@@ -63,8 +64,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         option("--broker", "read the topics from this broker (default: $PWEVENT_BROKER)",
                metavar="HOST:PORT"),
         PREFIX,
-        option("--stream", "the stream to audit (decision and release keys <NAME>/<slot>)",
-               required=True, metavar="NAME"),
+        option("--stream", "the stream to audit (decision and release keys <NAME>/<slot>; "
+               "required unless --empirical)", metavar="NAME"),
         option("--partitions", "partitions of the requirements topic (default: the broker's "
                "count, or the start record's config.partitions, else 1)", type=int,
                metavar="N"),
@@ -77,7 +78,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                "options", metavar="DIR"),
         option("--timeout", "seconds allowed for reading the broker (default: %(default)s)",
                type=float, default=30.0, metavar="S"),
+        option("--empirical", "instead of a stream's topics, audit every mechanism of the job "
+               "empirically: neighbouring inputs run --trials times each, and a 95%%-confidence "
+               "lower bound on the privacy loss compared with the user's E (exit status 1 when "
+               "one lies above it)", action="store_true"),
     ))
+    audit_empirical.add_arguments(p)
     p.set_defaults(func=run)
 
 
@@ -213,16 +219,16 @@ def _audit(args: argparse.Namespace) -> AuditReport:
 def summary(report: AuditReport) -> str:
     """The human summary: what was read, the counts, then one line per violation."""
     lines = [f"audit of stream {report.stream!r} (mechanism {report.mechanism or 'unknown'})",
-             *(f"  {note}" for note in report.notes),
-             f"slots audited: {report.slots_audited}",
-             f"windows checked: {report.windows_checked}",
-             f"violations: {len(report.violations)}"]
+             *(f"  {note}" for note in report.notes)]
     if report.population:
         pop = report.population
         lines.append(f"registration: {pop['registration']}"
                      + (f", {pop['defaulted_users']} users registered by defaults"
                         if pop["defaulted_users"] else ""))
         lines += [f"  {name}: {verdict}" for name, verdict in pop["fields"].items()]
+    lines += [f"slots audited: {report.slots_audited}",
+              f"windows checked: {report.windows_checked}",
+              f"violations: {len(report.violations)}"]
     lines += [f"slot {v.slot}: {v.kind}: {v.detail}" for v in report.sorted_violations()]
     return "\n".join(lines) + "\n"
 
@@ -230,6 +236,11 @@ def summary(report: AuditReport) -> str:
 def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
     """Execute ``pwevent audit``; returns the exit status."""
     out = out or sys.stdout
+    if args.empirical:
+        return audit_empirical.run(args, out)
+    if not args.stream:
+        print("pwevent audit: error: --stream is required (or --empirical)", file=sys.stderr)
+        return 2
     if args.partitions is not None and args.partitions < 1:
         print("pwevent audit: error: --partitions must be at least 1", file=sys.stderr)
         return 2

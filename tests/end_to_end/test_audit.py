@@ -117,7 +117,11 @@ def kinds(doc: dict) -> set[str]:
 def test_clean_stream_has_no_violation(tmp_path, capsys):
     status, doc = audit_json(tmp_path, clean_stream(), capsys)
     assert status == 0, doc["violations"]
-    assert set(doc) == {"stream", "mechanism", "slots_audited", "windows_checked", "violations"}
+    assert set(doc) == {"stream", "mechanism", "slots_audited", "windows_checked", "violations",
+                        "population"}
+    # declared requirements only: every published field a function of public inputs or noisy
+    assert doc["population"]["registration"] == "declared"
+    assert doc["population"]["fields"]["releases.users"].startswith("public")
     assert (doc["stream"], doc["mechanism"]) == (STREAM, "pbd")
     assert doc["slots_audited"] == len(SCHEDULE)
     assert doc["windows_checked"] == len(SCHEDULE) * len(USERS)

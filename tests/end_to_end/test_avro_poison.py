@@ -1,4 +1,4 @@
-"""A poisoned Avro source topic (README.md, "Plugging in existing telemetry", Avro): among good app
+"""A poisoned Avro source topic (docs/sources.md, "Avro source topics"): among good app
 events, a producer registers a recursive record schema under a subject of its own (``Node``,
 with the fields the mapping reads and ``"next": ["null", "Node"]``) and writes one record of it
 nested 5,000 deep, enough to overflow the C stack of fastavro's compiled decoder. The worker

@@ -1,4 +1,4 @@
-"""One record must never stop the job (README.md, "Trust model"): a record of 1,000 nested
+"""One record must never stop the job (docs/operations.md, "Trust model"): a record of 1,000 nested
 brackets, about 2 KB, on each kind of input topic, met by a worker that is then SIGKILLed and
 started again on its data directory. The worker keeps running, the record is a dead letter
 (``too_deep``), every slot is released once, before and after it, and the releases are byte for

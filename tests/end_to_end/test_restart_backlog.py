@@ -1,10 +1,10 @@
-"""A restart must not lose what waited in Kafka (README.md, "Event time"): live, with default
-flags, a source topic of 3 partitions keyed by device, 60 devices each sending an event every
-half second, 1-second slots. The worker is SIGKILLed and stays down for 16 slots while events
-keep coming, then starts again on its data directory: no event becomes ``late``, every
-device-slot is counted, and the releases are the in-process run of the same records under the
-stream's nonce. With ``--max-hold-ms`` below the downtime, exactly the events that reach their
-partition of ``reports`` after the bound closed their slot are ``late``. On both brokers."""
+"""A restart must not lose what waited in Kafka (docs/job.md, "Downtime and lag, live"): live, with
+default flags, a source topic of 3 partitions keyed by device, 60 devices each sending an event
+every half second, 1-second slots. The worker is SIGKILLed and stays down for 16 slots while events
+keep coming, then starts again on its data directory: no event becomes ``late``, every device-slot
+is counted, and the releases are the in-process run of the same records under the stream's nonce.
+With ``--max-hold-ms`` below the downtime, exactly the events that reach their partition of
+``reports`` after the bound closed their slot are ``late``. On both brokers."""
 
 from __future__ import annotations
 

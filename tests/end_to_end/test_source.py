@@ -1,5 +1,5 @@
-"""Plugging existing telemetry in (README.md, "Plugging in existing telemetry"): keyless app events
-on a topic with another partition count, mapped and re-keyed by user onto ``reports``, users
+"""Plugging existing telemetry in (docs/sources.md, "Plugging in existing telemetry"): keyless app
+events on a topic with another partition count, mapped and re-keyed by user onto ``reports``, users
 registered by a default requirement; releases equal to the in-process run of the same mapped
 reports, ``pwevent audit`` clean, the source topic untouched."""
 

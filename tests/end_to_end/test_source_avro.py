@@ -1,4 +1,4 @@
-"""An Avro source topic plugged in (README.md, "Plugging in existing telemetry", Avro): keyless app
+"""An Avro source topic plugged in (docs/sources.md, "Avro source topics"): keyless app
 events in the Confluent wire format, of two versions of their schema, on a topic with another
 partition count; schemas from a real schema registry (Apicurio Registry,
 tests/schema_registry.py). Every record is mapped or dead-lettered with its reason, nothing is

@@ -1,10 +1,10 @@
-"""A stream's event time over a source of several partitions (README.md, "Event time"): with
-default flags (no allowed lateness), a keyless topic of 6 partitions of unequal sizes, every
-device once or more in each slot, replayed as history. Kafka hands the consumer the partitions'
-records apart in event time (a fetch covers all slots of one partition before the next): none
-becomes ``late``, every slot is released once, and the releases are the in-process run of the
-same mapped reports; also with the worker SIGKILLed mid-way and started again on its data
-directory, and over two source topics at once. On both brokers."""
+"""A stream's event time over a source of several partitions (docs/job.md, "Event time over source
+topics"): with default flags (no allowed lateness), a keyless topic of 6 partitions of unequal
+sizes, every device once or more in each slot, replayed as history. Kafka hands the consumer the
+partitions' records apart in event time (a fetch covers all slots of one partition before the next):
+none becomes ``late``, every slot is released once, and the releases are the in-process run of the
+same mapped reports; also with the worker SIGKILLed mid-way and started again on its data directory,
+and over two source topics at once. On both brokers."""
 
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
-"""A worker's Prometheus metrics: :class:`WorkerMetrics` holds its registry (names in README.md,
-"Operating a worker"), which the job's runners update where they count records, once per batch
-(never once per record); :func:`accepted_since` and :func:`window_spend` compute what they count,
-:class:`SlotCloseTimes` when each slot closed. :class:`~streams.job.operations.observe.Observer`
-serves the registry."""
+"""A worker's Prometheus metrics: :class:`WorkerMetrics` holds its registry (names in
+docs/operations.md, "Operating a worker"), which the job's runners update where they count records,
+once per batch (never once per record); :func:`accepted_since` and :func:`window_spend` compute what
+they count, :class:`SlotCloseTimes` when each slot closed.
+:class:`~streams.job.operations.observe.Observer` serves the registry."""
 
 from __future__ import annotations
 
@@ -116,7 +116,7 @@ class SlotCloseTimes:
 
 
 class WorkerMetrics:
-    """The worker's metrics registry (names in README.md, "Operating a worker")."""
+    """The worker's metrics registry (names in docs/operations.md, "Operating a worker")."""
 
     def __init__(self, reports_topic: str) -> None:
         # no ``*_created`` series beside every counter (a process-wide switch of the client;

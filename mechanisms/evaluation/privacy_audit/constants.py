@@ -1,0 +1,15 @@
+"""The audit's names: mechanisms, population modes, pairs and planted defects."""
+
+from __future__ import annotations
+
+#: the mechanisms the job runs, audited by default
+AUDITED = ("pbd", "pba", "bd", "ba", "uniform", "sample", "pbad", "pbd_ipw", "pba_ipw", "dpbd",
+           "dpba")
+#: ``declared``: every user declared its requirement and is registered from slot 1;
+#: ``defaults``: every user holds a default requirement, as a latent population (every device
+#: counts from slot 1 with its rule's requirement; level sizes and users are public constants)
+MODES = ("declared", "defaults")
+#: the neighbouring pairs of inputs (module doc)
+PAIRS = ("slot", "window", "first_event")
+PLANTS = ("noise_halved", "charge_dropped", "threshold_off_by_one", "realised_users")
+NEIGHBOURING = ("add-remove", "replace")
