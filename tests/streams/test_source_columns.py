@@ -322,3 +322,26 @@ def test_the_stage_forwards_only_reports_that_can_still_win() -> None:
         assert stage.dead_letters.sent == []
 
     asyncio.run(run())
+
+
+def test_a_partition_forgotten_at_a_rebalance_is_read_again_in_full() -> None:
+    """A batch still held when its source partition is revoked is dropped unsent and read
+    again from the committed offset, here or by another worker. Its reports must go out then:
+    the stage must not remember them as forwarded winners of their (user, slot), nor claim the
+    event time they reached (a two-worker run once lost one source partition's last slots)."""
+    from streams.job.source_progress import progress_of
+
+    async def run() -> None:
+        sends: list = []
+        acks: list = []
+        stage = _stage(sends, acks)
+        assert await stage.on_batch("t", _batch(0, 3)) == 0  # on its way, unacknowledged
+        stage.forget("t", 0)  # revoked: the batch is dropped, its offsets not acknowledged
+        assert stage.held == {} and acks == []
+        assert await stage.on_batch("t", _batch(0, 3)) == 0  # read again from offset 0
+        reports, marks = sends[1][0][:3], sends[1][0][3:]
+        assert reports == sends[0][0][:3]  # the same three reports, not superseded
+        assert [progress_of(v, b"x", "s", q).ms for q, (_k, v) in enumerate(marks)] == [1000] * 2
+        assert stage.counters["source_superseded"] == 0
+
+    asyncio.run(run())

@@ -462,10 +462,21 @@ class Rekeyer:
             self._settle(where)
 
     def forget(self, topic: str, partition: int) -> None:
-        """A source partition went to another worker: what it held is read again there."""
-        self.held.pop((topic, partition), None)
-        self.last_read.pop((topic, partition), None)
-        self.idle_said.discard((topic, partition))
+        """A source partition went to another worker: what it held is read again there (or
+        here, when it comes back). What its dropped batches would have sent is forgotten with
+        them: the reports they made winners of their (user, slot), which would otherwise
+        supersede the same reports read again, and the event time they reached, which a busy
+        or idle progress record would otherwise claim before those reports are sent."""
+        where = (topic, partition)
+        self.held.pop(where, None)
+        self.last_read.pop(where, None)
+        self.idle_said.discard(where)
+        self.reached.pop(where, None)
+        ti = self.index.get(topic)
+        for seen in self.forwarded.values():
+            stale = [user for user, pos in seen.items() if pos[1] == ti and pos[2] == partition]
+            for user in stale:
+                del seen[user]
 
     def held_offset(self, topic: str, partition: int) -> int | None:
         """The first source offset of ``topic``'s ``partition`` still held, if any."""
