@@ -4,7 +4,7 @@ sizes, every device once or more in each slot, replayed as history. Kafka hands 
 partitions' records apart in event time (a fetch covers all slots of one partition before the next):
 none becomes ``late``, every slot is released once, and the releases are the in-process run of the
 same mapped reports; also with the worker SIGKILLed mid-way and started again on its data directory,
-and over two source topics at once. On both brokers."""
+with two workers sharing the source, and over two source topics at once. On both brokers."""
 
 from __future__ import annotations
 
@@ -72,7 +72,7 @@ def events() -> list[tuple[int, dict]]:
     return out
 
 
-@pytest.mark.parametrize("how", ["one", "killed"])
+@pytest.mark.parametrize("how", ["one", "killed", "two"])
 def test_no_event_of_a_multi_partition_source_is_late(broker, tmp_path: Path, how: str) -> None:
     prefix, source = f"evt{how}", f"ev-{how}"
     cfg = config(prefix, stream="ev", domain=DOMAIN, slot_ms=SLOT, origin_ms=ORIGIN,
@@ -84,9 +84,12 @@ def test_no_event_of_a_multi_partition_source_is_late(broker, tmp_path: Path, ho
     produce_source(broker.bootstrap, source, half if how == "killed" else evs, PARTS)
     conf = tmp_path / "pwevent.toml"
     conf.write_text(CONFIG.format(origin=ORIGIN, source=source))
-    logs = [tmp_path / "w0.log"]
+    logs = [tmp_path / "w0.log", tmp_path / "w1.log"]
     workers = [start_configured_worker(broker.bootstrap, prefix, conf, tmp_path / "d0", logs[0])]
     try:
+        if how == "two":  # a second worker joins while the first reads: a rebalance mid-way
+            workers.append(start_configured_worker(broker.bootstrap, prefix, conf,
+                                                   tmp_path / "d1", logs[1]))
         if how == "killed":
             deadline = time.monotonic() + 90
             while not asyncio.run(read_topic(broker.bootstrap, topics.reports, cfg.partitions)):
