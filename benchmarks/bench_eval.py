@@ -12,7 +12,7 @@ on one realised stream, as ``pwevent evaluate`` batches a repeat's settings.
 
 Every run's results are checked to be identical on both paths. Reported: microseconds per run
 and slot, and old / new. A batch of more than one run takes the compiled loops where numba is
-installed (mechanisms/compiled.py): their one-time cost in a process (loading numba, the
+installed (mechanisms/kernels/compiled.py): their one-time cost in a process (loading numba, the
 compiled kernels from their disk cache, the generators' typed list) is measured apart, on a
 batch of two runs over a few slots before the clock starts, and printed.
 
@@ -26,7 +26,6 @@ import time
 
 import numpy as np
 
-from mechanisms import compiled
 from mechanisms.evaluation.datasets import sin_probabilities
 from mechanisms.evaluation.experiments import paper_requirements
 from mechanisms.evaluation.runs import (
@@ -38,6 +37,7 @@ from mechanisms.evaluation.runs import (
     synthetic_cells,
     true_histograms,
 )
+from mechanisms.kernels import compiled
 from mechanisms.requirements import user_classes
 
 SETTINGS = [(e, 120) for e in (0.2, 0.4, 0.6, 0.8, 1.0)] + [(0.6, w) for w in (40, 80, 160, 200)]

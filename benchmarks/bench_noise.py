@@ -23,8 +23,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from bench_step import requirements  # noqa: E402
 
-from mechanisms import create_mechanism  # noqa: E402
-from mechanisms.exact_noise import SecureBits, exact_discrete_laplace  # noqa: E402
+from mechanisms.build import build  # noqa: E402
+from mechanisms.noise.bits import SecureBits  # noqa: E402
+from mechanisms.noise.discrete_laplace import exact_discrete_laplace  # noqa: E402
 
 
 class CountingBits:
@@ -60,7 +61,7 @@ def pbd_step(n: int, d: int, slots: int, seed: int):
     rng = np.random.default_rng(seed)
     reqs = requirements(n, rng)
     data = [rng.integers(0, d, n) for _ in range(slots)]
-    mech = create_mechanism("pbd", reqs, d, np.random.default_rng(seed))
+    mech = build("pbd", reqs, d, np.random.default_rng(seed))
     mech.step(data[0])  # warm-up
     turn = iter(range(10**12))
     return lambda: mech.step(data[next(turn) % slots])

@@ -25,7 +25,8 @@ import time
 
 import numpy as np
 
-from mechanisms import FixedRequirements, create_mechanism
+from mechanisms import FixedRequirements
+from mechanisms.build import build
 
 W_GRID = np.array([20, 40, 60, 80, 100, 120, 140, 160, 180, 200])
 E_GRID = np.array([0.2, 0.4, 0.6, 0.8, 1.0, 1.2, 1.4, 1.6, 1.8, 2.0])
@@ -57,7 +58,7 @@ def measure(name: str, n: int, d: int, slots: int, repeat: int, seed: int) -> tu
     rng = np.random.default_rng(seed)
     reqs = requirements(n, rng)
     data = [rng.integers(0, d, n) for _ in range(slots)]  # every user reports
-    mech = create_mechanism(name, reqs, d, np.random.default_rng(seed))
+    mech = build(name, reqs, d, np.random.default_rng(seed))
     mech.step(data[0])  # warm-up
     floor = best_of(lambda v: np.bincount(v, minlength=d), data, repeat)
     step = best_of(mech.step, data, repeat)
@@ -95,7 +96,8 @@ def measure_dynamic(
     ledger's most expensive regime: charged slots keep every window sum moving); the slot's
     work is then the level counts and the ledger's commit, without the rule's O(levels x d).
     """
-    from mechanisms.dynamic import DynamicMechanism, DynamicRequirements
+    from mechanisms.requirements import DynamicRequirements
+    from mechanisms.run.dynamic import DynamicMechanism
 
     rng = np.random.default_rng(seed)
     req = DynamicRequirements(

@@ -1,11 +1,11 @@
 """Every mechanism of :mod:`mechanisms.registry` built from one call, behind one step interface.
 
-``build(name, requirements, d, rng, noise)`` returns a :class:`~mechanisms.mechanism.Stepper`:
+``build(name, requirements, d, rng, noise)`` returns a :class:`~mechanisms.run.mechanism.Stepper`:
 ``step(cells)`` takes one cell per user (-1: no report) and returns the slot's release, which
 always has ``slot``, ``histogram`` and ``published``. The central mechanisms take
 :class:`~mechanisms.requirements.FixedRequirements`, the dynamic ones
-:class:`~mechanisms.dynamic.DynamicRequirements`; the homogeneous baselines run at the
-strictest requirement.
+:class:`~mechanisms.requirements.DynamicRequirements`; the homogeneous baselines run at the
+strictest requirement. ``batch(runs)`` steps fresh runs of one mechanism together.
 
 >>> from mechanisms.registry import names
 >>> req = FixedRequirements(("a", "b", "c"), np.array([4, 2, 3]), np.array([1.0, 1.0, 1.0]))
@@ -28,23 +28,38 @@ from mechanisms.baselines.ldp_ids import BatchedLdpIds, LdpIds
 from mechanisms.baselines.mtsp_batch import BatchedMtsp
 from mechanisms.baselines.mtsp_ldp import MtspLdp
 from mechanisms.baselines.spas import BatchedSpas, Spas
-from mechanisms.central import BatchedFixed, FixedMechanism, create_mechanism
-from mechanisms.dynamic import DynamicMechanism, DynamicRequirements
-from mechanisms.dynamic_batch import BatchedDynamic
-from mechanisms.mechanism import BatchRelease, Released, RuleRelease, Stepper, release_std
+from mechanisms.batch.dynamic import BatchedDynamic
+from mechanisms.batch.fixed import BatchedFixed
+from mechanisms.batch.steppers import BatchedSteppers
 from mechanisms.registry import spec
-from mechanisms.release import ReleaseRule
-from mechanisms.requirements import FixedRequirements
+from mechanisms.requirements import DynamicRequirements, FixedRequirements
+from mechanisms.run.dynamic import DynamicMechanism
+from mechanisms.run.fixed import FixedMechanism
+from mechanisms.run.mechanism import Stepper
 
 
 def build(
     name: str,
     requirements: FixedRequirements | DynamicRequirements,
     d: int,
-    rng: np.random.Generator,
+    rng: np.random.Generator | None = None,
     noise: str = "laplace",
 ) -> Stepper:
-    """The mechanism ``name`` over ``requirements`` and ``d`` cells (module doc)."""
+    """The mechanism ``name`` over ``requirements`` and ``d`` cells (module doc), drawing from
+    ``rng`` (a fresh generator where None).
+
+    Three users with windows 4, 2 and 3 and a budget of 1 each; a slot takes one cell per user
+    (-1: no report). PBA's first slot spends each user's dissimilarity budget E/(2w):
+
+    >>> req = FixedRequirements(("a", "b", "c"), np.array([4, 2, 3]), np.array([1.0, 1.0, 1.0]))
+    >>> mech = build("pba", req, d=2, rng=np.random.default_rng(0), noise="discrete")
+    >>> release = mech.step(np.array([0, 1, -1]))
+    >>> release.slot, release.eps1.round(4).tolist()
+    (1, [0.125, 0.25, 0.1667])
+    >>> release.histogram.dtype.kind  # integer noise: counts carry no floating-point bits
+    'i'
+    """
+    rng = np.random.default_rng() if rng is None else rng
     s = spec(name.lower())
     if s.family == "dynamic":
         if not isinstance(requirements, DynamicRequirements):
@@ -53,7 +68,7 @@ def build(
     if not isinstance(requirements, FixedRequirements):
         raise ValueError(f"{s.name} takes fixed requirements (FixedRequirements)")
     if s.family == "central":
-        return create_mechanism(s.name, requirements, d, rng, noise)
+        return FixedMechanism(s.name, requirements, d, rng, noise)
     if s.name == "plbu":
         return Plbu(requirements, d, rng)
     w, E = requirements.strictest()
@@ -94,40 +109,3 @@ def batch(
     if mechanisms and all(isinstance(m, MtspLdp) for m in mechanisms):
         return BatchedMtsp(mechanisms)
     return BatchedSteppers(mechanisms)
-
-
-class BatchedSteppers:
-    """Runs of any mechanism stepped one by one behind the batch interface (one dynamic run
-    alone, or runs of no batched kind), whose state is kept per run."""
-
-    def __init__(self, steppers: Sequence) -> None:
-        if not steppers:
-            raise ValueError("a batch needs at least one run")
-        self.steppers = list(steppers)
-        self.runs = len(self.steppers)
-        self.slot = 1
-
-    def step(self, cells: np.ndarray) -> BatchRelease:
-        """Release the next slot of every run from (runs, users) cells (-1: no report)."""
-        return self._collect([s.step(c) for s, c in zip(self.steppers, cells, strict=True)])
-
-    def step_classes(self, class_counts: Sequence[np.ndarray],
-                     classes: Sequence[np.ndarray]) -> BatchRelease:
-        """Release the next slot of every run from its reports per (class, cell): runs whose
-        mechanism needs only counts (``step_classes``) are fed those."""
-        return self._collect([s.step_classes(cc, cls) for s, cc, cls in
-                              zip(self.steppers, class_counts, classes, strict=True)])
-
-    def _collect(self, releases: list[Released]) -> BatchRelease:
-        slot = self.slot
-        self.slot += 1
-        histogram = np.stack([np.asarray(r.histogram, dtype=np.float64) for r in releases])
-        published = np.array([bool(r.published) for r in releases])
-        thresholds = [getattr(r, "threshold", None) for r in releases]
-        rules = [getattr(s, "rule", None) for s in self.steppers]
-        if all(isinstance(t, float) for t in thresholds) and all(
-                isinstance(r, ReleaseRule) for r in rules):
-            std = np.array([release_std(published[b : b + 1], np.array([t]), rule)[0]
-                            for b, (t, rule) in enumerate(zip(thresholds, rules, strict=True))])
-            return RuleRelease(slot, histogram, published, std)
-        return BatchRelease(slot, histogram, published)

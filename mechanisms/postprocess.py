@@ -20,7 +20,7 @@ registered users (public). Two methods:
   follows a stream whose pace changes, which no single drift does.
 
 Every function works on a leading batch axis as well, so the evaluation filters all its runs at
-once (compiled, :mod:`mechanisms.compiled_filters`, where numba is installed), and
+once (compiled, :mod:`mechanisms.kernels.compiled_filters`, where numba is installed), and
 :class:`KalmanState` steps one slot at a time for the job, with the same arithmetic.
 """
 
@@ -32,7 +32,7 @@ from typing import Final
 
 import numpy as np
 
-from mechanisms import compiled_filters
+from mechanisms.kernels import compiled_filters
 
 #: The post-processing methods, ``none`` first (the raw release).
 METHODS: Final = ("none", "round", "kalman", "kalman_bank")

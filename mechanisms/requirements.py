@@ -1,4 +1,5 @@
-"""Fixed personalised privacy requirements (w_i, E_i) and their grouping into levels.
+"""Personalised privacy requirements: fixed ones (w_i, E_i) with their grouping into levels,
+and dynamic declarations (wB, EB, wF, EF) by slot.
 
 Users that share a requirement share a budget ledger (docs/design.md, privacy decision 2): the
 ledger of a level is a function of public inputs only, so it is kept once per level, not once
@@ -7,7 +8,7 @@ per user.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -94,6 +95,84 @@ class FixedRequirements:
         return FixedRequirements(
             self.users, np.full(self.n, w, dtype=np.int64), np.full(self.n, E, dtype=np.float64)
         )
+
+
+#: the fields of a dynamic declaration, in order
+DECLARATION_FIELDS = ("wB", "EB", "wF", "EF")
+
+
+def validate_declarations(
+    users: Sequence[str], wB: object, EB: object, wF: object, EF: object
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Check one declaration per user; raises ``ValueError`` naming user and field."""
+    arrays = [np.asarray(x) for x in (wB, EB, wF, EF)]
+    for field, arr in zip(DECLARATION_FIELDS, arrays, strict=True):
+        if arr.shape != (len(users),):
+            raise ValueError(f"field {field}: expected {len(users)} values, got {arr.shape}")
+    return (
+        validate_windows(users, arrays[0], "wB"),
+        validate_budgets(users, arrays[1], "EB"),
+        validate_windows(users, arrays[2], "wF"),
+        validate_budgets(users, arrays[3], "EF"),
+    )
+
+
+@dataclass(frozen=True)
+class DynamicRequirements:
+    """Declarations sorted by slot: at ``slot[k]`` user ``user[k]`` declares (wB, EB, wF, EF).
+
+    ``users`` lists every user in order of first declaration; a user's first declaration is the
+    slot it appears at.
+    """
+
+    slot: np.ndarray
+    user: tuple[str, ...]
+    wB: np.ndarray
+    EB: np.ndarray
+    wF: np.ndarray
+    EF: np.ndarray
+
+    @classmethod
+    def from_rows(cls, rows: Iterable[Sequence[object]]) -> DynamicRequirements:
+        """Build from (slot, user, wB, EB, wF, EF) rows (slots from 1)."""
+        rows = [tuple(r) for r in rows]
+        for k, r in enumerate(rows):
+            if len(r) != 6:
+                raise ValueError(f"row {k + 1}: expected (slot, user, wB, EB, wF, EF), got {r!r}")
+        users = [str(r[1]) for r in rows]
+        slots = np.asarray([r[0] for r in rows] or np.zeros(0, dtype=np.int64))
+        slots = validate_windows(users, slots, "slot")
+        wB, EB, wF, EF = validate_declarations(users, *([r[c] for r in rows] for c in range(2, 6)))
+        seen: set[tuple[int, str]] = set()
+        for s, u in zip(slots.tolist(), users, strict=True):
+            if (s, u) in seen:
+                raise ValueError(f"user {u!r}: two declarations at slot {s}")
+            seen.add((s, u))
+        order = np.argsort(slots, kind="stable")
+        return cls(
+            slots[order],
+            tuple(users[i] for i in order),
+            wB[order],
+            EB[order],
+            wF[order],
+            EF[order],
+        )
+
+    @property
+    def users(self) -> tuple[str, ...]:
+        """Distinct users in order of first declaration."""
+        return tuple(dict.fromkeys(self.user))
+
+    @property
+    def max_window(self) -> int:
+        """Largest window any declaration uses (1 when there is none)."""
+        return int(max(self.wB.max(initial=1), self.wF.max(initial=1)))
+
+    def at(self, slot: int) -> tuple[list[str], np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """The declarations made at ``slot``: (users, wB, EB, wF, EF)."""
+        lo, hi = np.searchsorted(self.slot, [slot, slot + 1])
+        part = slice(int(lo), int(hi))
+        return list(self.user[part]), self.wB[part], self.EB[part], self.wF[part], self.EF[part]
 
 
 def user_classes(*requirements: FixedRequirements) -> np.ndarray:

@@ -15,9 +15,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from mechanisms import compiled
-from mechanisms.mechanism import BatchRelease, first_run
+from mechanisms.kernels import compiled
 from mechanisms.requirements import FixedRequirements, class_levels
+from mechanisms.run.mechanism import BatchRelease, first_run
 
 
 def oue_variance(eps: np.ndarray, n: np.ndarray | float = 1.0) -> np.ndarray:

@@ -40,7 +40,7 @@ from mechanisms.ledgers.fixed import (
     SampleLedger,
     UniformLedger,
 )
-from mechanisms.mechanism import BatchRelease, RunsAlone, first_run
+from mechanisms.run.mechanism import BatchRelease, RunsAlone, first_run
 
 BUDGET_DIVISION = ("lbu", "lsp", "lbd", "lba")
 POPULATION_DIVISION = ("lpu", "lpd", "lpa")

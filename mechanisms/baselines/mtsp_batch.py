@@ -26,7 +26,7 @@ import numpy as np
 
 from mechanisms.baselines.ldp import oue_variance
 from mechanisms.baselines.private_tree import build_tree, level_slice, node_bounds, real_nodes
-from mechanisms.mechanism import BatchRelease, first_run
+from mechanisms.run.mechanism import BatchRelease, first_run
 
 
 class MtspRun(Protocol):

@@ -62,7 +62,7 @@ import numpy as np
 
 from mechanisms.baselines.mtsp_batch import EXHAUSTED, BatchedMtsp
 from mechanisms.baselines.private_tree import height
-from mechanisms.mechanism import HistogramSteps
+from mechanisms.run.mechanism import HistogramSteps
 
 
 @dataclass(frozen=True)

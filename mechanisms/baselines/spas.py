@@ -30,10 +30,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from mechanisms.mechanism import BatchRelease, HistogramSteps, RunsAlone, first_run
-from mechanisms.noise import draw_noise
-from mechanisms.recent import RecentSlots, width_groups
+from mechanisms.ledgers.recent import RecentSlots, width_groups
+from mechanisms.noise.calibrated import draw_noise
 from mechanisms.registry import histogram_dtype
+from mechanisms.run.mechanism import BatchRelease, HistogramSteps, RunsAlone, first_run
 
 _TOL = 1e-12
 

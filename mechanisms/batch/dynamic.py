@@ -1,9 +1,10 @@
-"""Runs of a dynamic mechanism (DPBD, DPBA) stepped together: one Python call per slot.
+"""Runs of a mechanism under dynamic requirements (DPBD, DPBA) stepped together: one Python call
+per slot.
 
 The runs' per-user ledgers are one :class:`~mechanisms.ledgers.dynamic.DynamicLedger` whose
 columns each belong to one run, their levels are grouped over the batch, and the one
-:class:`~mechanisms.mechanism.Mechanism` releases every run's slot with the release rule's batch
-axis. Each run releases exactly what it releases alone (tests/mechanisms/test_batch.py).
+:class:`~mechanisms.run.mechanism.Mechanism` releases every run's slot with the release rule's
+batch axis. Each run releases exactly what it releases alone (tests/mechanisms/test_batch.py).
 """
 
 from __future__ import annotations
@@ -12,15 +13,15 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from mechanisms.dynamic import DynamicMechanism, _Directory, _validate
 from mechanisms.ledgers.columns import UNIT
 from mechanisms.ledgers.plan import RunsPlan
-from mechanisms.mechanism import BatchRelease, Mechanism
-from mechanisms.requirements import class_levels
+from mechanisms.requirements import class_levels, validate_declarations
+from mechanisms.run.dynamic import DynamicMechanism, UserDirectory
+from mechanisms.run.mechanism import BatchRelease, Mechanism
 
 
 class BatchedDynamic:
-    """Runs of DPBD or DPBA (:class:`~mechanisms.dynamic.DynamicMechanism`) stepped together.
+    """Runs of DPBD or DPBA (:class:`~mechanisms.run.dynamic.DynamicMechanism`) stepped together.
 
     The runs' per-user ledgers are held as one :class:`~mechanisms.ledgers.dynamic.
     DynamicLedger` whose columns each belong to one run (a run's users declare apart, so no
@@ -30,8 +31,8 @@ class BatchedDynamic:
 
     Built from fresh mechanisms (their requirements, domain, noise and generators); the
     mechanisms themselves are not stepped. The batch is the ledger of its levels
-    (:meth:`plan_runs`, :meth:`commit_runs`) for the one :class:`~mechanisms.mechanism.Mechanism`
-    that releases every run's slot.
+    (:meth:`plan_runs`, :meth:`commit_runs`) for the one
+    :class:`~mechanisms.run.mechanism.Mechanism` that releases every run's slot.
     """
 
     def __init__(self, mechanisms: Sequence[DynamicMechanism]) -> None:
@@ -50,15 +51,12 @@ class BatchedDynamic:
         self.runs, self.d = len(mechanisms), first.d
         widths = np.array([m.ledger.max_window for m in mechanisms], dtype=np.int64)
         ledger = type(first.ledger)(int(widths.max()), first.ledger.grid_bits, 1 << 62)
-        ledger.owner = np.zeros(0, dtype=np.int64)
-        ledger.runs = self.runs
-        ledger.run_tie_units = np.array([m.ledger.tie_units for m in mechanisms])
-        ledger.nullified_runs = np.zeros(self.runs, dtype=bool)
+        ledger.hold_runs([m.ledger for m in mechanisms])
         self.ledger = ledger
         self.rngs = [m.rng for m in mechanisms]
         self.mechanism = Mechanism(self, first.rule, runs=self.runs)
         self._plan: RunsPlan | None = None
-        self.directories = [_Directory() for _ in mechanisms]
+        self.directories = [UserDirectory() for _ in mechanisms]
         self.users = [np.zeros(0, dtype=np.int64) for _ in mechanisms]  # ledger index of each
         self._declared = [set(np.unique(r.slot).tolist()) for r in self.requirements]
         self._any_declared = set().union(*self._declared)
@@ -80,7 +78,7 @@ class BatchedDynamic:
             users, wB, EB, wF, EF = req.at(t)
             if not users:
                 continue
-            wB, EB, wF, EF = _validate(users, wB, EB, wF, EF)
+            wB, EB, wF, EF = validate_declarations(users, wB, EB, wF, EF)
             directory = self.directories[b]
             local = directory.indices(users)
             fresh = local >= len(directory.users)

@@ -13,14 +13,13 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from mechanisms import postprocess as pp
+from mechanisms.batch.fixed import BatchedFixed
 from mechanisms.build import batch, build
-from mechanisms.central import BatchedFixed
-from mechanisms.dynamic import DynamicRequirements
 from mechanisms.evaluation.experiments import dynamic_rows
 from mechanisms.evaluation.metrics import ajsd, amre, coverage, mae
-from mechanisms.mechanism import RuleRelease, Stepper
 from mechanisms.registry import REGISTRY, spec
-from mechanisms.requirements import FixedRequirements
+from mechanisms.requirements import DynamicRequirements, FixedRequirements
+from mechanisms.run.mechanism import RuleRelease, Stepper
 
 EVALUATED = ("bd", "ba", "spas", "plbu", "pbd", "pba", "dpbd", "dpba")
 KNOWN = tuple(REGISTRY)

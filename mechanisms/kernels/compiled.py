@@ -33,8 +33,9 @@ except ImportError:  # pragma: no cover - exercised where the extra is absent
 _GENERATORS: list = []
 
 
-def _compiled(func: Callable) -> Callable:
-    # compiled on first call, and cached on disk between processes
+def kernel(func: Callable) -> Callable:
+    """``func`` compiled by numba where it is installed (on first call, and cached on disk
+    between processes), else ``func`` itself."""
     return numba.njit(cache=True, nogil=True)(func) if numba is not None else func
 
 
@@ -53,7 +54,7 @@ def generators(rngs: Sequence[np.random.Generator]) -> object:
 
 
 def draw_runs(rngs, who, rows, probs, begin, end, scales, count):
-    """:func:`mechanisms.run_draws.draw_runs` for Laplace noise of scale ``scales[i]``."""
+    """:func:`mechanisms.release.run_draws.draw_runs` for Laplace noise of scale ``scales[i]``."""
     thinned = np.zeros((who.size, rows.shape[1]), dtype=np.int64)
     noise = np.empty((who.size, count))
     as_int = np.int64
@@ -63,7 +64,7 @@ def draw_runs(rngs, who, rows, probs, begin, end, scales, count):
     return thinned, noise
 
 
-@_compiled
+@kernel
 def _draw_runs(gens, who, rows, probs, begin, end, scales, count, thinned, noise):
     d = rows.shape[1]
     for i in range(who.size):
@@ -77,7 +78,7 @@ def _draw_runs(gens, who, rows, probs, begin, end, scales, count, thinned, noise
 
 
 def ipw_runs(rngs, who, counts, p, scales):
-    """:func:`mechanisms.release.ipw_release` for item i: run ``who[i]`` releases its counts
+    """:func:`mechanisms.release.ipw.ipw_release` for item i: run ``who[i]`` releases its counts
     ``counts[i]`` (levels, d), d >= 2 and at most 128 levels, with inclusion probabilities
     ``p[i]`` and Laplace noise of scale ``scales[i]``. Returns the estimates (items, d) and,
     per item, the sum of 1/p^2 over its partly kept levels (summed as numpy sums them)."""
@@ -89,7 +90,7 @@ def ipw_runs(rngs, who, counts, p, scales):
     return estimates, inverse
 
 
-@_compiled
+@kernel
 def _ipw_runs(gens, who, counts, p, scales, estimates, inverse):
     _, L, d = counts.shape
     whole = np.empty(d, dtype=np.int64)
@@ -128,7 +129,7 @@ def _ipw_runs(gens, who, counts, p, scales, estimates, inverse):
         inverse[i] = _short_sum(squares, P, r) if P else 0.0
 
 
-@_compiled
+@kernel
 def _short_sum(values, n, r):
     """numpy's pairwise sum of ``values[:n]``, n <= 128 (one block: no recursion, which the
     disk cache of a kernel calling it does not survive)."""
@@ -161,7 +162,7 @@ def window_sums(buffer: np.ndarray, pos: int, widths: np.ndarray, windows: np.nd
     return out
 
 
-@_compiled
+@kernel
 def _window_sums(buffer, pos, widths, windows, order, out):
     r = np.empty(8)
     for i in range(order.size):
@@ -171,7 +172,7 @@ def _window_sums(buffer, pos, widths, windows, order, out):
             out[b, level] = _pairwise(buffer[i, level], pos, n, pos + windows[b, level] - 1, r)
 
 
-@_compiled
+@kernel
 def _pairwise(row, lo, n, stop, r):
     """numpy's pairwise sum of ``row[lo:lo + n]`` (values >= 0) with those from ``stop`` on
     read as 0; ``r`` is scratch space for the eight partial sums. Adding a zero leaves a sum
@@ -207,15 +208,15 @@ def _pairwise(row, lo, n, stop, r):
 
 def optimal_budgets(budgets: np.ndarray, sizes: np.ndarray, expm1: np.ndarray,
                     variance: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """:func:`mechanisms.obs.batch_optimal_budget` of each row, given numpy's ``np.expm1`` and
-    noise variance of every budget (same shape as ``budgets``)."""
+    """:func:`mechanisms.release.obs.batch_optimal_budget` of each row, given numpy's
+    ``np.expm1`` and noise variance of every budget (same shape as ``budgets``)."""
     theta = np.empty(budgets.shape[0])
     err = np.empty(budgets.shape[0])
     _optimal_budgets(budgets, sizes.astype(np.int64), expm1, variance, theta, err)
     return theta, err
 
 
-@_compiled
+@kernel
 def _optimal_budgets(budgets, sizes, expm1, variance, theta, err):
     B, L = budgets.shape
     key = np.empty(L)
@@ -270,7 +271,7 @@ def plbu_draws(rngs, counts, sizes, oue, q, grr, p):
     return ones, kept, (moved if d > 2 else None)
 
 
-@_compiled
+@kernel
 def _plbu_draws(gens, counts, sizes, oue, q, grr, p, ones, kept, moved):
     B, G, d = counts.shape
     share = 1.0 / (d - 1) if d > 1 else 1.0  # each other cell's probability

@@ -15,7 +15,7 @@ import math
 
 import numpy as np
 
-from mechanisms.compiled import _compiled, numba
+from mechanisms.kernels.compiled import kernel, numba
 
 
 def available(runs: int) -> bool:
@@ -60,7 +60,7 @@ def kalman_bank(histograms: np.ndarray, published: np.ndarray, std: np.ndarray,
     return out.reshape(np.shape(histograms))
 
 
-@_compiled
+@kernel
 def _filter_step(x, p, released, fresh, r, q, restart):
     """One slot of :meth:`mechanisms.postprocess.KalmanState.step` for one cell: the new
     (x, p) and the estimate."""
@@ -78,7 +78,7 @@ def _filter_step(x, p, released, fresh, r, q, restart):
     return x, p, (x if math.isfinite(p) else released)
 
 
-@_compiled
+@kernel
 def _kalman(h, pub, s, q, restart, out, var):
     runs, T, d = h.shape
     for b in range(runs):
@@ -90,7 +90,7 @@ def _kalman(h, pub, s, q, restart, out, var):
                 var[b, t, j] = p
 
 
-@_compiled
+@kernel
 def _kalman_bank(h, pub, s, q, forget, restart, out):
     runs, T, d = h.shape
     K = q.shape[0]

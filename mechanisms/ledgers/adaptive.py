@@ -44,14 +44,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from mechanisms.ledgers.fixed import _History
+from mechanisms.ledgers.fixed import WindowHistoryLedger
 from mechanisms.ledgers.plan import RunsPlan
 
 #: which rule set a level's budget (:meth:`AdaptiveLedger.rules`)
 RULES = ("distribution", "absorption")
 
 
-class AdaptiveLedger(_History):
+class AdaptiveLedger(WindowHistoryLedger):
     """The larger of distribution's and absorption's plan, capped by the window (module doc)."""
 
     name = "adaptive"

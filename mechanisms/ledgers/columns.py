@@ -1,8 +1,10 @@
 """Column storage of the dynamic ledgers (:mod:`mechanisms.ledgers.dynamic`).
 
 Budgets as integer units of 2**-40, the quasi-geometric grid charges are rounded onto, the ring
-buffers of the last ``max_window`` charges per column, and the forward *runs* (consecutive slots
-sharing one forward declaration) with the pool of closed runs.
+buffers of the last ``max_window`` charges per column, the forward *runs* (consecutive slots
+sharing one forward declaration) with the pool of closed runs, and :class:`GroupColumns`: the
+state of every group of users in one column of these arrays, with the allocation, copying and
+freeing of columns that keeps group, size, rings, runs and pool in agreement.
 """
 
 from __future__ import annotations
@@ -11,12 +13,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from mechanisms.ledgers.groups import RUN_FIELDS
+from mechanisms.ledgers.groups import COL_FIELDS, RUN_FIELDS
 
 UNIT = 2.0**-40
 MAX_BUDGET = 4096.0
-_INT_MAX = np.iinfo(np.int64).max
-_INT_MIN = np.iinfo(np.int64).min
 
 
 def to_units(values: np.ndarray) -> np.ndarray:
@@ -43,7 +43,7 @@ def grid_codes(units: np.ndarray, bits: int) -> np.ndarray:
     return raw.astype(np.uint16)
 
 
-class _Ring:
+class Ring:
     """Charges of the last ``width`` slots, row ``slot % width``, one column per group."""
 
     def __init__(self, width: int, table: np.ndarray | None) -> None:
@@ -169,7 +169,7 @@ class _Ring:
 
 
 @dataclass
-class _Runs:
+class Runs:
     """Forward runs (struct of arrays): slots a..b share one forward declaration (wF, EF).
 
     ``col`` is the group's column. ``spent`` is eps2 charged from the run's earliest live slot
@@ -193,20 +193,20 @@ class _Runs:
     stale: np.ndarray
 
     @classmethod
-    def empty(cls, size: int = 0) -> _Runs:
+    def empty(cls, size: int = 0) -> Runs:
         return cls(*(np.zeros(size, dtype=np.int64) for _ in range(len(RUN_FIELDS))))
 
     def __len__(self) -> int:
         return int(self.col.shape[0])
 
-    def take(self, index: np.ndarray | slice) -> _Runs:
-        return _Runs(*(getattr(self, f)[index] for f in RUN_FIELDS))
+    def take(self, index: np.ndarray | slice) -> Runs:
+        return Runs(*(getattr(self, f)[index] for f in RUN_FIELDS))
 
-    def put(self, index: np.ndarray, other: _Runs) -> None:
+    def put(self, index: np.ndarray, other: Runs) -> None:
         for f in RUN_FIELDS:
             getattr(self, f)[index] = getattr(other, f)
 
-    def extend(self, other: _Runs) -> None:
+    def extend(self, other: Runs) -> None:
         for f in RUN_FIELDS:
             setattr(self, f, np.concatenate([getattr(self, f), getattr(other, f)]))
 
@@ -215,9 +215,7 @@ class _Runs:
             setattr(self, f, getattr(self, f)[mask])
 
 
-
-
-class _Pool(_Runs):
+class RunPool(Runs):
     """Runs in one (fields, capacity) buffer: the fields are views of its first ``len`` columns,
     so that appending is proportional to the appended runs."""
 
@@ -227,7 +225,7 @@ class _Pool(_Runs):
         self._point()
 
     @classmethod
-    def of(cls, rows: np.ndarray) -> _Pool:
+    def of(cls, rows: np.ndarray) -> RunPool:
         """A pool holding the runs of a (fields, runs) int64 matrix."""
         pool = cls()
         pool._buf = np.array(rows, dtype=np.int64, order="C")
@@ -239,7 +237,7 @@ class _Pool(_Runs):
         for i, f in enumerate(RUN_FIELDS):
             setattr(self, f, self._buf[i, : self._len])
 
-    def extend(self, other: _Runs) -> None:
+    def extend(self, other: Runs) -> None:
         size = self._len + len(other)
         if size > self._buf.shape[1]:
             buf = np.zeros((len(RUN_FIELDS), max(size + size // 4, 16)), dtype=np.int64)
@@ -263,16 +261,15 @@ class _Pool(_Runs):
 
 
 _OPEN = np.int64(1) << 62  # b of a run that is still the group's current declaration
-_NONE = np.int64(1) << 62  # the pool minima of a column without closed runs
-_SCAN_CELLS = 1 << 21  # entries of one (window, runs) matrix in a rescan
+NO_CLOSED_RUNS = np.int64(1) << 62  # the pool minima of a column without closed runs
 
 
-def _new_runs(cols: np.ndarray, slot: int, wF: np.ndarray, EF_units: np.ndarray) -> _Runs:
+def new_runs(cols: np.ndarray, slot: int, wF: np.ndarray, EF_units: np.ndarray) -> Runs:
     k = cols.shape[0]
     zero = np.zeros(k, dtype=np.int64)
     start = np.full(k, slot, dtype=np.int64)
     share = EF_units // (2 * wF)
-    return _Runs(
+    return Runs(
         col=cols.astype(np.int64),
         a=start.copy(),
         b=np.full(k, _OPEN, dtype=np.int64),
@@ -286,3 +283,159 @@ def _new_runs(cols: np.ndarray, slot: int, wF: np.ndarray, EF_units: np.ndarray)
         s_lo=zero,
         stale=zero.copy(),
     )
+
+
+class GroupColumns:
+    """The state of a dynamic ledger's groups, one column each, and the bookkeeping of columns.
+
+    Per column (group of users with the same history): the backward window ``wB``, budget
+    ``EB`` and sums ``sum1``/``sum2`` of what the previous ``wB - 1`` slots charged, the forward
+    declaration ``wF``/``EF`` with its current run, ``size`` users (0: a free column), the
+    ``npool`` closed runs it has in :attr:`pool` and their smallest share and remaining budget;
+    the charges of the last ``max_window`` slots in :attr:`ring1` (eps1) and :attr:`ring2`
+    (eps2). ``group[i]`` is user i's column; ``k`` columns are in use (live and free ones);
+    ``version`` changes whenever ``group`` does. ``table`` decodes stored grid codes (None:
+    charges are stored as units).
+    """
+
+    def __init__(self, max_window: int, table: np.ndarray | None) -> None:
+        self.slot = 1
+        self.n = 0
+        self.k = 0  # columns in use: live and free ones below k
+        self.group = np.zeros(0, dtype=np.int64)
+        self.version = 0  # changes whenever ``group`` does
+        self.free = np.zeros(0, dtype=np.int64)
+        self.ring1 = Ring(max_window, table)
+        self.ring2 = Ring(max_window, table)
+        z = np.zeros(0, dtype=np.int64)
+        self.wB, self.EB, self.sum1, self.sum2 = z.copy(), z.copy(), z.copy(), z.copy()
+        self.wF, self.size, self.npool = z.copy(), z.copy(), z.copy()
+        # per column, the smallest share and remaining forward budget over its closed runs,
+        # kept up to date except for the columns marked dirty
+        self.pool_share, self.pool_remain = z.copy(), z.copy()
+        self.pool_dirty = np.zeros(0, dtype=bool)
+        self.EF = np.zeros(0)
+        self.current = Runs.empty()
+        self.pool: Runs = RunPool()
+        self._view: Runs | None = None
+
+    @property
+    def groups(self) -> int:
+        """Number of live groups (columns with users)."""
+        return int(np.count_nonzero(self.size[: self.k]))
+
+    def _current(self) -> Runs:
+        """The current runs of columns ``0..k-1`` (views)."""
+        view = self._view
+        if view is None or len(view) != self.k or view.col.base is not self.current.col:
+            view = self._view = self.current.take(slice(0, self.k))
+        return view
+
+    def _cap(self) -> int:
+        return int(self.size.shape[0])
+
+    def reserve(self, k: int) -> None:
+        """Make room for ``k`` columns; unused columns hold an empty, inert state."""
+        cap = self._cap()
+        if k <= cap:
+            return
+        # live columns never outnumber users: growth stops at n (k above n only if it must)
+        new = max(k, min(cap + cap // 2, self.n), 16)
+        pad = new - cap
+        z = np.zeros(pad, dtype=np.int64)
+        for f in ("wB", "EB", "sum1", "sum2", "wF", "size", "npool"):
+            setattr(self, f, np.concatenate([getattr(self, f), z]))
+        self.EF = np.concatenate([self.EF, np.zeros(pad)])
+        self.pool_share = np.concatenate([self.pool_share, z + NO_CLOSED_RUNS])
+        self.pool_remain = np.concatenate([self.pool_remain, z + NO_CLOSED_RUNS])
+        self.pool_dirty = np.concatenate([self.pool_dirty, np.zeros(pad, dtype=bool)])
+        self.current.extend(new_runs(np.arange(cap, new), self.slot, z + 1, z))
+        self.ring1.resize(new)
+        self.ring2.resize(new)
+
+    def _allocate(self, count: int) -> np.ndarray:
+        """``count`` free columns: reused ones first, then fresh ones above ``k``."""
+        reuse, self.free = self.free[:count], self.free[count:]
+        more = count - reuse.size
+        fresh = np.arange(self.k, self.k + more, dtype=np.int64)
+        self.reserve(self.k + more)
+        self.k += more
+        return np.concatenate([reuse, fresh])
+
+    def _copy_columns(self, src: np.ndarray, dst: np.ndarray) -> None:
+        """Give columns ``dst`` the whole state of ``src`` (pairwise), pool runs included."""
+        for f in (*COL_FIELDS, "npool"):
+            arr = getattr(self, f)
+            arr[dst] = arr[src]
+        self.current.put(dst, self.current.take(src))
+        self.current.col[dst] = dst
+        for ring in (self.ring1, self.ring2):
+            ring.copy_columns(src, dst)
+        having = self.npool[src] > 0
+        self.pool_dirty[dst] = having
+        self.pool_share[dst] = NO_CLOSED_RUNS
+        self.pool_remain[dst] = NO_CLOSED_RUNS
+        if having.any() and len(self.pool):
+            s, d = src[having], dst[having]
+            order = np.argsort(s, kind="stable")
+            s, d = s[order], d[order]
+            # the pool runs of the source columns (a mask over columns: one pass over the pool)
+            mark = np.zeros(self.k, dtype=bool)
+            mark[s] = True
+            mine = np.flatnonzero(np.take(mark, self.pool.col))
+            cols = self.pool.col[mine]
+            left = np.searchsorted(s, cols, "left")
+            reps = np.searchsorted(s, cols, "right") - left
+            keep = reps > 0
+            runs, left, counts = mine[keep], left[keep], reps[keep]
+            idx = np.repeat(runs, counts)
+            rank = np.arange(idx.size) - np.repeat(np.cumsum(counts) - counts, counts)
+            copies = self.pool.take(idx)
+            copies.col = d[np.repeat(left, counts) + rank]
+            self.pool.extend(copies)
+
+    def _clear_columns(self, cols: np.ndarray) -> None:
+        """Reset ``cols`` to the empty state of a user that never declared."""
+        for f in ("wB", "EB", "sum1", "sum2", "wF", "npool"):
+            getattr(self, f)[cols] = 0
+        self._no_pool(cols)
+        self.EF[cols] = 0.0
+        z = np.zeros(cols.size, dtype=np.int64)
+        self.current.put(cols, new_runs(cols, self.slot, z + 1, z))
+        for ring in (self.ring1, self.ring2):
+            ring.clear_columns(cols)
+
+    def release_columns(self, cols: np.ndarray) -> None:
+        """Free columns left without users: drop their pool runs, keep them for reuse."""
+        if cols.size == 0:
+            return
+        if self.npool[cols].any():
+            dead = np.zeros(self.k, dtype=bool)
+            dead[cols] = True
+            self.pool.keep(~dead[self.pool.col])
+        self.npool[cols] = 0
+        self._no_pool(cols)
+        self.free = np.concatenate([self.free, cols])
+
+    def _no_pool(self, cols: np.ndarray) -> None:
+        """Mark ``cols`` as having no closed runs."""
+        self.pool_share[cols] = NO_CLOSED_RUNS
+        self.pool_remain[cols] = NO_CLOSED_RUNS
+        self.pool_dirty[cols] = False
+
+    def _pool_minima(self) -> tuple[np.ndarray, np.ndarray]:
+        """Per column, the smallest share and remaining budget (half - spent) over its closed
+        runs (``NO_CLOSED_RUNS`` without any): the dirty columns are recomputed from their runs."""
+        k = self.k
+        dirty = np.flatnonzero(self.pool_dirty[:k])
+        if dirty.size:
+            self.pool_share[dirty] = NO_CLOSED_RUNS
+            self.pool_remain[dirty] = NO_CLOSED_RUNS
+            pool = self.pool
+            if len(pool):
+                sel = np.flatnonzero(np.take(self.pool_dirty, pool.col))
+                cols = pool.col[sel]
+                np.minimum.at(self.pool_share, cols, pool.share[sel])
+                np.minimum.at(self.pool_remain, cols, pool.half[sel] - pool.spent[sel])
+            self.pool_dirty[dirty] = False
+        return self.pool_share[:k], self.pool_remain[:k]

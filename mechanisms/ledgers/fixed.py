@@ -28,9 +28,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from mechanisms import compiled
+from mechanisms.kernels import compiled
 from mechanisms.ledgers.plan import Charge, RunsPlan, SlotPlan
-from mechanisms.recent import RecentSlots, width_groups
+from mechanisms.ledgers.recent import RecentSlots, width_groups
 
 _TRUE, _FALSE = np.ones(1, dtype=bool), np.zeros(1, dtype=bool)
 
@@ -190,7 +190,7 @@ def _padded(values: np.ndarray, levels: int) -> np.ndarray:
     return np.pad(values, ((0, 0), (0, extra))) if extra > 0 else values
 
 
-class _History(BudgetLedger):
+class WindowHistoryLedger(BudgetLedger):
     """A ledger that remembers each level's eps2 over the last ``max w`` slots (age order)."""
 
     history: RecentSlots | None = None
@@ -224,7 +224,7 @@ class _History(BudgetLedger):
 
     def _spent_before(self, compile_ok: bool = True) -> np.ndarray:
         """eps2 charged over each level's previous w_l - 1 slots, per run (compiled for a batch
-        where it can be, :mod:`mechanisms.compiled`; ``compile_ok=False`` keeps numpy)."""
+        where it can be, :mod:`mechanisms.kernels.compiled`; ``compile_ok=False`` keeps numpy)."""
         assert self.history is not None
         if compile_ok and compiled.available(self.runs):
             return compiled.window_sums(self.history.buffer, self.history.pos, self.widths,
@@ -257,7 +257,7 @@ class _History(BudgetLedger):
             self.recent[:, :cols] = recent[:, :cols]
 
 
-class DistributionLedger(_History):
+class DistributionLedger(WindowHistoryLedger):
     """PBD (Algorithm 4) and BD: half the remaining window budget for each publication."""
 
     name = "distribution"
@@ -320,7 +320,7 @@ class SampleLedger(BudgetLedger):
         self.last_runs = np.asarray(state["last"], dtype=np.int64).reshape(1, -1)
 
 
-class AbsorptionLedger(_History):
+class AbsorptionLedger(WindowHistoryLedger):
     """PBA (Algorithm 5) and BA: absorb unused shares E/(2w), then nullify what was borrowed.
 
     A publication at slot t using k shares of a level nullifies the next k - 1 slots for that

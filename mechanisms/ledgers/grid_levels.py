@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from mechanisms.ledgers.dynamic import UNIT, DynamicLedger
+from mechanisms.ledgers.columns import UNIT
+from mechanisms.ledgers.dynamic import DynamicLedger
 from mechanisms.ledgers.plan import Charge, SlotPlan
 from mechanisms.requirements import class_levels
 
@@ -20,7 +21,7 @@ class GridLevels:
     (eps1, eps2), so the release rule runs on a (levels, d) matrix as under fixed requirements.
 
     :meth:`group` plans the slot and counts a slot's cells per level; :meth:`plan` and
-    :meth:`commit` are then the :class:`~mechanisms.mechanism.Ledger` of those levels.
+    :meth:`commit` are then the :class:`~mechanisms.run.mechanism.Ledger` of those levels.
     """
 
     def __init__(self, ledger: DynamicLedger) -> None:

@@ -37,12 +37,9 @@ _KEYS = np.random.default_rng(0x5EED).integers(1, 2**63, size=4096, dtype=np.int
 _KEYS = (_KEYS.astype(np.uint64) << np.uint64(1)) | np.uint64(1)
 
 
-def _run_rows(runs: _Runs, slot: int, absorbs: bool) -> np.ndarray:
-    """(runs, fields) int64: every run field but the column, with ``a`` made canonical.
-
-    Without absorption the tracked slots of largest and smallest V are never used: left out.
-    """
-    names = RUN_FIELDS[1:] if absorbs else RUN_FIELDS[1:7]
+def _run_rows(runs: _Runs, slot: int, names: tuple[str, ...]) -> np.ndarray:
+    """(runs, fields) int64: the run fields ``names`` (the ledger's ``run_state``, which leaves
+    out what its rule never reads), with ``a`` (the first) made canonical."""
     fields = [getattr(runs, f) for f in names]
     fields[0] = np.maximum(runs.a, slot - runs.w + 1)
     return np.stack(fields, axis=1)
@@ -61,7 +58,7 @@ def _state_fields(ledger: DynamicLedger, cols: np.ndarray) -> list[np.ndarray]:
     fields[COL_FIELDS.index("EF")] = fields[COL_FIELDS.index("EF")].view(np.int64)
     fields.append(ledger.npool[cols])
     cur = ledger.current
-    run = [getattr(cur, f)[cols] for f in (RUN_FIELDS[1:] if ledger.absorbs else RUN_FIELDS[1:7])]
+    run = [getattr(cur, f)[cols] for f in ledger.run_state]
     run[0] = np.maximum(run[0], ledger.slot - cur.w[cols] + 1)
     return fields + run
 
@@ -113,7 +110,7 @@ def _pool_mismatch(ledger: DynamicLedger, member: np.ndarray, rep: np.ndarray) -
     bad = np.zeros(member.size, dtype=bool)
     if sel.size == 0:
         return bad
-    rows = _run_rows(pool.take(sel), ledger.slot, ledger.absorbs)
+    rows = _run_rows(pool.take(sel), ledger.slot, ledger.run_state)
     col = pool.col[sel]
     order = np.lexsort((*rows.T[::-1], col))
     rows, col = rows[order], col[order]
@@ -149,7 +146,7 @@ def merge_groups(ledger: DynamicLedger) -> int:
             at = np.full(k, -1, dtype=np.int64)
             at[live] = np.arange(live.size)
             mine = np.flatnonzero(at[ledger.pool.col] >= 0)
-            runs = _run_rows(ledger.pool.take(mine), ledger.slot, ledger.absorbs)
+            runs = _run_rows(ledger.pool.take(mine), ledger.slot, ledger.run_state)
             pool_h = _hash_rows(runs, 512)
             np.add.at(h, at[ledger.pool.col[mine]], pool_h * _KEYS[600])
     order = np.argsort(h, kind="stable")

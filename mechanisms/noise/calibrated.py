@@ -2,10 +2,11 @@
 
 Both are calibrated to L1 sensitivity 1 (one user's report moves one count by one). The
 discrete Laplace (two-sided geometric) returns integers drawn by an exact sampler with no
-floating point in the distribution (:mod:`mechanisms.exact_noise`), so released counts carry no
-floating-point artefacts (docs/design.md, privacy decision 6). Its bits come from the
-generator's secure stream when it has one (the live job's :class:`~mechanisms.randomness.
-SlotGenerator`), else from the numpy generator itself (seeded evaluation and tests). The
+floating point in the distribution (:mod:`mechanisms.noise.discrete_laplace`), so released
+counts carry no floating-point artefacts (docs/design.md, privacy decision 6). Its bits come
+from the generator's secure stream when it has one (the live job's
+:class:`~mechanisms.noise.slot_randomness.SlotGenerator`), else from the numpy generator itself
+(seeded evaluation and tests). The
 continuous Laplace is numpy's floating-point sampler: it is kept for fidelity to the paper's
 experiments and is not for live use.
 """
@@ -16,11 +17,12 @@ import math
 
 import numpy as np
 
-from mechanisms.exact_noise import GeneratorBits, exact_discrete_laplace, rational_scale
+from mechanisms.noise.bits import GeneratorBits
+from mechanisms.noise.discrete_laplace import exact_discrete_laplace, rational_scale
 
 NOISE_KINDS = ("laplace", "discrete")
 #: The budgets the exact discrete Laplace sampler serves at sensitivity 1
-#: (:func:`~mechanisms.exact_noise.rational_scale`): 2**-30 <= eps <= 2**20.
+#: (:func:`~mechanisms.noise.discrete_laplace.rational_scale`): 2**-30 <= eps <= 2**20.
 DISCRETE_MIN_EPS = 2.0**-30
 DISCRETE_MAX_EPS = 2.0**20
 
@@ -45,8 +47,9 @@ def noise_std(eps: float, kind: str = "laplace") -> float:
     """Standard deviation of one draw of :func:`draw_noise` at ``eps``.
 
     Laplace(1/eps): sqrt(2)/eps. Discrete Laplace: the sampler first rounds eps down to a
-    rational eps' (:func:`~mechanisms.exact_noise.rational_scale`) and draws k with probability
-    proportional to exp(-eps'|k|), whose variance is 2a/(1-a)^2 with a = exp(-eps').
+    rational eps' (:func:`~mechanisms.noise.discrete_laplace.rational_scale`) and draws k with
+    probability proportional to exp(-eps'|k|), whose variance is 2a/(1-a)^2 with
+    a = exp(-eps').
     """
     _check(kind)
     if not eps > 0 or not math.isfinite(eps):

@@ -19,20 +19,17 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import NamedTuple, Protocol
+from typing import NamedTuple
 
 import numpy as np
+
+from mechanisms.noise.bits import RandomBits
 
 _U64 = np.uint64
 _BITS = 12  # the top 12 bits of w pick one of 4096 buckets
 _BUCKET = 64 - _BITS
 _FLOOR = 2**24  # thresholds kept: T_g >= 2**24 (p**g >= 2**-40), and always T_1
 
-
-class RandomBits(Protocol):
-    """A deterministic source of uniform 64-bit words."""
-
-    def words(self, n: int) -> np.ndarray: ...
 
 
 def exp_bounds(num: int, den: int, prec: int) -> tuple[int, int]:

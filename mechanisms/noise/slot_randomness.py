@@ -14,7 +14,7 @@ import hmac
 
 import numpy as np
 
-from mechanisms.exact_noise import SecureBits, secure_bits
+from mechanisms.noise.bits import SecureBits, secure_bits
 
 
 class SlotGenerator(np.random.Generator):

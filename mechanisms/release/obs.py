@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from mechanisms import compiled
-from mechanisms.noise import noise_variance
+from mechanisms.kernels import compiled
+from mechanisms.noise.calibrated import noise_variance
 
 
 def candidate_errors(
@@ -91,7 +91,7 @@ def batch_optimal_budget(
     alone (distinct budgets in ascending order, their multiplicities, sequential prefix sums of
     n_j, n_j a_j and n_j a_j^2 with a_j = e^{eps_j} - 1, Definition 12), so a run's threshold
     does not depend on the batch it is in. A batch of several runs computes it compiled where
-    it can (:mod:`mechanisms.compiled`, the same values); ``compile_ok=False`` keeps numpy.
+    it can (:mod:`mechanisms.kernels.compiled`, the same values); ``compile_ok=False`` keeps numpy.
     """
     budgets = np.asarray(budgets, dtype=np.float64)
     B, L = budgets.shape

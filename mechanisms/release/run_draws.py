@@ -3,8 +3,8 @@ thinning of its partly kept levels, then its noise, from the run's own generator
 
 A run of a batch draws exactly the values it draws alone, so the draws cannot be merged across
 runs: a batch of B runs makes B sets of generator calls per slot. A batch of Laplace runs makes
-them in one compiled call where numba is installed (:mod:`mechanisms.compiled`); a run alone,
-as the job runs, and integer noise draw with numpy, one generator call after another.
+them in one compiled call where numba is installed (:mod:`mechanisms.kernels.compiled`); a run
+alone, as the job runs, and integer noise draw with numpy, one generator call after another.
 """
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from mechanisms import compiled
-from mechanisms.noise import draw_noise
-from mechanisms.sampling import draw_binomial
+from mechanisms.kernels import compiled
+from mechanisms.noise.calibrated import draw_noise
+from mechanisms.release.sampling import draw_binomial
 
 
 def draw_runs(
@@ -34,8 +34,8 @@ def draw_runs(
 
     - the binomial thinning of the levels ``rows[begin[i]:end[i]]`` (a (levels, d) count
       matrix) with probabilities ``probs[begin[i]:end[i]]``, summed over the levels
-      (:func:`~mechanisms.sampling.draw_binomial`);
-    - ``count`` noise values for ``eps[i]``-DP (:func:`~mechanisms.noise.draw_noise`).
+      (:func:`~mechanisms.release.sampling.draw_binomial`);
+    - ``count`` noise values for ``eps[i]``-DP (:func:`~mechanisms.noise.calibrated.draw_noise`).
 
     Returns the thinned counts (items, d) and the noise (items, count): float for Laplace
     noise, integers for discrete noise. ``compile_ok=False`` keeps the numpy calls.

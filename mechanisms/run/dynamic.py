@@ -1,105 +1,32 @@
-"""Dynamic personalised requirements: DPBD and DPBA (papers/000 section 5).
+"""One run of a mechanism under dynamic requirements: DPBD and DPBA (papers/000 section 5).
 
-A user's declaration (wB, EB, wF, EF) holds from its slot until the user's next declaration.
-:class:`DynamicMechanism` steps one slot at a time like :class:`mechanisms.central.FixedMechanism`:
-the per-user ledger (:mod:`mechanisms.ledgers.dynamic`) plans each user's eps1 and eps2, rounded
-down onto a fixed grid, and the release rule runs on a (levels, d) count matrix where a level is
-one distinct (eps1, eps2) pair of grid values.
+A user's declaration (wB, EB, wF, EF, :class:`~mechanisms.requirements.DynamicRequirements`)
+holds from its slot until the user's next declaration. :class:`DynamicMechanism` steps one slot
+at a time like :class:`mechanisms.run.fixed.FixedMechanism`: the per-user ledger
+(:mod:`mechanisms.ledgers.dynamic`) plans each user's eps1 and eps2, rounded down onto a fixed
+grid, and the release rule runs on a (levels, d) count matrix where a level is one distinct
+(eps1, eps2) pair of grid values. :func:`plan_dynamic` is a ledger's dry run under a forced
+schedule (``pwevent plan``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterator, Sequence
 
 import numpy as np
 
-from mechanisms.ledgers.dynamic import DYNAMIC_LEDGERS, DynamicLedger, DynamicSlotPlan
+from mechanisms.ledgers.dynamic import DynamicLedger, DynamicSlotPlan
 from mechanisms.ledgers.grid_levels import GridLevels
-from mechanisms.mechanism import HoldsMechanism, Mechanism, Release, SlotRelease
+from mechanisms.ledgers.kinds import DYNAMIC_LEDGERS
 from mechanisms.registry import names
-from mechanisms.release import ReleaseRule
-from mechanisms.requirements import validate_budgets, validate_windows
+from mechanisms.release.rule import ReleaseRule
+from mechanisms.requirements import DynamicRequirements, validate_declarations
+from mechanisms.run.mechanism import HoldsMechanism, Mechanism, Release, SlotRelease
 
 DYNAMIC_MECHANISMS = names(family="dynamic")
-FIELDS = ("wB", "EB", "wF", "EF")
 
 
-def _validate(
-    users: Sequence[str], wB: object, EB: object, wF: object, EF: object
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Check one declaration per user; raises ``ValueError`` naming user and field."""
-    arrays = [np.asarray(x) for x in (wB, EB, wF, EF)]
-    for field, arr in zip(FIELDS, arrays, strict=True):
-        if arr.shape != (len(users),):
-            raise ValueError(f"field {field}: expected {len(users)} values, got {arr.shape}")
-    return (
-        validate_windows(users, arrays[0], "wB"),
-        validate_budgets(users, arrays[1], "EB"),
-        validate_windows(users, arrays[2], "wF"),
-        validate_budgets(users, arrays[3], "EF"),
-    )
-
-
-@dataclass(frozen=True)
-class DynamicRequirements:
-    """Declarations sorted by slot: at ``slot[k]`` user ``user[k]`` declares (wB, EB, wF, EF).
-
-    ``users`` lists every user in order of first declaration; a user's first declaration is the
-    slot it appears at.
-    """
-
-    slot: np.ndarray
-    user: tuple[str, ...]
-    wB: np.ndarray
-    EB: np.ndarray
-    wF: np.ndarray
-    EF: np.ndarray
-
-    @classmethod
-    def from_rows(cls, rows: Iterable[Sequence[object]]) -> DynamicRequirements:
-        """Build from (slot, user, wB, EB, wF, EF) rows (slots from 1)."""
-        rows = [tuple(r) for r in rows]
-        for k, r in enumerate(rows):
-            if len(r) != 6:
-                raise ValueError(f"row {k + 1}: expected (slot, user, wB, EB, wF, EF), got {r!r}")
-        users = [str(r[1]) for r in rows]
-        slots = np.asarray([r[0] for r in rows] or np.zeros(0, dtype=np.int64))
-        slots = validate_windows(users, slots, "slot")
-        wB, EB, wF, EF = _validate(users, *([r[c] for r in rows] for c in range(2, 6)))
-        seen: set[tuple[int, str]] = set()
-        for s, u in zip(slots.tolist(), users, strict=True):
-            if (s, u) in seen:
-                raise ValueError(f"user {u!r}: two declarations at slot {s}")
-            seen.add((s, u))
-        order = np.argsort(slots, kind="stable")
-        return cls(
-            slots[order],
-            tuple(users[i] for i in order),
-            wB[order],
-            EB[order],
-            wF[order],
-            EF[order],
-        )
-
-    @property
-    def users(self) -> tuple[str, ...]:
-        """Distinct users in order of first declaration."""
-        return tuple(dict.fromkeys(self.user))
-
-    @property
-    def max_window(self) -> int:
-        """Largest window any declaration uses (1 when there is none)."""
-        return int(max(self.wB.max(initial=1), self.wF.max(initial=1)))
-
-    def at(self, slot: int) -> tuple[list[str], np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """The declarations made at ``slot``: (users, wB, EB, wF, EF)."""
-        lo, hi = np.searchsorted(self.slot, [slot, slot + 1])
-        part = slice(int(lo), int(hi))
-        return list(self.user[part]), self.wB[part], self.EB[part], self.wF[part], self.EF[part]
-
-
-class _Directory:
+class UserDirectory:
     """User names to ledger indices, in order of first declaration."""
 
     def __init__(self) -> None:
@@ -130,12 +57,12 @@ class _Directory:
 
 
 def _declare(
-    ledger: DynamicLedger, directory: _Directory, decl: tuple[list[str], np.ndarray, ...]
+    ledger: DynamicLedger, directory: UserDirectory, decl: tuple[list[str], np.ndarray, ...]
 ) -> None:
     users, wB, EB, wF, EF = decl
     if not users:
         return
-    wB, EB, wF, EF = _validate(users, wB, EB, wF, EF)
+    wB, EB, wF, EF = validate_declarations(users, wB, EB, wF, EF)
     if len(set(users)) != len(users):
         raise ValueError("at most one declaration per user and slot")
     idx = directory.indices(users)
@@ -169,7 +96,7 @@ class DynamicMechanism(HoldsMechanism):
         self.levels = GridLevels(self.ledger)
         self.mechanism = Mechanism(self.levels, ReleaseRule(self.d, noise, "obs"))
         self.rng = rng if rng is not None else np.random.default_rng()
-        self.directory = _Directory()
+        self.directory = UserDirectory()
         self._extra: dict[str, tuple] = {}
         self._applied = 0
         self._declared_at = set(np.unique(requirements.slot).tolist())
@@ -199,7 +126,7 @@ class DynamicMechanism(HoldsMechanism):
     ) -> None:
         """Declare requirements effective from the next slot; all are checked first."""
         users = [str(u) for u in users]
-        _validate(users, wB, EB, wF, EF)
+        validate_declarations(users, wB, EB, wF, EF)
         if len(set(users)) != len(users):
             raise ValueError("at most one declaration per user and slot")
         for k, u in enumerate(users):
@@ -222,9 +149,9 @@ class DynamicMechanism(HoldsMechanism):
         if index.size and (index.min() < 0 or index.max() >= self.n):
             raise ValueError("declare_indices takes indices of users already declared")
         try:
-            checked = _validate(["?"] * index.size, wB, EB, wF, EF)
+            checked = validate_declarations(["?"] * index.size, wB, EB, wF, EF)
         except ValueError:
-            _validate([self.users[i] for i in index.tolist()], wB, EB, wF, EF)
+            validate_declarations([self.users[i] for i in index.tolist()], wB, EB, wF, EF)
             raise
         self.ledger.declare(index, *checked)
 
@@ -314,7 +241,7 @@ def plan_dynamic(
     if bad:
         raise ValueError(f"schedule must contain only 0 and 1, got {sorted(bad)!r}")
     ledger = _ledger(name, requirements.max_window, None)
-    directory = _Directory()
+    directory = UserDirectory()
     for t, bit in enumerate(schedule, start=1):
         _declare(ledger, directory, requirements.at(t))
         plan: DynamicSlotPlan = ledger.plan()

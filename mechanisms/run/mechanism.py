@@ -4,17 +4,17 @@ Every mechanism of the product steps one slot at a time through :class:`Stepper`
 user (-1: no report) in, one :class:`Released` slot out. The mechanisms of the papers are a
 :class:`Ledger` that plans each level's budgets and commits the rule's decision, plus the
 release rule (:mod:`mechanisms.release`); :class:`Mechanism` holds the two with the last
-publication, and is what the library (:mod:`mechanisms.central`, :mod:`mechanisms.dynamic`), the
-evaluation and the job's coordinator all run. Where the ledger lives differs (per level in the
-coordinator for fixed requirements, per user in the partitions for dynamic ones); the release
-does not.
+publication, and is what the library (:mod:`mechanisms.run.fixed`,
+:mod:`mechanisms.run.dynamic`), the evaluation and the job's coordinator all run. Where the
+ledger lives differs (per level in the coordinator for fixed requirements, per user in the
+partitions for dynamic ones); the release does not.
 
 A ledger is anything that plans and commits; here one level of window 2 and budget 1 under
 PBD, stepped twice on 3 users who all report cell 0:
 
 >>> import numpy as np
 >>> from mechanisms.ledgers.fixed import DistributionLedger
->>> from mechanisms.release import ReleaseRule
+>>> from mechanisms.release.rule import ReleaseRule
 >>> mech = Mechanism(DistributionLedger(np.array([2]), np.array([1.0])), ReleaseRule(2, "discrete"))
 >>> rng = np.random.default_rng(0)
 >>> decision, charge = mech.release(np.array([[3, 0]]), np.array([3]), rng)
@@ -34,8 +34,8 @@ import numpy as np
 
 from mechanisms.ledgers.plan import Charge, RunsPlan, SlotPlan
 from mechanisms.registry import histogram_dtype
-from mechanisms.release import Decision, ReleaseRule, Sampling
-from mechanisms.sampling import thinned
+from mechanisms.release.rule import Decision, ReleaseRule, Sampling
+from mechanisms.release.sampling import thinned
 
 T = TypeVar("T")
 
@@ -118,7 +118,7 @@ class RuleRelease(BatchRelease):
     not publish. Post-processing (:mod:`mechanisms.postprocess`) reads it."""
 
     std: np.ndarray
-    #: (runs,) whether the run's publication thinned a level (:func:`mechanisms.sampling.
+    #: (runs,) whether the run's publication thinned a level (:func:`mechanisms.release.sampling.
     #: thinned`): it gets no error bars; None: no run did
     thinned: np.ndarray | None = None
 

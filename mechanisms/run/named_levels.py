@@ -1,4 +1,5 @@
-"""A mechanism over requirement levels named by canonical keys, for the partitioned job.
+"""One run of a mechanism under fixed requirements over levels named by canonical keys
+(``w:E``), for the job's coordinator.
 
 The job's coordinator never sees users, only per-level counts and user numbers sent by the
 partitions. :class:`LevelEngine` orders levels by their key, so the release for a slot depends
@@ -12,9 +13,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from mechanisms.central import _LEDGERS, HOMOGENEOUS, IPW
-from mechanisms.mechanism import HoldsMechanism, Mechanism
-from mechanisms.release import ReleaseRule
+from mechanisms.release.rule import ReleaseRule
+from mechanisms.run.fixed import FIXED_LEDGERS, HOMOGENEOUS, IPW
+from mechanisms.run.mechanism import HoldsMechanism, Mechanism
 
 
 def level_key(w: int, E: float) -> str:
@@ -48,17 +49,17 @@ class LevelRelease:
 
 
 class LevelEngine(HoldsMechanism):
-    """The fixed-requirement :class:`~mechanisms.mechanism.Mechanism` over named levels;
+    """The fixed-requirement :class:`~mechanisms.run.mechanism.Mechanism` over named levels;
     ``step`` releases the next slot."""
 
     def __init__(self, name: str, d: int, noise: str = "discrete", sensitivity: int = 1) -> None:
-        if name not in _LEDGERS:
-            raise ValueError(f"unknown mechanism {name!r}; choose from {sorted(_LEDGERS)}")
+        if name not in FIXED_LEDGERS:
+            raise ValueError(f"unknown mechanism {name!r}; choose from {sorted(FIXED_LEDGERS)}")
         self.name, self.d, self.noise = name, int(d), noise
         self.homogeneous = name in HOMOGENEOUS
         rule = ReleaseRule(d, noise, "scale" if name in ("bd", "ba") else "obs", sensitivity,
                            estimator="ipw" if name in IPW else "paper")
-        self.ledger = _LEDGERS[name](np.zeros(0, dtype=np.int64), np.zeros(0))
+        self.ledger = FIXED_LEDGERS[name](np.zeros(0, dtype=np.int64), np.zeros(0))
         self.mechanism = Mechanism(self.ledger, rule)
         self.row_of: dict[str, int] = {}
 

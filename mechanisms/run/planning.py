@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from mechanisms.central import ledger_for
 from mechanisms.requirements import FixedRequirements
+from mechanisms.run.fixed import ledger_for
 
 
 def parse_schedule(bits: str) -> list[bool]:

@@ -36,7 +36,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any, Final
 
-from mechanisms.dynamic import DYNAMIC_MECHANISMS
+from mechanisms.run.dynamic import DYNAMIC_MECHANISMS
 from streams.audit.charge_checks import check_charges
 from streams.audit.dynamic import check_users
 from streams.audit.population import check_population, population_priors

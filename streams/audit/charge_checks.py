@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from mechanisms.engine import parse_level_key
+from mechanisms.run.named_levels import parse_level_key
 from streams.audit.registrations import Registrations
 from streams.audit.report import TOLERANCE, AuditReport
 

@@ -23,8 +23,8 @@ from typing import Any, Final
 
 import numpy as np
 
-from mechanisms.dynamic import dynamic_ledger
 from mechanisms.ledgers.columns import UNIT, grid_table
+from mechanisms.run.dynamic import dynamic_ledger
 from streams.audit.report import TOLERANCE, AuditReport, Record
 from streams.job.slot_protocol import GRID_BITS, level_name
 

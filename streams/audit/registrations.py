@@ -11,7 +11,7 @@ from typing import Any
 
 import orjson
 
-from mechanisms.engine import level_key
+from mechanisms.run.named_levels import level_key
 from streams.audit.report import Record, is_num
 from streams.kafka.producer import key_partition
 from streams.records.field_parsing import RecordError

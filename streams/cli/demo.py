@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 import orjson
 
-from mechanisms.dynamic import DYNAMIC_MECHANISMS
+from mechanisms.run.dynamic import DYNAMIC_MECHANISMS
 from streams.cli.options import MECHANISM, PARTITIONS, RATE, SLOT_MS, add_options, option
 from streams.cli.replay import add_source, build_source
 from streams.cli.replay_produce import produce

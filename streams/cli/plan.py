@@ -43,12 +43,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def _records(args: argparse.Namespace) -> Iterator[dict]:
-    from mechanisms.planning import parse_schedule, plan_fixed
+    from mechanisms.run.planning import parse_schedule, plan_fixed
     from streams.data.requirements import read_fixed_requirements
 
     parse_schedule(args.schedule)
     if args.mechanism in ("dpbd", "dpba"):
-        from mechanisms.dynamic import plan_dynamic
+        from mechanisms.run.dynamic import plan_dynamic
         from streams.data.requirements import read_dynamic_requirements
 
         reqs = read_dynamic_requirements(args.requirements)

@@ -16,7 +16,7 @@ from typing import TextIO
 
 import orjson
 
-from mechanisms.dynamic import DYNAMIC_MECHANISMS
+from mechanisms.run.dynamic import DYNAMIC_MECHANISMS
 from streams.cli.job_args import add_broker, add_job, job_config, need_broker
 from streams.cli.options import RATE, USERS, add_options, option
 from streams.cli.replay_produce import Declarations, produce

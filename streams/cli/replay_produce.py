@@ -11,7 +11,7 @@ import sys
 import time
 from collections.abc import Iterator
 
-from mechanisms.dynamic import DYNAMIC_MECHANISMS
+from mechanisms.run.dynamic import DYNAMIC_MECHANISMS
 from streams.cli.replay_sender import ReplayInterrupted, ResilientSender
 from streams.data.sources import Records, Source
 

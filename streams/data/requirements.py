@@ -77,9 +77,9 @@ def read_dynamic_requirements(path: str | Path):
     """A CSV with header ``slot,user,wB,EB,wF,EF``: rows where a requirement starts or changes.
 
     Slots are integers >= 1, windows integers >= 1, budgets finite and > 0; a user may not
-    declare twice at one slot. Returns a ``mechanisms.dynamic.DynamicRequirements``.
+    declare twice at one slot. Returns a ``mechanisms.requirements.DynamicRequirements``.
     """
-    from mechanisms.dynamic import DynamicRequirements
+    from mechanisms.requirements import DynamicRequirements
 
     path = Path(path)
     rows: list[tuple[int, str, int, float, int, float]] = []

@@ -5,10 +5,10 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
-from mechanisms.dynamic import DYNAMIC_MECHANISMS
-from mechanisms.noise import DISCRETE_MAX_EPS, DISCRETE_MIN_EPS
+from mechanisms.noise.calibrated import DISCRETE_MAX_EPS, DISCRETE_MIN_EPS
 from mechanisms.postprocess import METHODS as POSTPROCESS
 from mechanisms.registry import names
+from mechanisms.run.dynamic import DYNAMIC_MECHANISMS
 from streams.job.slot_clock import SlotClock
 from streams.records.domains import CellDomain, Domain, domain_from_config
 
@@ -171,12 +171,13 @@ class JobConfig:
 def check_sampler_bounds(min_epsilon: float, max_epsilon: float, max_window: int,
                          sensitivity: int) -> None:
     """Refuse requirement bounds the exact discrete Laplace sampler cannot serve (it takes
-    budgets in [2**-30, 2**20], :data:`~mechanisms.noise.DISCRETE_MIN_EPS`): the smallest
+    budgets in [2**-30, 2**20], :data:`~mechanisms.noise.calibrated.DISCRETE_MIN_EPS`): the smallest
     regular per-slot budget (:func:`smallest_share`) must be at least 2**-29, twice the
     sampler's smallest, as the dynamic ledgers round budgets down by less than half; the
     largest, Sample's whole E divided by the sensitivity, at most 2**20. A threshold a ledger
     plans below 2**-30 later on (a publication budget halved at each publication of a window,
-    a dynamic budget's remainder) is not drawn at (:class:`~mechanisms.release.ReleaseRule`)."""
+    a dynamic budget's remainder) is not drawn at
+    (:class:`~mechanisms.release.rule.ReleaseRule`)."""
     floor = 2 * DISCRETE_MIN_EPS
     share = smallest_share(min_epsilon, max_window, sensitivity)
     if share < floor:

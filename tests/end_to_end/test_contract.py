@@ -33,10 +33,10 @@ from jobkit import (
     wait_for_slots,
 )
 
-from mechanisms.exact_noise import rational_scale
 from mechanisms.ledgers.plan import SlotPlan
-from mechanisms.noise import noise_std
-from mechanisms.release import ReleaseRule
+from mechanisms.noise.calibrated import noise_std
+from mechanisms.noise.discrete_laplace import rational_scale
+from mechanisms.release.rule import ReleaseRule
 from streams.job.config import JobConfig
 from streams.job.coordination.coordinator import cell_labels
 from streams.job.pipeline import InProcessJob

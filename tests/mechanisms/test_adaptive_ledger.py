@@ -5,8 +5,9 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 
-from mechanisms import FixedRequirements, create_mechanism, ledger_for
-from mechanisms.central import BatchedFixed
+from mechanisms import FixedRequirements, ledger_for
+from mechanisms.batch.fixed import BatchedFixed
+from mechanisms.build import build
 from mechanisms.ledgers.adaptive import AdaptiveLedger
 from mechanisms.ledgers.fixed import AbsorptionLedger, DistributionLedger
 
@@ -109,9 +110,9 @@ def test_runs_batched_release_what_each_releases_alone():
             for E in (0.3, 0.8, 1.5)]
     rng = np.random.default_rng(2)
     cells = rng.integers(-1, 3, size=(80, 3))
-    alone = [create_mechanism("pbad", r, 3, np.random.default_rng(s))
+    alone = [build("pbad", r, 3, np.random.default_rng(s))
              for s, r in enumerate(reqs)]
-    batch = BatchedFixed([create_mechanism("pbad", r, 3, np.random.default_rng(s))
+    batch = BatchedFixed([build("pbad", r, 3, np.random.default_rng(s))
                           for s, r in enumerate(reqs)])
     for slot in cells:
         together = batch.step(np.stack([slot] * len(reqs)))

@@ -5,9 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from mechanisms import compiled
-from mechanisms.build import batch
-from mechanisms.central import BatchedFixed, create_mechanism
+from mechanisms.batch.fixed import BatchedFixed
+from mechanisms.build import batch, build
 from mechanisms.evaluation.runs import (
     ClassCounts,
     class_counts,
@@ -16,8 +15,9 @@ from mechanisms.evaluation.runs import (
     run_stream,
     true_histograms,
 )
-from mechanisms.obs import batch_optimal_budget, optimal_budget
+from mechanisms.kernels import compiled
 from mechanisms.registry import REGISTRY, names
+from mechanisms.release.obs import batch_optimal_budget, optimal_budget
 from mechanisms.requirements import FixedRequirements, user_classes
 
 N, D, T = 60, 3, 70
@@ -131,7 +131,7 @@ def test_class_counts_match_the_users():
 
 def test_a_class_spanning_levels_is_refused():
     reqs = requirements(1.0, 5, 0)
-    mech = BatchedFixed([create_mechanism("pbd", reqs, D, np.random.default_rng(0))])
+    mech = BatchedFixed([build("pbd", reqs, D, np.random.default_rng(0))])
     with pytest.raises(ValueError, match="spans several levels"):
         mech.class_matrix([np.zeros(N, dtype=np.int64)])
 
@@ -151,13 +151,13 @@ def test_batched_obs_matches_obs():
 
 def test_batch_refuses_mixed_mechanisms():
     reqs = requirements(1.0, 5, 0)
-    mixed = [create_mechanism(n, reqs, D, np.random.default_rng(0)) for n in ("pbd", "pba")]
+    mixed = [build(n, reqs, D, np.random.default_rng(0)) for n in ("pbd", "pba")]
     with pytest.raises(ValueError, match="one mechanism"):
         BatchedFixed(mixed)
 
 
 def test_value_by_value_binomial_draws_what_one_array_call_draws():
-    from mechanisms.sampling import draw_binomial
+    from mechanisms.release.sampling import draw_binomial
 
     counts = np.array([[3000, 20, 0, 7], [1, 0, 500, 4000], [9, 9, 9, 9]] * 3)
     p = np.linspace(0.05, 0.95, counts.shape[0])
@@ -191,7 +191,8 @@ def test_dynamic_batch_follows_declarations_over_time(name):
     """Users join late and declare again, then all declare alike (alone, their groups merge
     once their histories have left every window): every run of the batch still releases what
     it releases alone (one ledger for the batch, each run's columns its own, never merged)."""
-    from mechanisms.dynamic import DynamicMechanism, DynamicRequirements
+    from mechanisms.requirements import DynamicRequirements
+    from mechanisms.run.dynamic import DynamicMechanism
 
     def rows(seed: int) -> list:
         rng = np.random.default_rng([seed, 16])

@@ -8,11 +8,11 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from mechanisms import compiled
+from mechanisms.kernels import compiled
 from mechanisms.ledgers.fixed import DistributionLedger
-from mechanisms.obs import batch_optimal_budget
-from mechanisms.release import ipw_runs
-from mechanisms.run_draws import draw_runs
+from mechanisms.release.ipw import ipw_runs
+from mechanisms.release.obs import batch_optimal_budget
+from mechanisms.release.run_draws import draw_runs
 
 SETTINGS = settings(max_examples=60, deadline=None,
                     suppress_health_check=[HealthCheck.too_slow])

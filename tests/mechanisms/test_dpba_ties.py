@@ -15,7 +15,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from mechanisms.dynamic import DynamicRequirements, plan_dynamic
+from mechanisms.requirements import DynamicRequirements
+from mechanisms.run.dynamic import plan_dynamic
 
 # decl[t - 1][i]: user i's (wB, EB, wF, EF) in force at slot t, or None before it declares
 Decl = list[list[tuple[int, Fraction, int, Fraction] | None]]

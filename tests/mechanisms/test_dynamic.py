@@ -9,13 +9,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from mechanisms import FixedRequirements, ledger_for
-from mechanisms.dynamic import (
-    DynamicMechanism,
-    DynamicRequirements,
-    dynamic_ledger,
-    plan_dynamic,
-)
-from mechanisms.ledgers.dynamic import DYNAMIC_LEDGERS, MAX_BUDGET, grid_table
+from mechanisms.ledgers.columns import MAX_BUDGET, grid_table
+from mechanisms.ledgers.kinds import DYNAMIC_LEDGERS
+from mechanisms.requirements import DynamicRequirements
+from mechanisms.run.dynamic import DynamicMechanism, dynamic_ledger, plan_dynamic
 
 NULL = (1, MAX_BUDGET, 1, 0.0)  # the requirement a suspended user holds
 
@@ -546,7 +543,7 @@ def test_mechanism_matches_per_user_oracle() -> None:
 
 def test_rescans_in_chunks_match_the_oracle(monkeypatch) -> None:
     # a scan matrix of at most 8 entries: DPBA's rescans run over one run at a time
-    import mechanisms.ledgers.dynamic as dl
+    import mechanisms.ledgers.dpba as dl
 
     monkeypatch.setattr(dl, "_SCAN_CELLS", 8)
     rng = np.random.default_rng(2)
@@ -572,9 +569,9 @@ def test_rescans_in_chunks_match_the_oracle(monkeypatch) -> None:
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.lists(st.sampled_from("abcdefgh"), max_size=6), max_size=5))
 def test_user_directory_numbers_users_in_order_of_first_declaration(declarations):
-    from mechanisms.dynamic import _Directory
+    from mechanisms.run.dynamic import UserDirectory
 
-    directory, seen = _Directory(), []
+    directory, seen = UserDirectory(), []
     for users in declarations:
         idx = directory.indices(users)
         new = []

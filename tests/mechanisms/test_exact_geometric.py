@@ -7,8 +7,8 @@ from decimal import Decimal, localcontext
 import numpy as np
 import pytest
 
-from mechanisms import exact_geometric as eg
-from mechanisms.exact_noise import GeneratorBits
+from mechanisms.noise import geometric as eg
+from mechanisms.noise.bits import GeneratorBits
 
 
 def exp_floor(num: int, den: int, prec: int) -> int:

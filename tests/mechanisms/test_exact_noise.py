@@ -9,18 +9,14 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from mechanisms import exact_noise as xn
-from mechanisms.exact_noise import (
-    GeneratorBits,
-    SecureBits,
-    bernoulli,
-    bernoulli_exp,
+from mechanisms.noise import bernoulli as bn
+from mechanisms.noise import discrete_laplace as dl
+from mechanisms.noise.bernoulli import bernoulli, bernoulli_exp, factorial_run
+from mechanisms.noise.bits import GeneratorBits, SecureBits, secure_bits, uniform_below
+from mechanisms.noise.discrete_laplace import (
     discrete_laplace,
     exact_discrete_laplace,
-    factorial_run,
     rational_scale,
-    secure_bits,
-    uniform_below,
 )
 
 
@@ -205,7 +201,7 @@ def test_bernoulli_exp_small_frequencies():
              (9, 10), (255, 256)]
     n = 200_000
     for u, t in cases:
-        d = xn._bexp_small(np.full(n, u, np.uint64), t, bits(21))
+        d = bn.bernoulli_exp_small(np.full(n, u, np.uint64), t, bits(21))
         p = math.exp(-u / t)
         assert abs(d.mean() - p) <= 5 * math.sqrt(p * (1 - p) / n), (u, t)
 
@@ -213,7 +209,7 @@ def test_bernoulli_exp_small_frequencies():
 def test_bexp_small_ties_continue_with_the_rest_of_the_expansion():
     n = 40_000  # u/t = 1/3 with t = 3 * 2**20: every 16-bit chunk 0x5555 ties A_1's digits
     script = np.full(n // 4, 0x5555_5555_5555_5555, np.uint64)
-    d = xn._bexp_small(np.full(n, 2**20, np.uint64), 3 * 2**20, ScriptedBits(script, 22))
+    d = bn.bernoulli_exp_small(np.full(n, 2**20, np.uint64), 3 * 2**20, ScriptedBits(script, 22))
     p = math.exp(-1 / 3)
     assert abs(d.mean() - p) < 5 * math.sqrt(p * (1 - p) / n)
 
@@ -233,7 +229,7 @@ def test_digits_are_exact():
     rng = np.random.default_rng(14)
     for den in [1, 3, 2**10, 2**16, 2**40, 2**62, 2**40 + 3, 2**50 + 1, 2**62 + 12345]:
         r = np.append(rng.integers(0, den, 300, dtype=np.uint64), [0, den - 1, den])
-        digit, rest = xn._digits(r.astype(np.uint64), den)
+        digit, rest = bn._digits(r.astype(np.uint64), den)
         assert [int(d) for d in digit] == [(int(a) << 16) // den for a in r]
         assert [int(m) for m in rest] == [(int(a) << 16) % den for a in r]
 
@@ -245,7 +241,7 @@ def test_ties_continue_with_the_rest_of_the_expansion():
     assert abs(x.mean() - 1 / 3) < 5 * math.sqrt(2 / 9 / n)
     # in Bernoulli(exp(-1/3)), all six C_k draws tie: each is then Bernoulli(1/3)
     script = np.concatenate([bits(16).words(n // 4), tie])
-    d, void = xn._bexp_below1(np.ones(n, np.uint64), 3, ScriptedBits(script, 17))
+    d, void = bn.bernoulli_exp_below1(np.ones(n, np.uint64), 3, ScriptedBits(script, 17))
     d = d[~void]
     p = math.exp(-1 / 3)
     assert abs(d.mean() - p) < 5 * math.sqrt(p * (1 - p) / d.size)
@@ -256,7 +252,7 @@ def test_long_runs_continue_exactly():
     # is then decided by J's continuation and C_7, C_8, ...
     n, gamma = 40_000, 255 / 256
     script = np.zeros(n // 4 + 6 * n // 4, np.uint64)
-    d, void = xn._bexp_below1(np.full(n, 255, np.uint64), 256, ScriptedBits(script, 18))
+    d, void = bn.bernoulli_exp_below1(np.full(n, 255, np.uint64), 256, ScriptedBits(script, 18))
     assert not void.any()
     # m = min(J, G) given J >= 7, G >= 6: P(m >= 6 + i) = 7!/(6+i)! * gamma**i for i >= 1
     fall = [math.factorial(7) / math.factorial(6 + i) for i in range(1, 20)]
@@ -267,7 +263,7 @@ def test_long_runs_continue_exactly():
 
 def test_rejected_chunks_fail_the_trial_or_are_redrawn():
     ones = np.full(4, 2**64 - 1, np.uint64)  # 16-bit chunks 65535 >= 13 * 7!: rejected
-    d, void = xn._bexp_below1(np.zeros(16, np.uint64), 5, ScriptedBits(ones, 19))
+    d, void = bn.bernoulli_exp_below1(np.zeros(16, np.uint64), 5, ScriptedBits(ones, 19))
     assert void.all() and not d.any()
     assert bernoulli_exp(np.zeros(16, np.uint64), 5, ScriptedBits(ones, 19)).all()  # exp(0)
     n = 40_000
@@ -279,11 +275,11 @@ def test_rejected_chunks_fail_the_trial_or_are_redrawn():
 def test_geometric_runs_across_batches(monkeypatch):
     sf = np.exp(-np.arange(12.0))  # P(V >= v)
     probs = np.append(sf[:-1] - sf[1:], sf[-1])
-    v = xn._geometric_exp1(200_000, bits(6)).astype(np.int64)
+    v = dl._geometric_exp1(200_000, bits(6)).astype(np.int64)
     stat, limit = chi2(np.bincount(np.minimum(v, 11), minlength=12), probs)
     assert stat < limit
-    monkeypatch.setattr(xn, "_batch", lambda need, rate: 3)  # tiny batches: runs span them
-    v = xn._geometric_exp1(6000, bits(6)).astype(np.int64)
+    monkeypatch.setattr(dl, "_batch", lambda need, rate: 3)  # tiny batches: runs span them
+    v = dl._geometric_exp1(6000, bits(6)).astype(np.int64)
     stat, limit = chi2(np.bincount(np.minimum(v, 11), minlength=12), probs)
     assert stat < limit
 
@@ -318,11 +314,11 @@ def scale_paths() -> list:
 
 @pytest.mark.parametrize("eps, t, s, default, path", scale_paths())
 def test_discrete_laplace_matches_exact_pmf(eps, t, s, default, path, monkeypatch):
-    assert xn._path(t, s) == default
+    assert dl._path(t, s) == default
     if path == "split":
-        assert xn._split_scale(t, s) is not None
+        assert dl._split_scale(t, s) is not None
     if path != "default":
-        monkeypatch.setattr(xn, "_path", lambda t, s: path)
+        monkeypatch.setattr(dl, "_path", lambda t, s: path)
     n = 200_000
     x = discrete_laplace(t, s, n, bits(7))
     assert x.dtype == np.int64
@@ -349,7 +345,7 @@ def test_pmf_check_rejects_a_wrong_scale():
 
 
 def test_small_batches_keep_the_distribution(monkeypatch):
-    monkeypatch.setattr(xn, "_batch", lambda need, rate: 7)
+    monkeypatch.setattr(dl, "_batch", lambda need, rate: 7)
     t, s = rational_scale(0.5)
     x = discrete_laplace(t, s, 3000, bits(10))
     stat, limit = pmf_check(x, t, s)
@@ -359,7 +355,7 @@ def test_small_batches_keep_the_distribution(monkeypatch):
 
 def test_large_t_does_not_overflow():
     t, s = 2**60 + 12345, 2**30 + 7  # scale 2**30: U + t*V overflows 64 bits for V >= 16
-    assert xn._path(t, s) == "cks"  # 64 t >= 2**63: X = U + t V
+    assert dl._path(t, s) == "cks"  # 64 t >= 2**63: X = U + t V
     x = discrete_laplace(t, s, 50_000, bits(11))
     stat, limit = pmf_check(x, t, s)
     assert stat < limit
@@ -375,7 +371,7 @@ def test_quotient_is_exact_at_the_limits():
     for t, s in cases:
         u = np.append(rng.integers(0, t, 200, dtype=np.uint64), [0, t - 1]).astype(np.uint64)
         v = np.append(rng.integers(0, 60, 200), [0, 59]).astype(np.uint64)
-        y = xn._quotient(u, v, t, s)
+        y = dl._quotient(u, v, t, s)
         assert y.dtype == np.int64
         exact = [(int(a) + t * int(b)) // s for a, b in zip(u, v, strict=True)]
         assert [int(a) for a in y] == exact

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from mechanisms import FixedRequirements, ledger_for
-from mechanisms.planning import plan_fixed
+from mechanisms.run.planning import plan_fixed
 
 E = np.array([1.2, 0.9, 1.5])
 REQS = FixedRequirements.from_arrays(["u1", "u2", "u3"], [4, 2, 3], E)

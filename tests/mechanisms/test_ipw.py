@@ -4,11 +4,12 @@ import numpy as np
 import pytest
 
 from mechanisms.build import build
-from mechanisms.central import FixedMechanism
 from mechanisms.ledgers.fixed import AbsorptionLedger, DistributionLedger
 from mechanisms.ledgers.plan import SlotPlan
-from mechanisms.release import ReleaseRule, ipw_release
+from mechanisms.release.ipw import ipw_release
+from mechanisms.release.rule import ReleaseRule
 from mechanisms.requirements import FixedRequirements
+from mechanisms.run.fixed import FixedMechanism
 
 COUNTS = np.array([[3000, 1000, 0], [500, 1500, 40], [200, 0, 900]])
 P = np.array([0.3, 1.0, 0.6])

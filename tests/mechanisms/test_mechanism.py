@@ -3,14 +3,15 @@
 import numpy as np
 import pytest
 
-from mechanisms import FIXED_MECHANISMS, FixedRequirements, create_mechanism
+from mechanisms import FIXED_MECHANISMS, FixedRequirements
+from mechanisms.build import build
 
 USERS = [f"u{i}" for i in range(6)]
 REQS = FixedRequirements.from_arrays(USERS, [4, 2, 3, 4, 2, 3], [1.0, 0.5, 2.0, 1.0, 0.5, 2.0])
 
 
 def test_level_counts_group_reports_by_requirement():
-    mech = create_mechanism("pbd", REQS, 3, np.random.default_rng(0))
+    mech = build("pbd", REQS, 3, np.random.default_rng(0))
     counts = mech.level_counts(np.array([0, 1, 2, 0, -1, 2]))
     assert counts.shape == (3, 3)
     assert counts.sum() == 5
@@ -20,7 +21,7 @@ def test_level_counts_group_reports_by_requirement():
 
 @pytest.mark.parametrize("name", FIXED_MECHANISMS)
 def test_step_returns_release_with_per_user_charges(name):
-    mech = create_mechanism(name, REQS, 3, np.random.default_rng(1))
+    mech = build(name, REQS, 3, np.random.default_rng(1))
     cells = np.array([0, 1, 2, 0, -1, 2])
     rel = mech.step(cells)
     assert rel.slot == 1 and mech.slot == 2
@@ -35,7 +36,7 @@ def test_step_returns_release_with_per_user_charges(name):
 
 def test_same_seed_same_releases():
     def releases(seed):
-        mech = create_mechanism("pba", REQS, 3, np.random.default_rng(seed))
+        mech = build("pba", REQS, 3, np.random.default_rng(seed))
         rng = np.random.default_rng(99)
         return [mech.step(rng.integers(-1, 3, 6)).histogram.tolist() for _ in range(30)]
 
@@ -44,7 +45,7 @@ def test_same_seed_same_releases():
 
 
 def test_discrete_noise_gives_integer_histograms():
-    mech = create_mechanism("uniform", REQS, 3, np.random.default_rng(2), noise="discrete")
+    mech = build("uniform", REQS, 3, np.random.default_rng(2), noise="discrete")
     rel = mech.step(np.array([0, 1, 2, 0, 1, 2]))
     assert rel.published and rel.histogram.dtype == np.int64
 
@@ -54,7 +55,7 @@ def test_large_population_publishes_close_to_truth():
     reqs = FixedRequirements.from_arrays(
         [str(i) for i in range(n)], np.full(n, 10), np.full(n, 2.0)
     )
-    mech = create_mechanism("uniform", reqs, d, np.random.default_rng(3))
+    mech = build("uniform", reqs, d, np.random.default_rng(3))
     cells = np.arange(n) % d
     rel = mech.step(cells)
     assert rel.histogram == pytest.approx(np.full(d, n / d), abs=200)
@@ -64,7 +65,7 @@ def test_pbd_publishes_on_change_and_approximates_when_still():
     # publication noise at slot 1 has scale 4/E, the test's bar at slot 2 is sqrt(2) * 8/E
     n, d = 50_000, 20
     reqs = FixedRequirements.from_arrays([str(i) for i in range(n)], np.full(n, 5), np.full(n, 5.0))
-    mech = create_mechanism("pbd", reqs, d, np.random.default_rng(8))
+    mech = build("pbd", reqs, d, np.random.default_rng(8))
     still = np.zeros(n, dtype=np.int64)
     first = mech.step(still)
     assert first.published  # differs from the initial all-zero estimate
@@ -74,7 +75,7 @@ def test_pbd_publishes_on_change_and_approximates_when_still():
 
 
 def test_later_registration_joins_levels():
-    mech = create_mechanism("pba", REQS, 3, np.random.default_rng(0))
+    mech = build("pba", REQS, 3, np.random.default_rng(0))
     mech.step(np.zeros(6, dtype=np.int64))
     levels = mech.ledger.levels
     mech.register(["new1", "new2"], [4, 7], [1.0, 1.0])
@@ -86,7 +87,7 @@ def test_later_registration_joins_levels():
 
 
 def test_baseline_tightens_to_new_strictest():
-    mech = create_mechanism("bd", REQS, 3, np.random.default_rng(0))
+    mech = build("bd", REQS, 3, np.random.default_rng(0))
     mech.register(["strict"], [10], [0.1])
     rel = mech.step(np.zeros(7, dtype=np.int64))
     assert rel.eps1 == pytest.approx(np.full(7, 0.1 / 20))
@@ -102,7 +103,7 @@ def test_baseline_tightens_to_new_strictest():
     ],
 )
 def test_bad_cells_raise_and_leave_ledger_unchanged(cells, message):
-    mech = create_mechanism("pba", REQS, 3, np.random.default_rng(0))
+    mech = build("pba", REQS, 3, np.random.default_rng(0))
     mech.step(np.zeros(6, dtype=np.int64))
     before = (mech.slot, mech.ledger.state())
     with pytest.raises(ValueError, match=message):
@@ -124,7 +125,7 @@ def test_bad_cells_raise_and_leave_ledger_unchanged(cells, message):
 def test_bad_requirements_raise_naming_user_and_field(w, E, message):
     with pytest.raises(ValueError, match=message):
         FixedRequirements.from_arrays(["a", "b"], w, E)
-    mech = create_mechanism("pbd", REQS, 3, np.random.default_rng(0))
+    mech = build("pbd", REQS, 3, np.random.default_rng(0))
     before = (list(mech.users), mech.ledger.state())
     with pytest.raises(ValueError, match=message):
         mech.register(["a", "b"], w, E)
@@ -134,16 +135,16 @@ def test_bad_requirements_raise_naming_user_and_field(w, E, message):
 def test_duplicate_users_rejected():
     with pytest.raises(ValueError, match="user 'a': duplicate"):
         FixedRequirements.from_arrays(["a", "a"], [1, 1], [1.0, 1.0])
-    mech = create_mechanism("pbd", REQS, 3)
+    mech = build("pbd", REQS, 3)
     with pytest.raises(ValueError, match="user 'u1': already registered"):
         mech.register(["u1"], [1], [1.0])
 
 
 def test_ledger_state_round_trip():
-    mech = create_mechanism("pba", REQS, 3, np.random.default_rng(0))
+    mech = build("pba", REQS, 3, np.random.default_rng(0))
     for _ in range(5):
         mech.step(np.zeros(6, dtype=np.int64))
-    other = create_mechanism("pba", REQS, 3)
+    other = build("pba", REQS, 3)
     other.ledger.load_state(mech.ledger.state())
     a, b = mech.ledger.plan(), other.ledger.plan()
     assert (a.slot, a.nullified) == (b.slot, b.nullified)
@@ -154,7 +155,7 @@ def test_ledger_state_round_trip():
 def test_an_engine_without_levels_round_trips(name: str):
     """The job's coordinator stores its engine before any level exists (a partition closed
     slots before a requirement arrived); that state must load again."""
-    from mechanisms.engine import LevelEngine
+    from mechanisms.run.named_levels import LevelEngine
 
     engine = LevelEngine(name, 3, "discrete", 1.0)
     state = engine.state()

@@ -4,7 +4,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mechanisms import optimal_budget
-from mechanisms.obs import reporting_errors
+from mechanisms.release.obs import reporting_errors
 
 
 def error_at(budgets: list[float], cand: float) -> float:

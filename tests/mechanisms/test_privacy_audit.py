@@ -12,9 +12,9 @@ import numpy as np
 import orjson
 import pytest
 
-from mechanisms.central import BatchedFixed, create_mechanism
-from mechanisms.dynamic import DynamicMechanism, DynamicRequirements
-from mechanisms.dynamic_batch import BatchedDynamic
+from mechanisms.batch.dynamic import BatchedDynamic
+from mechanisms.batch.fixed import BatchedFixed
+from mechanisms.build import build
 from mechanisms.evaluation.privacy_audit import (
     AUDITED,
     MODES,
@@ -34,6 +34,8 @@ from mechanisms.evaluation.privacy_audit import (
 )
 from mechanisms.postprocess import Postprocessor
 from mechanisms.registry import spec
+from mechanisms.requirements import DynamicRequirements
+from mechanisms.run.dynamic import DynamicMechanism
 
 #: trials per input of the mechanism tests: enough for every planted defect (its bound clears
 #: E by 0.3 or more over seeds) and cheap for the honest runs
@@ -163,7 +165,7 @@ def test_runs_release_what_the_batched_path_releases(name, noise):
         product = BatchedDynamic([DynamicMechanism(name, DynamicRequirements.from_rows(rows),
                                                    pop.d, g, noise) for g in twins])
     else:
-        product = BatchedFixed([create_mechanism(name, pop.requirements(), pop.d, g, noise)
+        product = BatchedFixed([build(name, pop.requirements(), pop.d, g, noise)
                                 for g in twins])
     for t in range(pop.T):
         out = product.step(np.stack([pop.cells[t]] * runs))

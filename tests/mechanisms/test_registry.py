@@ -8,11 +8,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from mechanisms.central import create_mechanism
+from mechanisms.build import build
 from mechanisms.evaluation.runs import KNOWN, make_step
-from mechanisms.mechanism import Released, Stepper
 from mechanisms.registry import REGISTRY, histogram_dtype, names, spec
 from mechanisms.requirements import FixedRequirements
+from mechanisms.run.mechanism import Released, Stepper
 from streams.job.config import JOB_MECHANISMS, JobConfig
 
 REQS = FixedRequirements.from_arrays([f"u{i}" for i in range(12)], [2, 3, 4] * 4,
@@ -55,8 +55,8 @@ def test_homogeneous_mechanisms_run_everyone_at_the_strictest_requirement(name: 
     strictest one: given everyone's requirements or everyone at (max w, min E), the same."""
     w, E = REQS.strictest()
     strict = FixedRequirements.from_arrays(list(REQS.users), [w] * REQS.n, [E] * REQS.n)
-    a = create_mechanism(name, REQS, 3, np.random.default_rng(5), "discrete")
-    b = create_mechanism(name, strict, 3, np.random.default_rng(5), "discrete")
+    a = build(name, REQS, 3, np.random.default_rng(5), "discrete")
+    b = build(name, strict, 3, np.random.default_rng(5), "discrete")
     cells = np.random.default_rng(6).integers(-1, 3, size=(20, REQS.n))
     for row in cells:
         ra, rb = a.step(row), b.step(row)
@@ -68,8 +68,8 @@ def test_homogeneous_mechanisms_run_everyone_at_the_strictest_requirement(name: 
 def test_personalised_mechanisms_use_each_requirement(name: str):
     w, E = REQS.strictest()
     strict = FixedRequirements.from_arrays(list(REQS.users), [w] * REQS.n, [E] * REQS.n)
-    a = create_mechanism(name, REQS, 3, np.random.default_rng(5), "discrete")
-    b = create_mechanism(name, strict, 3, np.random.default_rng(5), "discrete")
+    a = build(name, REQS, 3, np.random.default_rng(5), "discrete")
+    b = build(name, strict, 3, np.random.default_rng(5), "discrete")
     rows = np.random.default_rng(6).integers(-1, 3, size=(20, REQS.n))
     charged = [(a.step(row).eps1, b.step(row).eps1) for row in rows]
     assert any(not np.array_equal(x, y) for x, y in charged)

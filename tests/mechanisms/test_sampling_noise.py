@@ -6,8 +6,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from mechanisms import draw_noise, inclusion_probabilities, noise_variance, sample_counts
-from mechanisms.noise import noise_std, noise_stds
-from mechanisms.sampling import sample_users
+from mechanisms.noise.calibrated import noise_std, noise_stds
+from mechanisms.release.sampling import sample_users
 
 
 def test_inclusion_probabilities_formula():
@@ -64,7 +64,7 @@ def test_noise_rejects_bad_budget_and_kind():
 
 
 def test_thinned_marks_publications_that_sample_users_away():
-    from mechanisms.sampling import thinned
+    from mechanisms.release.sampling import thinned
 
     budgets = np.array([[0.1, 0.5], [0.5, 0.5], [0.1, 0.5]])
     sizes = np.array([[3, 4], [3, 4], [0, 4]])
@@ -80,7 +80,7 @@ def test_thinned_marks_publications_that_sample_users_away():
 @given(st.lists(st.tuples(st.floats(0.0, 2.0), st.integers(0, 5)), min_size=1, max_size=6),
        st.floats(1e-3, 2.0))
 def test_thinned_is_any_level_with_users_kept_with_probability_below_one(levels, threshold):
-    from mechanisms.sampling import thinned
+    from mechanisms.release.sampling import thinned
 
     budgets = np.array([b for b, _ in levels])
     sizes = np.array([n for _, n in levels])

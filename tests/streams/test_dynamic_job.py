@@ -9,8 +9,9 @@ import orjson
 import pytest
 from jobkit import spy_deliveries
 
-from mechanisms.dynamic import DynamicMechanism, DynamicRequirements
-from mechanisms.randomness import slot_generator
+from mechanisms.noise.slot_randomness import slot_generator
+from mechanisms.requirements import DynamicRequirements
+from mechanisms.run.dynamic import DynamicMechanism
 from streams.job.config import JobConfig
 from streams.job.coordination.coordinator import Coordinator
 from streams.job.partitions.registries import SUSPENDED, DynamicRegistry

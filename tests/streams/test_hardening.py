@@ -17,10 +17,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from jobkit import report, requirement_records, slot_reports
 
-from mechanisms.exact_noise import rational_scale
 from mechanisms.ledgers.plan import SlotPlan
-from mechanisms.noise import DISCRETE_MAX_EPS, DISCRETE_MIN_EPS
-from mechanisms.release import ReleaseRule
+from mechanisms.noise.calibrated import DISCRETE_MAX_EPS, DISCRETE_MIN_EPS
+from mechanisms.noise.discrete_laplace import rational_scale
+from mechanisms.release.rule import ReleaseRule
 from streams.job.config import JOB_MECHANISMS, JobConfig
 from streams.job.partitions.accumulator import watermark_record
 from streams.job.pipeline import InProcessJob

@@ -10,8 +10,8 @@ import orjson
 import pytest
 
 from mechanisms import FixedRequirements, ledger_for
-from mechanisms.noise import noise_std
-from mechanisms.sampling import inclusion_probabilities
+from mechanisms.noise.calibrated import noise_std
+from mechanisms.release.sampling import inclusion_probabilities
 from streams.job.config import JobConfig
 from streams.job.pipeline import InProcessJob
 

@@ -134,7 +134,7 @@ def test_a_publication_that_sampled_users_away_has_no_bars(mechanism: str) -> No
     measured coverage of the true count is below nominal (docs/results.md), so the record says
     so (``noise.thinned``) and the client gives none. The flag is recomputed here from public
     values only: the decision's per-level budgets and registered users and the threshold."""
-    from mechanisms.sampling import inclusion_probabilities
+    from mechanisms.release.sampling import inclusion_probabilities
 
     job = _skewed(mechanism)
     flags = []

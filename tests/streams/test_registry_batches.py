@@ -13,7 +13,7 @@ import orjson
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mechanisms.engine import level_key
+from mechanisms.run.named_levels import level_key
 from streams.job.config import JobConfig
 from streams.job.partitions.admission import (
     DYNAMIC,

@@ -13,7 +13,7 @@ strictest:
   time of a device registered by its first event.
 
 Every input is run ``trials`` times, each trial an independent run with its own seeded
-generator, on the batched path of the release rule (:meth:`mechanisms.release.ReleaseRule.
+generator, on the batched path of the release rule (:meth:`mechanisms.release.rule.ReleaseRule.
 decide_runs` over (runs, levels, d) arrays). A ledger's state, the levels and their sizes are
 functions of public data only (the requirements, the registrations and the past publish
 decisions), so the runs are grouped by their publish history and each group's ledger is stepped

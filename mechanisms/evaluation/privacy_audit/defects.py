@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from mechanisms.central import create_mechanism
+from mechanisms.build import build
 from mechanisms.ledgers.plan import Charge, SlotPlan
 from mechanisms.registry import spec
-from mechanisms.release import ObsCache, ReleaseRule, Sampling
+from mechanisms.release.rule import ObsCache, ReleaseRule, Sampling
+from mechanisms.release.sampling import inclusion_probabilities
 from mechanisms.requirements import FixedRequirements
-from mechanisms.sampling import inclusion_probabilities
 
 
 class HalvedNoiseRule(ReleaseRule):
@@ -90,8 +90,8 @@ def make_rule(mechanism: str, d: int, noise: str = "laplace", sensitivity: int =
     if spec(mechanism).family == "dynamic":
         test, estimator = "obs", "paper"
     else:
-        product = create_mechanism(mechanism, FixedRequirements((), np.zeros(0, np.int64),
-                                                                np.zeros(0)), d, None, noise)
+        product = build(mechanism, FixedRequirements((), np.zeros(0, np.int64), np.zeros(0)),
+                        d, None, noise)
         test, estimator = product.rule.test, product.rule.estimator
     cls = {"noise_halved": HalvedNoiseRule, "threshold_off_by_one": OffByOneRule}.get(
         plant or "", ReleaseRule)

@@ -12,16 +12,16 @@ from dataclasses import dataclass
 import numpy as np
 
 from mechanisms import postprocess as pp
-from mechanisms.central import create_mechanism
-from mechanisms.dynamic import DynamicMechanism, DynamicRequirements
+from mechanisms.build import build
 from mechanisms.evaluation.privacy_audit.constants import PLANTS
 from mechanisms.evaluation.privacy_audit.defects import DroppedChargeLedger, make_rule
 from mechanisms.evaluation.privacy_audit.inputs import NeighbourPair, Population
 from mechanisms.ledgers.plan import SlotPlan
-from mechanisms.mechanism import release_std
 from mechanisms.registry import histogram_dtype, spec
-from mechanisms.release import Sampling
-from mechanisms.requirements import FixedRequirements
+from mechanisms.release.rule import Sampling
+from mechanisms.requirements import DynamicRequirements, FixedRequirements
+from mechanisms.run.dynamic import DynamicMechanism
+from mechanisms.run.mechanism import release_std
 
 
 @dataclass(frozen=True)
@@ -68,7 +68,7 @@ class _Public:
             start = np.flatnonzero(self.first <= 1)
             req = FixedRequirements.from_arrays([population.users[i] for i in start],
                                                 population.w[start], population.E[start])
-            self.mech = create_mechanism(mechanism, req, population.d, _UNUSED, noise)
+            self.mech = build(mechanism, req, population.d, _UNUSED, noise)
             ledger = self.mech.ledger
         self.ledger = ledger if dropped is None else DroppedChargeLedger(ledger, dropped)
         self.index = index

@@ -20,9 +20,9 @@ from collections import Counter
 import numpy as np
 import orjson
 
+from mechanisms.noise.slot_randomness import slot_generator
 from mechanisms.postprocess import Postprocessor
-from mechanisms.randomness import slot_generator
-from mechanisms.sampling import thinned
+from mechanisms.release.sampling import thinned
 from streams.job.config import JobConfig
 from streams.job.coordination.placement import ReleasePlacement, release_placement
 from streams.job.slot_protocol import Decision, PartitionMessage, Start, kind, secret_check
@@ -397,8 +397,9 @@ def release_record(config: JobConfig, slot: int, published: bool, nullified: boo
 
 
 def decision_thinned(decision: Decision, threshold: float, sensitivity: int) -> bool:
-    """Whether a publication sampled users away (:func:`mechanisms.sampling.thinned`), from its
-    decision's per-level publication budgets and registered users and its threshold (public)."""
+    """Whether a publication sampled users away (:func:`mechanisms.release.sampling.thinned`),
+    from its decision's per-level publication budgets and registered users and its threshold
+    (public)."""
     keys = list(decision["eps2"])
     budgets = np.array([decision["eps2"][k] for k in keys], dtype=np.float64) / sensitivity
     sizes = np.array([decision["users"].get(k, 0) for k in keys], dtype=np.int64)

@@ -6,15 +6,16 @@ the stream starts and when a slot is ready, and releases it through the mechanis
 
 - :class:`CoordinatorLedgerRelease` (fixed requirements, partitions under
   :class:`~streams.job.partitions.placement.CoordinatorLedger`): the ledger per requirement level
-  is here, a :class:`~mechanisms.engine.LevelEngine`. Slot t is released once every partition has
-  closed it, from the sum of the partials' counts and the users per level each partition had when it
-  closed t. The stream starts at the earliest slot any partition counted a report in.
+  is here, a :class:`~mechanisms.run.named_levels.LevelEngine`. Slot t is released once every
+  partition has closed it, from the sum of the partials' counts and the users per level each
+  partition had when it closed t. The stream starts at the earliest slot any partition counted a
+  report in.
 - :class:`PartitionLedgerRelease` (dynamic requirements, partitions under
   :class:`~streams.job.partitions.ledger.PartitionLedger`): the ledgers are in the partitions. The
   stream starts once every partition has closed past its first slot with a report; slot t is
   released when every partition has sent its plan of t: the
-  :class:`~mechanisms.mechanism.Mechanism` (the release rule over a
-  :class:`~mechanisms.mechanism.PlannedLedger`) runs on the sum of the plans' counts per budget
+  :class:`~mechanisms.run.mechanism.Mechanism` (the release rule over a
+  :class:`~mechanisms.run.mechanism.PlannedLedger`) runs on the sum of the plans' counts per budget
   level, with the levels' budgets read from their names; the slot is nullified when any partition's
   users nullify it (DPBA).
 """
@@ -26,10 +27,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from mechanisms.engine import LevelEngine
 from mechanisms.ledgers.plan import SlotPlan
-from mechanisms.mechanism import Mechanism, PlannedLedger
-from mechanisms.release import ReleaseRule
+from mechanisms.release.rule import ReleaseRule
+from mechanisms.run.mechanism import Mechanism, PlannedLedger
+from mechanisms.run.named_levels import LevelEngine
 from streams.job.config import JobConfig
 from streams.job.slot_protocol import (
     Closure,

@@ -13,9 +13,10 @@ the partition first plans after the removal. State is checkpointed *before* the 
 implies are sent, and those messages are kept in the checkpoint and sent again after a restart
 (the coordinator drops repeats), so a plan that reached the coordinator is never replaced by a
 different one. A snapshot holds the ledger as it was at its last compaction
-(:meth:`DynamicLedger.to_bytes`, redone every ``JOURNAL_SLOTS`` slots) and a journal of what
-happened to it since (declarations and decisions): restoring replays the journal, which is
-deterministic, so a checkpoint after every slot costs a small document, not the whole ledger.
+(:func:`mechanisms.ledgers.dynamic_snapshot.to_bytes`, redone every ``JOURNAL_SLOTS`` slots)
+and a journal of what happened to it since (declarations and decisions): restoring replays the
+journal, which is deterministic, so a checkpoint after every slot costs a small document, not
+the whole ledger.
 """
 
 from __future__ import annotations
@@ -25,8 +26,9 @@ import logging
 
 import numpy as np
 
-from mechanisms.dynamic import dynamic_ledger
+from mechanisms.ledgers import dynamic_snapshot
 from mechanisms.ledgers.dynamic import DynamicLedger
+from mechanisms.run.dynamic import dynamic_ledger
 from streams.job.config import JobConfig
 from streams.job.partitions.placement import Placement
 from streams.job.partitions.registries import SUSPENDED, Declaration, DynamicRegistry
@@ -61,7 +63,8 @@ class PartitionLedger(Placement):
         self.applied: list[Declaration] = []  # per ledger user, the declaration in force
         self.cells: dict[int, np.ndarray] = {}  # slot -> cell per user index (-1: none)
         self.outbox: dict[str, dict] = {}  # the last closure and the plan awaiting a decision
-        self.ledger_base = self.ledger.to_bytes()  # the ledger at the last compaction
+        # the ledger at the last compaction
+        self.ledger_base = dynamic_snapshot.to_bytes(self.ledger)
         # since then: ["declare", idx, wB, EB, wF, EF], ["suspend", idx], [published]
         self.journal: list[list] = []
         self.suspend_at: dict[int, int] = {}  # removed user -> slot its suspension waits for
@@ -267,7 +270,7 @@ class PartitionLedger(Placement):
     def state(self) -> dict:
         commits = sum(1 for entry in self.journal if len(entry) == 1)
         if commits >= JOURNAL_SLOTS:  # compact: the ledger as it is now becomes the base
-            self.ledger_base = self.ledger.to_bytes()
+            self.ledger_base = dynamic_snapshot.to_bytes(self.ledger)
             self.journal = []
         return {"dynamic": {
             "journal": self.journal,
@@ -292,7 +295,7 @@ class PartitionLedger(Placement):
 
     def load(self, doc: dict) -> None:
         dyn = doc["dynamic"]
-        self.ledger = DynamicLedger.from_bytes(self.ledger_base)
+        self.ledger = dynamic_snapshot.from_bytes(self.ledger_base)
         self.journal = dyn["journal"]
         for entry in self.journal:  # replay: the ledger is a function of these
             if len(entry) == 1:

@@ -27,7 +27,7 @@ from typing import Protocol
 
 import numpy as np
 
-from mechanisms.engine import level_key
+from mechanisms.run.named_levels import level_key
 from streams.job.config import JobConfig
 from streams.job.partitions.admission import (
     DYNAMIC,

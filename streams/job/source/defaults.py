@@ -25,7 +25,7 @@ from typing import Any
 
 import orjson
 
-from mechanisms.engine import level_key
+from mechanisms.run.named_levels import level_key
 from streams.job.config import JobConfig
 from streams.job.partitions.admission import check_bounds
 from streams.job.source.mapping import parse_path
