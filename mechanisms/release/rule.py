@@ -2,6 +2,7 @@
 
 It works on aggregates only: a (levels, d) matrix of report counts and each level's budgets,
 which is what the partitions of the job send (docs/design.md, ledger and release rule).
+:func:`release_rule` builds the rule a mechanism of :mod:`mechanisms.registry` runs.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import numpy as np
 from mechanisms.kernels import compiled
 from mechanisms.ledgers.plan import SlotPlan
 from mechanisms.noise.calibrated import DISCRETE_MIN_EPS, draw_noise, noise_std, noise_stds
+from mechanisms.registry import spec
 from mechanisms.release.ipw import ipw_runs
 from mechanisms.release.obs import batch_optimal_budget
 from mechanisms.release.run_draws import draw_runs
@@ -308,3 +310,19 @@ class ReleaseRule:
         threshold = theta2.copy()
         threshold[nullified] = 0.0
         return RunsDecision(publish, histogram, threshold, dis, std)
+
+
+def release_rule(name: str, d: int, noise: str = "laplace", sensitivity: int = 1,
+                 rule: type[ReleaseRule] = ReleaseRule) -> ReleaseRule:
+    """The release rule the mechanism ``name`` runs: its test and estimator as
+    :mod:`mechanisms.registry` names them (``rule``: the class, a variant of the rule's);
+    ``ValueError`` for a mechanism without one.
+
+    >>> rule = release_rule("ba", 4, "discrete")
+    >>> rule.test, rule.estimator, rule.d
+    ('scale', 'paper', 4)
+    """
+    s = spec(name)
+    if s.test is None or s.estimator is None:
+        raise ValueError(f"{s.name} does not run the release rule")
+    return rule(d, noise, s.test, sensitivity, s.estimator)

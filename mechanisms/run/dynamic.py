@@ -19,7 +19,7 @@ from mechanisms.ledgers.dynamic import DynamicLedger, DynamicSlotPlan
 from mechanisms.ledgers.grid_levels import GridLevels
 from mechanisms.ledgers.kinds import DYNAMIC_LEDGERS
 from mechanisms.registry import names
-from mechanisms.release.rule import ReleaseRule
+from mechanisms.release.rule import release_rule
 from mechanisms.requirements import DynamicRequirements, validate_declarations
 from mechanisms.run.mechanism import HoldsMechanism, Mechanism, Release, SlotRelease
 
@@ -94,7 +94,7 @@ class DynamicMechanism(HoldsMechanism):
         self.requirements = requirements
         self.ledger = _ledger(self.name, max_window or requirements.max_window, grid_bits)
         self.levels = GridLevels(self.ledger)
-        self.mechanism = Mechanism(self.levels, ReleaseRule(self.d, noise, "obs"))
+        self.mechanism = Mechanism(self.levels, release_rule(self.name, self.d, noise))
         self.rng = rng if rng is not None else np.random.default_rng()
         self.directory = UserDirectory()
         self._extra: dict[str, tuple] = {}

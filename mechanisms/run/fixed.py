@@ -17,7 +17,7 @@ import numpy as np
 from mechanisms.ledgers.fixed import BudgetLedger
 from mechanisms.ledgers.kinds import LEDGER_CLASSES
 from mechanisms.registry import names, specs
-from mechanisms.release.rule import ReleaseRule
+from mechanisms.release.rule import release_rule
 from mechanisms.requirements import FixedRequirements, validate_budgets, validate_windows
 from mechanisms.run.mechanism import HoldsMechanism, Mechanism, Release
 
@@ -26,8 +26,6 @@ FIXED_MECHANISMS = names(family="central")
 FIXED_LEDGERS: dict[str, type[BudgetLedger]] = {
     s.name: LEDGER_CLASSES[s.ledger] for s in specs(family="central") if s.ledger}
 HOMOGENEOUS = frozenset(names(family="central", homogeneous=True))
-#: the mechanisms releasing the unbiased (inverse-probability weighted) histogram
-IPW = frozenset(n for n in FIXED_MECHANISMS if n.endswith("_ipw"))
 
 
 class FixedMechanism(HoldsMechanism):
@@ -45,8 +43,7 @@ class FixedMechanism(HoldsMechanism):
         self.name = name
         self.d = int(d)
         self.rng = rng if rng is not None else np.random.default_rng()
-        rule = ReleaseRule(d, noise, "scale" if name in ("bd", "ba") else "obs",
-                           estimator="ipw" if name in IPW else "paper")
+        rule = release_rule(name, d, noise)
         self.users: list[str] = []
         self._index: dict[str, int] = {}
         self._level_of: dict[tuple[int, float], int] = {}

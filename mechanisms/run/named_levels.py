@@ -13,8 +13,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from mechanisms.release.rule import ReleaseRule
-from mechanisms.run.fixed import FIXED_LEDGERS, HOMOGENEOUS, IPW
+from mechanisms.release.rule import release_rule
+from mechanisms.run.fixed import FIXED_LEDGERS, HOMOGENEOUS
 from mechanisms.run.mechanism import HoldsMechanism, Mechanism
 
 
@@ -57,8 +57,7 @@ class LevelEngine(HoldsMechanism):
             raise ValueError(f"unknown mechanism {name!r}; choose from {sorted(FIXED_LEDGERS)}")
         self.name, self.d, self.noise = name, int(d), noise
         self.homogeneous = name in HOMOGENEOUS
-        rule = ReleaseRule(d, noise, "scale" if name in ("bd", "ba") else "obs", sensitivity,
-                           estimator="ipw" if name in IPW else "paper")
+        rule = release_rule(name, d, noise, sensitivity)
         self.ledger = FIXED_LEDGERS[name](np.zeros(0, dtype=np.int64), np.zeros(0))
         self.mechanism = Mechanism(self.ledger, rule)
         self.row_of: dict[str, int] = {}

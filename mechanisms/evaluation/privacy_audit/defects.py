@@ -6,12 +6,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from mechanisms.build import build
 from mechanisms.ledgers.plan import Charge, SlotPlan
-from mechanisms.registry import spec
-from mechanisms.release.rule import ObsCache, ReleaseRule, Sampling
+from mechanisms.release.rule import ObsCache, ReleaseRule, Sampling, release_rule
 from mechanisms.release.sampling import inclusion_probabilities
-from mechanisms.requirements import FixedRequirements
 
 
 class HalvedNoiseRule(ReleaseRule):
@@ -85,14 +82,8 @@ class DroppedChargeLedger:
 
 def make_rule(mechanism: str, d: int, noise: str = "laplace", sensitivity: int = 1,
               plant: str | None = None) -> ReleaseRule:
-    """The release rule the job runs for ``mechanism`` (test and estimator as the product
-    picks them), or its planted variant."""
-    if spec(mechanism).family == "dynamic":
-        test, estimator = "obs", "paper"
-    else:
-        product = build(mechanism, FixedRequirements((), np.zeros(0, np.int64), np.zeros(0)),
-                        d, None, noise)
-        test, estimator = product.rule.test, product.rule.estimator
+    """The release rule the job runs for ``mechanism`` (test and estimator as the registry
+    names them), or its planted variant."""
     cls = {"noise_halved": HalvedNoiseRule, "threshold_off_by_one": OffByOneRule}.get(
         plant or "", ReleaseRule)
-    return cls(d, noise, test, sensitivity, estimator)
+    return release_rule(mechanism, d, noise, sensitivity, cls)

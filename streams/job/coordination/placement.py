@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from mechanisms.ledgers.plan import SlotPlan
-from mechanisms.release.rule import ReleaseRule
+from mechanisms.release.rule import release_rule
 from mechanisms.run.mechanism import Mechanism, PlannedLedger
 from mechanisms.run.named_levels import LevelEngine
 from streams.job.config import JobConfig
@@ -218,7 +218,7 @@ class PartitionLedgerRelease(ReleasePlacement):
         super().__init__(config)
         self.d = config.d
         self.ledger = PlannedLedger()
-        rule = ReleaseRule(self.d, config.noise, "obs", config.sensitivity)
+        rule = release_rule(config.mechanism, self.d, config.noise, config.sensitivity)
         self.mechanism = Mechanism(self.ledger, rule)
         self.first: dict[int, int | None] = {}
         self.plans: dict[int, dict[int, dict]] = {}
