@@ -81,7 +81,7 @@ def check_users(report: AuditReport, records: Iterable[Record], good: dict[int, 
             report.notes.append(f"per-user windows checked up to slot {slot}: the stream is "
                                 "too large to hold")
             break
-    _check_windows(report, rows, reqs, first)
+    check_windows(report, rows, reqs, first)
 
 
 def _apply(ledger: Any, index: dict[str, int], users: dict[str, list | None],
@@ -162,8 +162,8 @@ def _compare(report: AuditReport, slot: int, doc: dict[str, Any], code1: np.ndar
         report.add("ledger_mismatch", slot, problem)
 
 
-def _check_windows(report: AuditReport, rows: list[np.ndarray], reqs: list[np.ndarray],
-                   first: int) -> None:
+def check_windows(report: AuditReport, rows: list[np.ndarray], reqs: list[np.ndarray],
+                  first: int) -> None:
     """Every user's backward and forward windows, vectorised over (slot, user)."""
     if not rows:
         return

@@ -73,8 +73,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run, slots=30, register_timeout=0.0)
 
 
-async def _follow_releases(bootstrap: str, topic: str, expected: int, deadline: float,
-                           show: bool) -> dict[int, dict]:
+async def follow_releases(bootstrap: str, topic: str, expected: int, deadline: float,
+                          show: bool) -> dict[int, dict]:
     from aiokafka import AIOKafkaConsumer, TopicPartition
     from tqdm import tqdm
 
@@ -335,8 +335,8 @@ def run(args: argparse.Namespace) -> int:  # noqa: C901 - one orchestration, ste
         interrupted = False
         try:
             sent = asyncio.run(produce(args, source, bootstrap, show_progress=show))
-            releases = asyncio.run(_follow_releases(bootstrap, topics.releases, source.slots,
-                                                    deadline, show))
+            releases = asyncio.run(follow_releases(bootstrap, topics.releases, source.slots,
+                                                   deadline, show))
             # the operator's count, from the dead-letter topic (releases carry no exact counts)
             try:
                 dead = asyncio.run(read_topic(bootstrap, topics.dead_letters, limit=10.0))

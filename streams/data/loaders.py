@@ -231,7 +231,7 @@ def load_taxi(
     return StreamData(users, state, grid * grid, starts, int(slot_seconds), labels)
 
 
-def _countries(lat: np.ndarray, lon: np.ndarray) -> np.ndarray:
+def country_codes(lat: np.ndarray, lon: np.ndarray) -> np.ndarray:
     """ISO country code of the nearest known place to each point (offline geonames table)."""
     from importlib import resources
 
@@ -289,7 +289,7 @@ def load_foursquare(
         i = int(venue_order[repeated[0] + 1])
         raise ValueError(f"{pois_path}:{poi_lines[i]}: duplicate venue {poi_ids[i]!r}")
     if regions == "country":
-        codes = _countries(lat, lon)
+        codes = country_codes(lat, lon)
         labels, venue_cell = np.unique(codes, return_inverse=True)
     elif regions == "grid":
         if not (grid_degrees > 0 and 180.0 % grid_degrees == 0 and 360.0 % grid_degrees == 0):

@@ -80,7 +80,7 @@ class ReleaseReadError(RuntimeError):
     """The broker or the topic could not be read."""
 
 
-async def _start_record(bootstrap: str, topic: str, key: str, timeout: float) -> dict | None:
+async def read_start_record(bootstrap: str, topic: str, key: str, timeout: float) -> dict | None:
     """The last value under ``key`` on ``topic`` (read from the beginning to its end); None
     when there is none or the end is not reached within ``timeout`` seconds."""
     from aiokafka import AIOKafkaConsumer
@@ -170,8 +170,8 @@ async def aiter_releases(bootstrap: str, topic: str, *, stream: str | None = Non
                                        confidence=confidence, seen=seen):
                 if rel.cells is None and rel.cells_ref and decisions_topic:
                     if rel.cells_ref not in labels:
-                        start = await _start_record(bootstrap, decisions_topic, rel.cells_ref,
-                                                    timeout)
+                        start = await read_start_record(bootstrap, decisions_topic,
+                                                        rel.cells_ref, timeout)
                         got = ((start or {}).get("config") or {}).get("cells")
                         labels[rel.cells_ref] = tuple(got) if type(got) is list else None
                     cells = labels[rel.cells_ref]

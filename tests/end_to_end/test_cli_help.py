@@ -250,11 +250,11 @@ def test_evaluate_without_the_eval_extra(monkeypatch: pytest.MonkeyPatch, tmp_pa
 def test_foursquare_regions_without_the_eval_extra(monkeypatch: pytest.MonkeyPatch) -> None:
     import numpy as np
 
-    from streams.data.loaders import _countries
+    from streams.data.loaders import country_codes
 
     monkeypatch.setitem(sys.modules, "reverse_geocode", None)
     with pytest.raises(ImportError, match=re.escape("pip install 'pwevent[eval]'")):
-        _countries(np.array([52.5]), np.array([13.4]))
+        country_codes(np.array([52.5]), np.array([13.4]))
 
 
 def test_demo_without_the_demo_extra(monkeypatch: pytest.MonkeyPatch,

@@ -342,7 +342,7 @@ async def build_every_client(bootstrap: str, tmp_path: Path) -> None:
     from collections import Counter
 
     from streams.cli.audit import fetch_topics
-    from streams.cli.demo import _follow_releases
+    from streams.cli.demo import follow_releases
     from streams.job.config import JobConfig
     from streams.job.operations.observe import Observer
     from streams.job.source.mapping import SourceMapping
@@ -354,7 +354,7 @@ async def build_every_client(bootstrap: str, tmp_path: Path) -> None:
     from streams.kafka.offsets import committed_offsets, end_offsets, read_topic
     from streams.kafka.producer import RawProducer
     from streams.kafka.topics import Topics, create_topics, describe_topics
-    from streams.releases.client import _start_record, aiter_releases
+    from streams.releases.client import aiter_releases, read_start_record
 
     topics = Topics(prefix="settings")
     observer = Observer(SimpleNamespace(broker=bootstrap), port=0)
@@ -365,7 +365,7 @@ async def build_every_client(bootstrap: str, tmp_path: Path) -> None:
     producer = RawProducer(bootstrap, topics.reports, 1)
     attempts = [
         fetch_topics(bootstrap, [topics.releases], timeout=2),
-        _follow_releases(bootstrap, topics.releases, 1, time.monotonic() + 2, False),
+        follow_releases(bootstrap, topics.releases, 1, time.monotonic() + 2, False),
         leave_group(bootstrap, "group", "instance", timeout=2),
         observer.probe_broker(),
         PartitionRunner.read_decisions(SimpleNamespace(broker=bootstrap, topics=topics)),
@@ -378,7 +378,7 @@ async def build_every_client(bootstrap: str, tmp_path: Path) -> None:
         producer.start(),
         create_topics(bootstrap, topics.specs(), timeout=2),
         describe_topics(bootstrap, [topics.reports], timeout=2),
-        _start_record(bootstrap, topics.decisions, "s/start", 2),
+        read_start_record(bootstrap, topics.decisions, "s/start", 2),
         anext(aiter_releases(bootstrap, topics.releases, timeout=2)),
         kafka_errors.authentication_failure(bootstrap, KafkaConnectionError("x"), 2),
         rekeyer.follow(bootstrap, "group"),

@@ -8,7 +8,7 @@ import orjson
 import pytest
 
 from streams.audit.accounting import audit
-from streams.audit.dynamic import _check_windows
+from streams.audit.dynamic import check_windows
 from streams.audit.report import AuditReport, Record
 from streams.job.config import JobConfig
 from streams.job.pipeline import InProcessJob
@@ -120,7 +120,7 @@ def test_overspent_windows_are_caught() -> None:
     report = AuditReport("s", "dpbd")
     req = np.array([[3, 1.0, 2, 1.0]] * 3)
     rows = [np.array([0.3, 0.6, 0.2]), np.array([0.3, 0.6, 0.9]), np.array([0.3, 0.0, 0.0])]
-    _check_windows(report, rows, [req] * 3, first=10)
+    check_windows(report, rows, [req] * 3, first=10)
     found = {(v.slot, v.detail.split(" window")[0]) for v in report.violations}
     # user 1 (0.6, 0.6): 0.6 + 0.6 > 1 from slot 10 (forward) and at slot 11 (backward)
     # user 2 (0.2, 0.9): 0.2 + 0.9 > 1 from slot 10 (forward) and at slot 11 (backward)

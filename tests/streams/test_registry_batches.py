@@ -36,7 +36,7 @@ from streams.job.partitions.registry_store import (
     write_snapshot,
 )
 from streams.job.partitions.user_index import Keys
-from streams.job.worker.faust_job import _owner
+from streams.job.worker.faust_job import owner_partition
 from streams.kafka.producer import key_partition
 from streams.records.field_parsing import RecordError
 from streams.records.requirement_parsing import (
@@ -403,5 +403,6 @@ def test_registry_records_belong_to_the_partition_their_key_names() -> None:
     assert key_partition_of(PREFIX + b"2/manifest") == 2
     assert key_partition_of(PREFIX + b"2/3/d1/0") == 2
     assert key_partition_of(b"u1") is None and key_partition_of(PREFIX + b"x/manifest") is None
-    assert _owner(PREFIX + b"1/manifest", PARTS) == 1
-    assert all(_owner(u.encode(), PARTS) == key_partition(u.encode(), PARTS) for u in NAMES)
+    assert owner_partition(PREFIX + b"1/manifest", PARTS) == 1
+    assert all(owner_partition(u.encode(), PARTS) == key_partition(u.encode(), PARTS)
+               for u in NAMES)

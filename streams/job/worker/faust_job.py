@@ -82,14 +82,14 @@ class UsersTable(faust.Table):
     def apply_changelog_batch(self, batch: Iterable[EventT]) -> None:
         events = list(batch)
         own = [e for e in events if isinstance(e.message.key, bytes)
-               and _owner(e.message.key, self.partitions) == e.message.partition]
+               and owner_partition(e.message.key, self.partitions) == e.message.partition]
         if len(own) < len(events):
             log.warning("users table: %d changelog records on a partition their user does not "
                         "belong to were not restored", len(events) - len(own))
         super().apply_changelog_batch(own)
 
 
-def _owner(key: bytes, partitions: int) -> int:
+def owner_partition(key: bytes, partitions: int) -> int:
     """The partition a ``users`` table record belongs to."""
     named = key_partition_of(key)
     return key_partition(key, partitions) if named is None else named

@@ -1,6 +1,7 @@
 """The job's folders follow a record's path (docs/design.md, "Layers"): the partition and
 coordinator sides run without Kafka, in one process as well, so they import neither the
-Kafka/Faust adapter nor the source stage, and ``mechanisms/`` imports nothing of ``streams``."""
+Kafka/Faust adapter nor the source stage (``mechanisms/``'s own layout, which imports nothing of
+``streams``, is checked by ``tests/mechanisms/test_layout.py``)."""
 
 from __future__ import annotations
 
@@ -54,10 +55,6 @@ def test_what_the_stages_share_imports_none_of_them(module: str) -> None:
     stages = tuple(f"streams.job.{name}." for name in
                    ("partitions", "coordination", "worker", "source", "operations"))
     assert not offending(f"streams/job/{module}.py", stages)
-
-
-def test_mechanisms_import_nothing_of_streams() -> None:
-    assert not offending("mechanisms", ("streams.",))
 
 
 def test_the_check_sees_an_offending_import(tmp_path: Path) -> None:
