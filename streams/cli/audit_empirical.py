@@ -64,7 +64,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         option("--trials", "independent runs of each input of each pair (default: "
                "%(default)s)", type=_trials, default=100_000, metavar="N"),
         option("--mechanisms", f"'all' or comma-separated, of {','.join(ALL)} (default: all)",
-               type=_mechanisms, default=list(ALL), metavar="LIST"),
+               type=_mechanisms, default="all", metavar="LIST"),
         option("--seed", "seed of every trial's generator (default: %(default)s)", type=int,
                default=1),
         option("--noise", "the release noise: laplace (every run drawn in one compiled call) "
