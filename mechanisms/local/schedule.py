@@ -1,0 +1,75 @@
+"""When a user of a one-round protocol reports, and with what budget (docs/ldp-reports.md).
+
+Slots are the job's (``slot = (time - origin) // slot_ms``); ``start`` is the stream's first
+slot, where the evaluation's slot 1 lies. The protocols follow the evaluation
+(:mod:`mechanisms.baselines.ldp_ids`, :mod:`mechanisms.baselines.ldp`):
+
+- ``lbu``: every slot, budget E/w (the uniform ledger).
+- ``lsp``: the sampling ledger's slots start, start + w, start + 2w, ..., budget E.
+- ``lpu``: population division: the whole E at one slot of each block of w slots, the slot
+  ``start + b w + g`` of block ``b`` at the user's *group* ``g``, a public keyed hash of the
+  user, w and the epoch (:func:`lpu_phase`) under the stream's public LPU key. Any w
+  consecutive slots then hold at most one report. With ``rotate = 0`` the epoch is always 0:
+  every user keeps one group, reporting every w slots, which is where the evaluation's LPU
+  settles (a slot asks the users whose last round was w slots before). ``rotate = R > 0``
+  draws new groups every R blocks; a user whose new group comes *before* its old one skips the
+  epoch's first block, so no window holds two reports (about (w - 1)/(2 w R) of the blocks
+  are skipped).
+- ``plbu``: every slot, the user's own E_i/w_i.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+from typing import Final
+
+PROTOCOLS: Final = ("lbu", "lsp", "lpu", "plbu")
+#: The protocols whose w and E are the stream's, the same for every user.
+HOMOGENEOUS: Final = ("lbu", "lsp", "lpu")
+#: The domain-separation prefix of LPU's group hash.
+LPU_HASH_PREFIX: Final = b"pwevent-lpu-v1"
+
+
+def report_budget(protocol: str, w: int, E: float) -> float:  # noqa: N803 - the papers' name
+    """The budget one report spends: E/w (``lbu``, ``plbu``) or E (``lsp``, ``lpu``)."""
+    if protocol in ("lbu", "plbu"):
+        return float(E) / float(w)
+    if protocol in ("lsp", "lpu"):
+        return float(E)
+    raise ValueError(f"unknown protocol {protocol!r}; choose from {PROTOCOLS}")
+
+
+def lpu_phase(key: str, user: str, w: int, epoch: int) -> int:
+    """The user's LPU group in an epoch, in [0, w): HMAC-SHA256 keyed with the stream's public
+    LPU key (UTF-8) over the prefix ``pwevent-lpu-v1`` and then, for each of the user, w and the
+    epoch (both in decimal), its UTF-8 length as 4 big-endian bytes and its UTF-8 bytes; the
+    first 8 bytes of the tag, read as a big-endian unsigned integer, modulo w."""
+    mac = hmac.new(key.encode("utf-8"), LPU_HASH_PREFIX, hashlib.sha256)
+    for part in (user, str(int(w)), str(int(epoch))):
+        data = part.encode("utf-8")
+        mac.update(len(data).to_bytes(4, "big"))
+        mac.update(data)
+    return int.from_bytes(mac.digest()[:8], "big") % int(w)
+
+
+def reports_at(protocol: str, slot: int, *, start: int, w: int, key: str = "", user: str = "",
+               rotate: int = 0) -> bool:
+    """Whether the protocol has the user report at ``slot`` (never before ``start``)."""
+    if slot < start:
+        return False
+    if protocol in ("lbu", "plbu"):
+        return True
+    offset = slot - start
+    if protocol == "lsp":
+        return offset % w == 0
+    if protocol != "lpu":
+        raise ValueError(f"unknown protocol {protocol!r}; choose from {PROTOCOLS}")
+    block, position = divmod(offset, w)
+    epoch = block // rotate if rotate else 0
+    group = lpu_phase(key, user, w, epoch)
+    if position != group:
+        return False
+    if rotate and block > 0 and block % rotate == 0:
+        return group >= lpu_phase(key, user, w, epoch - 1)
+    return True

@@ -1,0 +1,162 @@
+"""The wire format of a local report (docs/ldp-reports.md): one JSON object per report, written
+byte for byte alike by every client library.
+
+Keys in this order, no spaces::
+
+    {"v":1,"protocol":"lbu","user":"alice","slot":1042,"eps":0.1,"E":1,"w":10,"d":8,
+     "oracle":"oue","bits":"a5","client":"pwevent-ldp-python/0.1.0"}
+
+GRR reports carry ``"cell":3`` in place of ``"bits"``. Numbers are written as JavaScript's
+``String(x)`` writes them (the shortest digits that read back to the same double, plain from
+1e-6 to 1e21, else with an exponent: ``1e-7``, ``1.5e+21``); strings escape ``"``, ``\\`` and
+U+0000..U+001F (as ``\\u00xx``) and nothing else. :func:`parse_report` is the reading side the
+collector uses: it checks a record against the same rules, whatever client wrote it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Final
+
+from mechanisms.local.oracles import MAX_EPS, unpack_bits
+
+WIRE_VERSION: Final = 1
+#: The largest user id or client name, in UTF-8 bytes.
+MAX_TEXT_BYTES: Final = 256
+#: The most cells a report's domain may have.
+MAX_CELLS: Final = 65536
+#: The largest slot (JavaScript's largest exact integer).
+MAX_SLOT: Final = 2**53 - 1
+_PROTOCOLS: Final = ("lbu", "lsp", "lpu", "plbu")
+
+
+def format_number(x: float) -> str:
+    """A finite double as JavaScript's ``String(x)`` writes it (ECMAScript Number::toString)."""
+    if not math.isfinite(x):
+        raise ValueError(f"the wire holds finite numbers only, got {x!r}")
+    if x == 0:
+        return "0"
+    if x < 0:
+        return "-" + format_number(-x)
+    sign, digits, exponent = Decimal(repr(float(x))).normalize().as_tuple()
+    text = "".join(map(str, digits))
+    k = len(text)
+    n = k + int(exponent)  # x = 0.text * 10^n
+    if k <= n <= 21:
+        return text + "0" * (n - k)
+    if 0 < n <= 21:
+        return text[:n] + "." + text[n:]
+    if -6 < n <= 0:
+        return "0." + "0" * (-n) + text
+    e = n - 1
+    mantissa = text if k == 1 else text[0] + "." + text[1:]
+    return f"{mantissa}e{'+' if e > 0 else '-'}{abs(e)}"
+
+
+def format_string(text: str) -> str:
+    """``text`` as a JSON string: ``"`` and ``\\`` escaped with a backslash, U+0000..U+001F as
+    ``\\u00xx``, everything else as it is (UTF-8 on the wire)."""
+    out = []
+    for ch in text:
+        if ch in '"\\':
+            out.append("\\" + ch)
+        elif ch < " ":
+            out.append(f"\\u{ord(ch):04x}")
+        else:
+            out.append(ch)
+    return '"' + "".join(out) + '"'
+
+
+def check_text(what: str, text: object) -> str:
+    """``text`` if it is a string of 1 to 256 UTF-8 bytes (no lone surrogate), else
+    ValueError."""
+    if not isinstance(text, str):
+        raise ValueError(f"{what} must be a string, got {type(text).__name__}")
+    try:
+        size = len(text.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise ValueError(f"{what} holds a lone surrogate") from None
+    if not 1 <= size <= MAX_TEXT_BYTES:
+        raise ValueError(f"{what} must take 1 to {MAX_TEXT_BYTES} UTF-8 bytes, got {size}")
+    return text
+
+
+def encode_report(protocol: str, user: str, slot: int, eps: float, E: float,  # noqa: N803
+                  w: int, d: int, payload: bytes | int, client: str) -> bytes:
+    """One report's bytes: ``payload`` is OUE's packed bits (bytes) or GRR's cell (int)."""
+    if isinstance(payload, bytes):
+        tail = f'"oracle":"oue","bits":"{payload.hex()}"'
+    else:
+        tail = f'"oracle":"grr","cell":{int(payload)}'
+    return (f'{{"v":{WIRE_VERSION},"protocol":"{protocol}","user":{format_string(user)},'
+            f'"slot":{int(slot)},"eps":{format_number(eps)},"E":{format_number(E)},'
+            f'"w":{int(w)},"d":{int(d)},{tail},"client":{format_string(client)}}}'
+            ).encode()
+
+
+@dataclass(frozen=True)
+class ParsedReport:
+    """A report as the collector reads it: ``bits`` (OUE, a bool array of d) or ``cell`` (GRR)."""
+
+    protocol: str
+    user: str
+    slot: int
+    eps: float
+    E: float  # noqa: N815 - the papers' name
+    w: int
+    d: int
+    oracle: str
+    bits: object | None
+    cell: int | None
+    client: str
+
+
+def _integer(record: dict, key: str, low: int, high: int) -> int:
+    value = record.get(key)
+    if type(value) is not int or not low <= value <= high:
+        raise ValueError(f"{key!r} must be an integer in [{low}, {high}], got {value!r}"[:200])
+    return value
+
+
+def _positive(record: dict, key: str, high: float) -> float:
+    value = record.get(key)
+    if type(value) not in (int, float) or not 0 < value <= high:
+        raise ValueError(f"{key!r} must be a number in (0, {high}], got {value!r}"[:200])
+    return float(value)
+
+
+def parse_report(data: bytes) -> ParsedReport:
+    """Read and check one report's bytes; ValueError says what is wrong. Unknown keys are
+    refused (version 1 has none), and so are budgets inconsistent with the protocol
+    (``eps`` must be E/w for ``lbu``/``plbu``, E for ``lsp``/``lpu``)."""
+    record = json.loads(data)
+    if not isinstance(record, dict):
+        raise ValueError("a report is a JSON object")
+    if record.get("v") != WIRE_VERSION or type(record.get("v")) is not int:
+        raise ValueError(f"unknown report version {record.get('v')!r}"[:200])
+    protocol = record.get("protocol")
+    if protocol not in _PROTOCOLS:
+        raise ValueError(f"unknown protocol {protocol!r}"[:200])
+    oracle = record.get("oracle")
+    keys = {"v", "protocol", "user", "slot", "eps", "E", "w", "d", "oracle", "client"}
+    keys.add("bits" if oracle == "oue" else "cell")
+    if oracle not in ("oue", "grr") or set(record) != keys:
+        raise ValueError(f"a report has exactly the keys {sorted(keys)}, got {sorted(record)}")
+    user, client = check_text("user", record["user"]), check_text("client", record["client"])
+    slot = _integer(record, "slot", 0, MAX_SLOT)
+    w, d = _integer(record, "w", 1, 2**31 - 1), _integer(record, "d", 1, MAX_CELLS)
+    eps, E = _positive(record, "eps", MAX_EPS), _positive(record, "E", MAX_EPS * w)
+    if eps != (E / w if protocol in ("lbu", "plbu") else E):
+        raise ValueError(f"eps {eps!r} is not what {protocol} spends with E = {E!r}, w = {w}")
+    bits, cell = None, None
+    if oracle == "oue":
+        text = record["bits"]
+        if not isinstance(text, str) or text != text.lower():
+            raise ValueError("'bits' must be lowercase hex")
+        bits = unpack_bits(bytes.fromhex(text), d)
+    else:
+        cell = _integer(record, "cell", 0, d - 1)
+    return ParsedReport(protocol, user, slot, eps, E, w, d, oracle, bits, cell, client)

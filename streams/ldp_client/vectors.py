@@ -1,0 +1,239 @@
+"""The shared test vectors of the client libraries: ``clients/vectors/ldp-vectors.json``.
+
+``python -m streams.ldp_client.vectors --write`` writes them from the Python implementation;
+``--check`` fails if the file differs from what it computes now. The TypeScript and Java tests
+read the same file and must reproduce every value: portable exp bits, thresholds, number
+formatting, the counter words, LPU groups, GRR draws, refused configurations, and clients
+(seeded with :class:`~mechanisms.local.CounterWords`) stepping through slots: their reports'
+exact bytes, refusals, ledgers and words drawn.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import struct
+import sys
+from pathlib import Path
+
+from mechanisms.local import (
+    CounterWords,
+    LedgerRefusal,
+    ReportConfig,
+    Reporter,
+    format_number,
+    grr_cell,
+    grr_keep_threshold,
+    lpu_phase,
+    oue_threshold,
+    plbu_uses_grr,
+    portable_exp,
+)
+
+PATH = Path(__file__).resolve().parents[2] / "clients" / "vectors" / "ldp-vectors.json"
+CLIENT = "vectors"
+EXP_INPUTS = [0.0, 1e-12, 1e-6, 0.01, 0.1, 0.25, 0.5, math.log(2), 1.0, 1.5, 2.0, 2.5, 3.0,
+              math.pi, 5.0, 7.75, 10.0, 20.0, 33.3, 50.0, 100.0, 250.0, 499.9, 500.0]
+THRESHOLD_CASES = [(1e-12, 2), (0.001, 2), (0.05, 16), (0.1, 8), (0.5, 2), (0.5, 4), (1.0, 3),
+                   (1.0, 10), (1.0986122886681098, 4), (2.0, 5), (2.0, 9), (3.0, 20),
+                   (5.0, 100), (10.0, 1000), (40.0, 2), (500.0, 65536)]
+
+
+def double_bits(x: float) -> str:
+    """A double's IEEE 754 bits as 16 hex digits."""
+    return struct.pack(">d", x).hex()
+
+
+def number_cases() -> list[float]:
+    """Doubles across magnitudes whose formatting every language must match."""
+    fixed = [1.0, 0.1, 0.3, 1 / 3, 2 / 3, 0.1 + 0.2, 1e-6, 1e-7, 1.5e-7, 123456.789, 1e20, 1e21,
+             1.5e21, 5e-324, 1.7976931348623157e308, 100.0, 0.5, 3.0000000000000004, 1e-3,
+             0.000123, 9.999999999999999e20, 2.5e-5, 1e16, 12345678901234567890.0]
+    words = CounterWords("numbers").take(400).astype("u8")
+    drawn = []
+    for i in range(0, 400, 2):
+        mantissa = (int(words[i]) << 20 | int(words[i + 1]) >> 12) & ((1 << 52) - 1)
+        exponent = 1023 + (int(words[i + 1]) % 160) - 80  # 2^-80 .. 2^79
+        drawn.append(struct.unpack(">d", struct.pack(">Q", exponent << 52 | mantissa))[0])
+    return fixed + drawn + [x / 7 for x in range(1, 40)]
+
+
+def grr_draws() -> list[dict]:
+    """GRR from given words, the rejection path included (a word at or above the largest
+    multiple of d - 1 below 2**32 is skipped)."""
+    cases = []
+    for cell, d, keep, words in [
+        (0, 4, 100, [99]), (0, 4, 100, [100, 5]), (3, 4, 100, [4294967295, 4294967294, 7]),
+        (2, 4, 100, [200, 4294967295, 4294967295, 1]), (1, 2, 0, [0, 123]),
+        (0, 7, 2**31, [2**31, 4294967292, 4294967291]), (5, 6, 10, [11, 4294967294, 0]),
+        (0, 1, 0, []), (1, 3, 2**32, [4294967295]),
+    ]:
+        it = iter(words)
+        used = [0]
+
+        def nxt(it=it, used=used) -> int:
+            used[0] += 1
+            return next(it)
+        out = grr_cell(cell, d, keep, nxt)
+        cases.append({"cell": cell, "d": d, "keep": keep, "words": words, "out": out,
+                      "used": used[0]})
+    return cases
+
+
+CLIENT_CASES = [
+    ("lbu", {"protocol": "lbu", "user": "alice", "d": 8, "w": 4, "E": 1.0, "start": 10},
+     None, [(8, 1), (10, 3), (11, 0), (12, None), (13, 7), (14, 7), (15, 2), (16, 5),
+            (40, 4)]),
+    ("lbu slack: 7 x (0.1/7) sum above E = 0.1", {"protocol": "lbu", "user": "bob", "d": 3,
+                                                   "w": 7, "E": 0.1},
+     None, [(s, s % 3) for s in range(9)]),
+    ("lsp", {"protocol": "lsp", "user": "carol", "d": 5, "w": 3, "E": 2.0, "start": 2},
+     None, [(s, (s * 2) % 5) for s in range(0, 12)]),
+    ("lpu", {"protocol": "lpu", "user": "dave", "d": 6, "w": 4, "E": 1.0, "start": 0,
+             "lpu_key": "stream-key"}, None, [(s, s % 6) for s in range(13)]),
+    ("lpu rotating", {"protocol": "lpu", "user": "", "d": 4, "w": 5, "E": 1.5, "start": 3,
+                      "lpu_key": "stream-key", "rotate": 1}, None, []),
+    ("plbu grr", {"protocol": "plbu", "user": "erin", "d": 4, "w": 2, "E": 4.0},
+     None, [(s, s % 4) for s in range(6)]),
+    ("plbu grr two cells", {"protocol": "plbu", "user": "frank", "d": 2, "w": 1, "E": 0.7},
+     None, [(s, s % 2) for s in range(8)]),
+    ("plbu oue", {"protocol": "plbu", "user": "grace", "d": 12, "w": 10, "E": 1.0},
+     None, [(s, 11 - s % 12) for s in range(5)]),
+    ("plbu one cell", {"protocol": "plbu", "user": "heidi", "d": 1, "w": 2, "E": 1.0},
+     None, [(0, 0), (1, 0)]),
+    ("lbu one cell", {"protocol": "lbu", "user": "ivan", "d": 1, "w": 2, "E": 1.0},
+     None, [(0, 0), (1, 0)]),
+    ("edge budgets: eps = 500", {"protocol": "lsp", "user": "judy", "d": 9, "w": 2,
+                                 "E": 500.0}, None, [(0, 4), (2, 8), (3, 1)]),
+    ("edge budgets: plbu eps = 500", {"protocol": "plbu", "user": "ken", "d": 3, "w": 3,
+                                      "E": 1500.0}, None, [(0, 2), (1, 1)]),
+    ("edge budgets: eps = 1e-12", {"protocol": "lbu", "user": "leo", "d": 10, "w": 1000,
+                                   "E": 1e-9}, None, [(0, 9), (1, 0)]),
+    ("refusal: a kept ledger over a lowered E", {"protocol": "lbu", "user": "mallory", "d": 4,
+                                                 "w": 3, "E": 1.0},
+     [[3, 1.0], [5, 0.5]], [(5, 1), (6, 1), (7, 2), (8, 3), (9, 0), (10, 1)]),
+    ("refusal: a slot not after the last", {"protocol": "plbu", "user": "niaj", "d": 6,
+                                            "w": 2, "E": 1.0}, None,
+     [(4, 1), (4, 2), (3, 2), (5, 3)]),
+    ("unicode user", {"protocol": "lbu", "user": "zo\u00eb \U0001f680 \"q\" \\ \u0001\u007f",
+                      "d": 4, "w": 2, "E": 2.0}, None, [(0, 3), (1, 2)]),
+]
+
+BAD_CONFIGS = [
+    {"protocol": "lbd", "user": "u", "d": 4, "w": 2, "E": 1.0},
+    {"protocol": "lbu", "user": "", "d": 4, "w": 2, "E": 1.0},
+    {"protocol": "lbu", "user": "u" * 257, "d": 4, "w": 2, "E": 1.0},
+    {"protocol": "lbu", "user": "u", "d": 0, "w": 2, "E": 1.0},
+    {"protocol": "lbu", "user": "u", "d": 65537, "w": 2, "E": 1.0},
+    {"protocol": "lbu", "user": "u", "d": 4, "w": 0, "E": 1.0},
+    {"protocol": "lbu", "user": "u", "d": 4, "w": 2, "E": 0.0},
+    {"protocol": "lbu", "user": "u", "d": 4, "w": 2, "E": -1.0},
+    {"protocol": "lsp", "user": "u", "d": 4, "w": 2, "E": 500.5},
+    {"protocol": "plbu", "user": "u", "d": 4, "w": 2, "E": 1001.0},
+    {"protocol": "lpu", "user": "u", "d": 4, "w": 2, "E": 1.0, "lpu_key": ""},
+    {"protocol": "lbu", "user": "u", "d": 4, "w": 2, "E": 1.0, "start": -1},
+    {"protocol": "lpu", "user": "u", "d": 4, "w": 2, "E": 1.0, "lpu_key": "k", "rotate": -1},
+]
+
+
+def rotating_user(w: int, key: str) -> str:
+    """The first user ``user-<i>`` whose LPU group falls between epochs 1 and 2 (so it skips a
+    block)."""
+    for i in range(10_000):
+        user = f"user-{i}"
+        if lpu_phase(key, user, w, 2) < lpu_phase(key, user, w, 1):
+            return user
+    raise AssertionError("no user skips")
+
+
+def run_client(name: str, config: dict, state: list | None, steps: list) -> dict:
+    """One client case: its config, seed, initial ledger and each step's outcome."""
+    if config["protocol"] == "lpu" and config.get("rotate") and not config["user"]:
+        config = config | {"user": rotating_user(config["w"], config["lpu_key"])}
+        steps = [(s, s % config["d"]) for s in range(0, 3 + 5 * config["w"])]
+    seed = f"client:{name}"
+    words = CounterWords(seed)
+    reporter = Reporter(ReportConfig(**config), words, CLIENT)
+    if state is not None:
+        reporter.ledger.load(state)
+    out = []
+    for slot, value in steps:
+        step: dict = {"slot": slot, "value": value}
+        try:
+            data = reporter.report(slot, value)
+            step["report"] = None if data is None else data.decode("utf-8")
+        except LedgerRefusal as exc:
+            step["refused"] = exc.code
+        step["spends"] = reporter.ledger.dump()
+        step["words"] = words.drawn
+        out.append(step)
+    return {"name": name, "config": config, "seed": seed, "client": CLIENT,
+            "state": state, "steps": out}
+
+
+def build() -> dict:
+    """Every vector, computed now."""
+    lpu = []
+    for i in range(24):
+        key, user = ["k", "stream-key", "\u00e9t\u00e9", "x" * 100][i % 4], f"u{i * 7}"
+        w, epoch = [1, 2, 3, 5, 10, 16, 100, 2**31 - 1][i % 8], [0, 1, 7, 123456789][i % 4]
+        lpu.append({"key": key, "user": user, "w": w, "epoch": epoch,
+                    "group": lpu_phase(key, user, w, epoch)})
+    return {
+        "version": 1,
+        "about": "Shared vectors of the pwevent local-DP clients (docs/ldp-reports.md); "
+                 "written by python -m streams.ldp_client.vectors --write",
+        "words": {"seed": "pwevent", "first": CounterWords("pwevent").take(20).tolist()},
+        "exp": [{"x": x, "bits": double_bits(portable_exp(x))} for x in EXP_INPUTS],
+        "thresholds": [{"eps": e, "d": d, "oue": oue_threshold(e),
+                        "grr": grr_keep_threshold(e, d), "plbu_grr": plbu_uses_grr(e, d)}
+                       for e, d in THRESHOLD_CASES],
+        "numbers": [{"x": x, "text": format_number(x)} for x in number_cases()],
+        "lpu_groups": lpu,
+        "grr_draws": grr_draws(),
+        "bad_configs": BAD_CONFIGS,
+        "clients": [run_client(*case) for case in CLIENT_CASES],
+    }
+
+
+def render(vectors: dict) -> str:
+    """The file's text: JSON, one vector per line inside each section."""
+    lines = ["{"]
+    items = list(vectors.items())
+    for i, (key, value) in enumerate(items):
+        comma = "," if i < len(items) - 1 else ""
+        if isinstance(value, list):
+            inner = ",\n".join("  " + json.dumps(v, ensure_ascii=False) for v in value)
+            lines.append(f"  {json.dumps(key)}: [\n{inner}\n  ]{comma}")
+        else:
+            lines.append(f"  {json.dumps(key)}: {json.dumps(value, ensure_ascii=False)}{comma}")
+    return "\n".join(lines) + "\n}\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``--write`` the vectors or ``--check`` them; 1 when the check fails."""
+    parser = argparse.ArgumentParser(prog="python -m streams.ldp_client.vectors",
+                                     description=__doc__.splitlines()[0])
+    group = parser.add_mutually_exclusive_group(required=True)
+    group.add_argument("--write", action="store_true", help="write the vectors file")
+    group.add_argument("--check", action="store_true", help="fail if the file is not current")
+    parser.add_argument("--path", type=Path, default=PATH, help="the vectors file")
+    args = parser.parse_args(argv)
+    text = render(build())
+    if args.write:
+        args.path.parent.mkdir(parents=True, exist_ok=True)
+        args.path.write_text(text, encoding="utf-8")
+        sys.stdout.write(f"wrote {args.path}\n")
+        return 0
+    current = args.path.read_text(encoding="utf-8") if args.path.exists() else ""
+    if current != text:
+        sys.stdout.write(f"{args.path} is not what the Python implementation computes: run "
+                         "python -m streams.ldp_client.vectors --write and review the diff\n")
+        return 1
+    sys.stdout.write(f"{args.path} is current\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
