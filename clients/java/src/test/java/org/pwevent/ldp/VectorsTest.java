@@ -1,0 +1,159 @@
+package org.pwevent.ldp;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertNull;
+import static org.junit.jupiter.api.Assertions.assertThrows;
+
+import java.io.IOException;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.Map;
+import org.junit.jupiter.api.BeforeAll;
+import org.junit.jupiter.api.Test;
+
+/** The shared vectors (clients/vectors/ldp-vectors.json), reproduced in Java. */
+class VectorsTest {
+  private static Map<String, Object> vectors;
+
+  @BeforeAll
+  @SuppressWarnings("unchecked")
+  static void load() throws IOException {
+    String path = System.getProperty("ldp.vectors", "../vectors/ldp-vectors.json");
+    vectors = (Map<String, Object>) Json.parse(Files.readString(Path.of(path), StandardCharsets.UTF_8));
+  }
+
+  @SuppressWarnings("unchecked")
+  private static List<Map<String, Object>> section(String name) {
+    return (List<Map<String, Object>>) vectors.get(name);
+  }
+
+  private static double num(Object o) {
+    return ((Number) o).doubleValue();
+  }
+
+  private static int integer(Object o) {
+    return Math.toIntExact((Long) o);
+  }
+
+  private static long whole(Object o) {
+    return (Long) o;
+  }
+
+  @SuppressWarnings("unchecked")
+  private static ReportConfig config(Map<String, Object> c) {
+    Object start = c.getOrDefault("start", 0L);
+    Object rotate = c.getOrDefault("rotate", 0L);
+    return new ReportConfig((String) c.get("protocol"), (String) c.get("user"),
+        integer(c.get("d")), integer(c.get("w")), num(c.get("E")), whole(start),
+        (String) c.getOrDefault("lpu_key", ""), integer(rotate));
+  }
+
+  @SuppressWarnings("unchecked")
+  private static List<ClientLedger.Spend> spends(Object o) {
+    List<ClientLedger.Spend> out = new ArrayList<>();
+    for (Object pair : (List<Object>) o) {
+      List<Object> p = (List<Object>) pair;
+      out.add(new ClientLedger.Spend(whole(p.get(0)), num(p.get(1))));
+    }
+    return out;
+  }
+
+  @Test
+  @SuppressWarnings("unchecked")
+  void counterWords() {
+    Map<String, Object> w = (Map<String, Object>) vectors.get("words");
+    CounterWords words = new CounterWords((String) w.get("seed"));
+    for (Object expected : (List<Object>) w.get("first")) {
+      assertEquals(whole(expected), words.nextWord());
+    }
+  }
+
+  @Test
+  void portableExpBitForBit() {
+    for (Map<String, Object> v : section("exp")) {
+      long bits = Double.doubleToRawLongBits(Oracles.portableExp(num(v.get("x"))));
+      assertEquals(v.get("bits"), String.format("%016x", bits), "exp(" + v.get("x") + ")");
+    }
+  }
+
+  @Test
+  void thresholds() {
+    for (Map<String, Object> t : section("thresholds")) {
+      double eps = num(t.get("eps"));
+      int d = integer(t.get("d"));
+      assertEquals(whole(t.get("oue")), Oracles.oueThreshold(eps), "oue " + eps);
+      assertEquals(whole(t.get("grr")), Oracles.grrKeepThreshold(eps, d), "grr " + eps + " " + d);
+      assertEquals(t.get("plbu_grr"), Oracles.plbuUsesGrr(eps, d), "plbu " + eps + " " + d);
+    }
+  }
+
+  @Test
+  void numbers() {
+    for (Map<String, Object> n : section("numbers")) {
+      assertEquals(n.get("text"), Wire.formatNumber(num(n.get("x"))), String.valueOf(n.get("x")));
+    }
+  }
+
+  @Test
+  void lpuGroups() {
+    for (Map<String, Object> g : section("lpu_groups")) {
+      assertEquals(integer(g.get("group")), Schedule.lpuPhase((String) g.get("key"),
+          (String) g.get("user"), integer(g.get("w")), whole(g.get("epoch"))), g.toString());
+    }
+  }
+
+  @Test
+  @SuppressWarnings("unchecked")
+  void grrDraws() {
+    for (Map<String, Object> g : section("grr_draws")) {
+      List<Object> given = (List<Object>) g.get("words");
+      int[] used = {0};
+      WordSource words = () -> whole(given.get(used[0]++));
+      assertEquals(integer(g.get("out")), Oracles.grrCell(integer(g.get("cell")),
+          integer(g.get("d")), whole(g.get("keep")), words), g.toString());
+      assertEquals(integer(g.get("used")), used[0]);
+    }
+  }
+
+  @Test
+  void badConfigs() {
+    for (Map<String, Object> c : section("bad_configs")) {
+      assertThrows(IllegalArgumentException.class, () -> config(c), c.toString());
+    }
+  }
+
+  @Test
+  @SuppressWarnings("unchecked")
+  void clients() {
+    for (Map<String, Object> c : section("clients")) {
+      CounterWords words = new CounterWords((String) c.get("seed"));
+      LdpClient client = new LdpClient(config((Map<String, Object>) c.get("config")), words,
+          (String) c.get("client"));
+      if (c.get("state") != null) {
+        client.loadState(spends(c.get("state")));
+      }
+      for (Object o : (List<Object>) c.get("steps")) {
+        Map<String, Object> step = (Map<String, Object>) o;
+        String where = c.get("name") + " slot " + step.get("slot");
+        long slot = whole(step.get("slot"));
+        Integer value = step.get("value") == null ? null : integer(step.get("value"));
+        if (step.containsKey("refused")) {
+          LedgerRefusal refusal = assertThrows(LedgerRefusal.class, () -> client.report(slot, value), where);
+          assertEquals(step.get("refused"), refusal.code(), where);
+        } else {
+          byte[] bytes = client.report(slot, value);
+          if (step.get("report") == null) {
+            assertNull(bytes, where);
+          } else {
+            assertEquals(step.get("report"), new String(bytes, StandardCharsets.UTF_8), where);
+          }
+        }
+        assertEquals(spends(step.get("spends")), client.state(), where);
+        assertEquals(whole(step.get("words")), words.drawn(), where);
+      }
+    }
+  }
+}

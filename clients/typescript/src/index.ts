@@ -1,0 +1,23 @@
+/** pwevent-ldp-client: local differential privacy reports, randomised on the device. */
+
+export { CLIENT_NAME, checkConfig, LdpClient, slotOf, TOPIC, topicName } from "./client.js";
+export type { ClientOptions, LedgerState, ReportConfig } from "./client.js";
+export { ClientLedger, LedgerRefusal, SLACK } from "./ledger.js";
+export type { Spend } from "./ledger.js";
+export {
+  grrCell,
+  grrKeepThreshold,
+  HALF_WORD,
+  MAX_EPS,
+  oueHex,
+  oueThreshold,
+  plbuUsesGrr,
+  portableExp,
+  WORD,
+} from "./oracles.js";
+export type { WordSource } from "./oracles.js";
+export { lpuPhase, PROTOCOLS, reportBudget, Schedule } from "./schedule.js";
+export type { Protocol } from "./schedule.js";
+export { hmacSha256, sha256 } from "./sha256.js";
+export { checkText, formatString, MAX_CELLS, MAX_SLOT } from "./wire.js";
+export { CounterWords, CryptoWords } from "./words.js";

@@ -1,0 +1,52 @@
+/** The wire format's text rules (docs/ldp-reports.md): JSON strings and limits. */
+
+/** The largest user id, LPU key or client name, in UTF-8 bytes. */
+export const MAX_TEXT_BYTES = 256;
+/** The most cells a domain may have. */
+export const MAX_CELLS = 65536;
+/** The largest slot. */
+export const MAX_SLOT = Number.MAX_SAFE_INTEGER;
+export const WIRE_VERSION = 1;
+
+/** `text` as a JSON string: `"` and `\` escaped, U+0000..U+001F as \u00xx, the rest as is. */
+export function formatString(text: string): string {
+  let out = '"';
+  for (const ch of text) {
+    const code = ch.charCodeAt(0);
+    if (ch === '"' || ch === "\\") out += "\\" + ch;
+    else if (code < 0x20) out += "\\u" + code.toString(16).padStart(4, "0");
+    else out += ch;
+  }
+  return out + '"';
+}
+
+/** `text` if it is a string of 1 to 256 UTF-8 bytes without a lone surrogate; else an error. */
+export function checkText(what: string, text: unknown): string {
+  if (typeof text !== "string") throw new TypeError(`${what} must be a string`);
+  let bytes = 0;
+  for (let i = 0; i < text.length; i++) {
+    const c = text.charCodeAt(i);
+    if (c >= 0xd800 && c <= 0xdbff) {
+      const next = i + 1 < text.length ? text.charCodeAt(i + 1) : 0;
+      if (!(next >= 0xdc00 && next <= 0xdfff)) throw new RangeError(`${what} holds a lone surrogate`);
+      bytes += 4;
+      i++;
+    } else if (c >= 0xdc00 && c <= 0xdfff) {
+      throw new RangeError(`${what} holds a lone surrogate`);
+    } else {
+      bytes += c < 0x80 ? 1 : c < 0x800 ? 2 : 3;
+    }
+  }
+  if (bytes < 1 || bytes > MAX_TEXT_BYTES) {
+    throw new RangeError(`${what} must take 1 to ${MAX_TEXT_BYTES} UTF-8 bytes, got ${bytes}`);
+  }
+  return text;
+}
+
+/** `value` if it is an integer in [low, high]; else a RangeError naming `what`. */
+export function checkInteger(what: string, value: unknown, low: number, high: number): number {
+  if (typeof value !== "number" || !Number.isInteger(value) || value < low || value > high) {
+    throw new RangeError(`${what} must be an integer in [${low}, ${high}], got ${String(value)}`);
+  }
+  return value;
+}

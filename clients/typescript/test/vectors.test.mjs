@@ -1,0 +1,117 @@
+// The shared vectors (clients/vectors/ldp-vectors.json): every value the Python implementation
+// wrote, reproduced here.
+import assert from "node:assert/strict";
+import { createHash, createHmac } from "node:crypto";
+import { readFileSync } from "node:fs";
+import { test } from "node:test";
+
+import {
+  checkConfig,
+  CounterWords,
+  formatString,
+  grrCell,
+  grrKeepThreshold,
+  hmacSha256,
+  LdpClient,
+  LedgerRefusal,
+  lpuPhase,
+  oueThreshold,
+  plbuUsesGrr,
+  portableExp,
+  sha256,
+} from "../dist/index.js";
+
+const vectors = JSON.parse(
+  readFileSync(new URL("../../vectors/ldp-vectors.json", import.meta.url), "utf-8"),
+);
+
+function bitsOf(x) {
+  const view = new DataView(new ArrayBuffer(8));
+  view.setFloat64(0, x);
+  return view.getBigUint64(0).toString(16).padStart(16, "0");
+}
+
+function configOf(c) {
+  const { lpu_key: lpuKey, ...rest } = c;
+  return lpuKey === undefined ? rest : { ...rest, lpuKey };
+}
+
+test("counter words", () => {
+  const words = new CounterWords(vectors.words.seed);
+  assert.deepEqual(vectors.words.first.map(() => words.nextWord()), vectors.words.first);
+});
+
+test("portable exp, bit for bit", () => {
+  for (const { x, bits } of vectors.exp) assert.equal(bitsOf(portableExp(x)), bits, `exp(${x})`);
+});
+
+test("thresholds and PLBU's oracle", () => {
+  for (const t of vectors.thresholds) {
+    assert.equal(oueThreshold(t.eps), t.oue, `oue ${t.eps}`);
+    assert.equal(grrKeepThreshold(t.eps, t.d), t.grr, `grr ${t.eps} ${t.d}`);
+    assert.equal(plbuUsesGrr(t.eps, t.d), t.plbu_grr, `plbu ${t.eps} ${t.d}`);
+  }
+});
+
+test("numbers as the wire writes them", () => {
+  for (const { x, text } of vectors.numbers) assert.equal(String(x), text);
+});
+
+test("LPU groups", () => {
+  for (const g of vectors.lpu_groups) assert.equal(lpuPhase(g.key, g.user, g.w, g.epoch), g.group, JSON.stringify(g));
+});
+
+test("GRR draws, rejection included", () => {
+  for (const g of vectors.grr_draws) {
+    let used = 0;
+    const words = { nextWord: () => g.words[used++] };
+    assert.equal(grrCell(g.cell, g.d, g.keep, words), g.out, JSON.stringify(g));
+    assert.equal(used, g.used);
+  }
+});
+
+test("refused configurations", () => {
+  for (const c of vectors.bad_configs) assert.throws(() => checkConfig(configOf(c)), JSON.stringify(c));
+});
+
+test("clients: reports, refusals, ledgers and words drawn", () => {
+  for (const c of vectors.clients) {
+    const words = new CounterWords(c.seed);
+    const client = new LdpClient(configOf(c.config), { words, client: c.client });
+    if (c.state !== null) client.ledger.load(c.state);
+    for (const step of c.steps) {
+      const where = `${c.name} slot ${step.slot}`;
+      if (step.refused !== undefined) {
+        assert.throws(
+          () => client.report(step.slot, step.value),
+          (e) => e instanceof LedgerRefusal && e.code === step.refused,
+          where,
+        );
+      } else {
+        const bytes = client.report(step.slot, step.value);
+        assert.equal(bytes === null ? null : new TextDecoder().decode(bytes), step.report, where);
+      }
+      assert.deepEqual(client.ledger.dump(), step.spends, where);
+      assert.equal(words.drawn, step.words, where);
+    }
+  }
+});
+
+test("SHA-256 and HMAC-SHA256 agree with node:crypto", () => {
+  const words = new CounterWords("sha");
+  for (const n of [0, 1, 55, 56, 63, 64, 65, 119, 120, 200, 1000]) {
+    const data = Uint8Array.from({ length: n }, () => words.nextWord() & 255);
+    assert.equal(Buffer.from(sha256(data)).toString("hex"), createHash("sha256").update(data).digest("hex"));
+    for (const k of [0, 1, 64, 65, 100]) {
+      const key = data.subarray(0, Math.min(k, n));
+      assert.equal(
+        Buffer.from(hmacSha256(key, data)).toString("hex"),
+        createHmac("sha256", key).update(data).digest("hex"),
+      );
+    }
+  }
+});
+
+test("the wire's strings parse back as JSON", () => {
+  for (const s of ['a"b\\c', "\u0000\u001f\u007f", "zoë 🚀", "\n\t"]) assert.equal(JSON.parse(formatString(s)), s);
+});
