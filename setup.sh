@@ -6,7 +6,10 @@
 # /usr/bin/chromium or /usr/bin/chromedriver is missing, and the pinned Apache Kafka broker
 # (deploy/apache-kafka/pom.xml) with Maven into .kafka/libs/, once, and the pinned schema registry
 # the Avro source tests run against (deploy/schema-registry/pom.xml) into .schema-registry/, once
-# (Maven itself from Debian's packages if it is missing). Nothing else is downloaded.
+# (Maven itself from Debian's packages if it is missing), and what the local-DP clients' tests
+# need: the TypeScript client's compiler (npm ci in clients/typescript) and the Java client's
+# test dependencies (Maven, in clients/java; Node, npm and Maven from Debian's packages if
+# missing). Nothing else is downloaded.
 set -euo pipefail
 cd "$(dirname "$0")"
 if [ ! -x .venv/bin/python ]; then
@@ -65,6 +68,22 @@ if [ "${1:-}" = "test" ]; then
       exit 1
     fi
   fi
+  # the local-DP clients (clients/): the TypeScript package's pinned compiler (npm ci) and the
+  # Java module's test dependencies, resolved by running its tests once, so that
+  # tests/ldp_client/test_other_languages.py runs both offline (Node and Maven from Debian's
+  # packages if missing)
+  for tool in node:nodejs npm:npm mvn:maven; do
+    if ! command -v "${tool%%:*}" >/dev/null 2>&1; then
+      if command -v apt-get >/dev/null 2>&1; then
+        apt-get update -qq && apt-get install -y -qq "${tool#*:}" >/dev/null
+      else
+        echo "setup.sh: the client tests need ${tool%%:*} on PATH" >&2
+        exit 1
+      fi
+    fi
+  done
+  (cd clients/typescript && npm ci --silent --no-audit --no-fund)
+  mvn -q -B -f clients/java/pom.xml test
 else
   .venv/bin/python -m pip install --quiet -e '.[demo]'
 fi
