@@ -10,6 +10,7 @@ WordSource` it is given and returns the report's bytes. The Python client
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass
 
 from mechanisms.local.ledger import ClientLedger
@@ -25,6 +26,11 @@ from mechanisms.local.oracles import (
 from mechanisms.local.schedule import PROTOCOLS, report_budget, reports_at
 from mechanisms.local.wire import MAX_CELLS, MAX_SLOT, check_text, encode_report
 from mechanisms.local.words import WordSource
+
+
+def is_integer(value: object) -> bool:
+    """Whether ``value`` is an integer (numpy's too), not a bool."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
 @dataclass(frozen=True)
@@ -44,18 +50,22 @@ class ReportConfig:
     rotate: int = 0
 
     def __post_init__(self) -> None:
-        """Check every field; ValueError names the wrong one."""
+        """Check every field (numpy scalars taken as Python numbers); ValueError names the
+        wrong one."""
         if self.protocol not in PROTOCOLS:
             raise ValueError(f"unknown protocol {self.protocol!r}; choose from {PROTOCOLS}")
         check_text("user", self.user)
         for name, low, high in (("d", 1, MAX_CELLS), ("w", 1, 2**31 - 1),
                                 ("start", 0, MAX_SLOT), ("rotate", 0, 2**31 - 1)):
             value = getattr(self, name)
-            if type(value) is not int or not low <= value <= high:
+            if not is_integer(value) or not low <= value <= high:
                 raise ValueError(f"{name} must be an integer in [{low}, {high}], got {value!r}")
+            object.__setattr__(self, name, int(value))
         E = self.E
-        if type(E) not in (int, float) or not math.isfinite(E) or E <= 0:
+        if not isinstance(E, numbers.Real) or isinstance(E, bool) or not math.isfinite(E) \
+                or E <= 0:
             raise ValueError(f"E must be a finite number > 0, got {E!r}")
+        object.__setattr__(self, "E", float(E))
         check_eps(self.eps)
         if self.protocol == "lpu":
             check_text("lpu_key", self.lpu_key)
@@ -95,12 +105,14 @@ class Reporter:
         user does not report there; :class:`~mechanisms.local.ledger.LedgerRefusal` when the
         ledger refuses it (nothing drawn, nothing spent)."""
         c = self.config
-        if type(slot) is not int or not 0 <= slot <= MAX_SLOT:
+        if not is_integer(slot) or not 0 <= slot <= MAX_SLOT:
             raise ValueError(f"slot must be an integer in [0, {MAX_SLOT}], got {slot!r}")
-        if value is not None and (type(value) is not int or not 0 <= value < c.d):
+        if value is not None and (not is_integer(value) or not 0 <= value < c.d):
             raise ValueError(f"value must be a cell in [0, {c.d}) or None, got {value!r}")
+        slot = int(slot)
         if value is None or not self.due(slot):
             return None
+        value = int(value)
         self.ledger.check(slot, self.eps)
         if self.oracle == "grr":
             payload: bytes | int = grr_cell(value, c.d, self.threshold,

@@ -54,6 +54,9 @@ def test_a_client_reports_only_where_its_protocol_says() -> None:
     made = [s for s in range(30) if client.report(s, 1) is not None]
     assert made == [10, 14, 18, 22, 26]
     assert [s for s in range(30) if client.due(s)] == made
+    numpy_made = LdpClient(ReportConfig("lsp", "u", d=np.int64(3), w=np.int32(4), E=np.float64(1),
+                                        start=10)).report(np.int64(10), np.int16(2))
+    assert numpy_made is not None and parse_report(numpy_made).slot == 10
 
 
 def test_slots_and_topic() -> None:
