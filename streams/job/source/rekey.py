@@ -30,16 +30,14 @@ users' reports go on meanwhile.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
 import time
 from collections import Counter, deque
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any
 
 import numpy as np
-import orjson
 
 from streams.job.batch_handling import RawRecord
 from streams.job.config import JobConfig
@@ -48,10 +46,11 @@ from streams.job.partitions.accumulator import DeadLetter
 from streams.job.partitions.key_hashing import key_partitions
 from streams.job.source.defaults import DefaultRequirements
 from streams.job.source.mapping import MappedBatch, MappingWatch, SourceMapping
+from streams.job.source.report_values import remapped, report_value, report_values
+from streams.job.source.winners import Forwarded
 from streams.job.source_progress import Progress, progress_record
 from streams.kafka.settings import client_options
 from streams.kafka.topics import Topics
-from streams.records.field_parsing import Rejection
 
 log = logging.getLogger("pwevent.source")
 
@@ -66,36 +65,6 @@ COMMIT_LOOK_S = 0.25
 
 #: Batches of one source partition whose reports may be on their way to the broker at once.
 IN_FLIGHT = 4
-
-
-def report_value(user: str, time_ms: int, value: Any, source: tuple[int, int, int]) -> bytes:
-    """The value of a mapped report: the report's fields and its source position."""
-    return orjson.dumps({"user": user, "time": time_ms, "value": value, "source": source})
-
-
-_REPORT: Final = b'{"user":%b,"time":%d,"value":%b,"source":[%d,%d,%d]}'
-
-
-def report_values(users: Sequence[str], times: Sequence[int], values: Sequence[Any],
-                  topic_index: int, partition: int, offsets: Sequence[int]) -> list[bytes]:
-    """:func:`report_value` of a batch of one source partition, byte for byte, without a
-    document per report: each field serialised on its own and the record formatted once."""
-    dumps = orjson.dumps
-    return [_REPORT % (u, t, v, topic_index, partition, o)
-            for u, t, v, o in zip(map(dumps, users), times, map(dumps, values), offsets,
-                                  strict=True)]
-
-
-def _remapped(keep: list[int], batch: MappedBatch, broken: list[Rejection]) -> MappedBatch:
-    """A batch mapped from the records at positions ``keep`` with its indices turned back into
-    positions of the whole batch, and the ``broken`` records' rejections added
-    (:func:`~streams.job.isolation.isolated`)."""
-    if not broken:
-        return batch
-    at = np.asarray(keep, dtype=np.int64)
-    rejected = broken + [Rejection(keep[r.index], r.reason, r.detail) for r in batch.rejected]
-    rejected.sort(key=lambda r: r.index)
-    return dataclasses.replace(batch, index=at[batch.index], rejected=rejected)
 
 
 @dataclass(frozen=True)
@@ -166,9 +135,7 @@ class Rekeyer:
         self.last_read: dict[tuple[str, int], float] = {}
         self.idle_said: set[tuple[str, int]] = set()
         self.in_batch: set[tuple[str, int]] = set()
-        # per slot, per user: the (event time, topic index, partition, offset) of the report
-        # forwarded so far; only a report that comes before it can still win
-        self.forwarded: dict[int, dict[str, tuple[int, int, int, int]]] = {}
+        self.forwarded = Forwarded(config.clock)  # the reports that can still win
         self.secret = config.secret_bytes()
         self.held: dict[tuple[str, int], deque[_Held]] = {}
         self.failed: BaseException | None = None  # a send of reports the broker refused
@@ -201,9 +168,9 @@ class Rekeyer:
     async def _on_batch(self, topic: str, p: int, records: Sequence[Any]) -> int | None:
         ti = self.index[topic]
         if self.avro is None:
-            batch = _remapped(*isolated(records,
-                                        lambda sub: self.mapping.map(sub, self.defaults.paths),
-                                        lambda i: (topic, p, records[i][3])))
+            batch = remapped(*isolated(records,
+                                       lambda sub: self.mapping.map(sub, self.defaults.paths),
+                                       lambda i: (topic, p, records[i][3])))
         else:
             batch = await self.avro.map(self.mapping, records, self.defaults.paths, topic)
         self.watch.take(topic, batch, self._mapped_count(records, batch), self.clock_ms())
@@ -260,53 +227,21 @@ class Rekeyer:
         return queue[0].first_offset if queue else None
 
     def _can_win(self, batch: MappedBatch, ti: int, p: int, offsets: list[int]) -> MappedBatch:
-        """The mapped reports that can still win their (user, slot): per user and slot the
-        report with the smallest (event time, source position) counts, so one that comes after
-        a report this stage forwarded already never will. Telemetry sends many events per
-        device and slot; the others are counted (``source_superseded``), not forwarded (and not
-        dead-lettered: they are no bad input). Slots well behind this stage's own source
-        partitions are forgotten (a report for them from here would be late)."""
+        """The mapped reports that can still win their (user, slot) (:mod:`.winners`; the
+        others are ``source_superseded``); slots well behind the stage's sources are forgotten
+        (a report for them from here would be late)."""
         if not batch.users:
             return batch
-        slots = self.config.clock.slot_of(batch.times).tolist()
-        keep = np.zeros(len(batch.users), dtype=bool)
-        forwarded = self.forwarded
-        here: dict[tuple[str, int], int] = {}
-        for j, (user, slot, t, offset) in enumerate(zip(batch.users, slots,
-                                                         batch.times.tolist(), offsets,
-                                                         strict=True)):
-            seen = forwarded.get(slot)
-            if seen is None:
-                seen = forwarded[slot] = {}
-            position = (t, ti, p, offset)
-            best = seen.get(user)
-            if best is not None and best <= position:
-                continue
-            seen[user] = position
-            before = here.get((user, slot))
-            if before is not None:
-                keep[before] = False
-            here[(user, slot)] = j
-            keep[j] = True
-        dropped = len(keep) - int(keep.sum())
+        kept, dropped = self.forwarded.can_win(batch, ti, p, offsets)
         if dropped:
             self.counters["source_superseded"] += dropped
             if self.metrics is not None:
                 self.metrics.superseded(dropped)
         reached = [self.reached[w] for w in self.reached if w[0] in self.index]
         if reached:
-            behind = int(self.config.clock.slot_of(min(reached) - self.config.lateness_ms)) - 2
-            for slot in [s for s in forwarded if s < behind]:
-                del forwarded[slot]
-        if bool(keep.all()):
-            return batch
-        where = np.flatnonzero(keep)
-        kept = where.tolist()
-        return dataclasses.replace(
-            batch, index=batch.index[where], users=[batch.users[j] for j in kept],
-            times=batch.times[where], values=[batch.values[j] for j in kept],
-            cells=batch.cells[where], extras=[batch.extras[j] for j in kept] if batch.extras
-            else batch.extras)
+            self.forwarded.forget_before(
+                int(self.config.clock.slot_of(min(reached) - self.config.lateness_ms)) - 2)
+        return kept
 
     def _progress(self, where: tuple[str, int], times: np.ndarray) -> list[tuple[int, bytes]]:
         """The progress records of a source partition after a batch with these mapped event
@@ -472,11 +407,7 @@ class Rekeyer:
         self.last_read.pop(where, None)
         self.idle_said.discard(where)
         self.reached.pop(where, None)
-        ti = self.index.get(topic)
-        for seen in self.forwarded.values():
-            stale = [user for user, pos in seen.items() if pos[1] == ti and pos[2] == partition]
-            for user in stale:
-                del seen[user]
+        self.forwarded.forget(self.index.get(topic), partition)
 
     def held_offset(self, topic: str, partition: int) -> int | None:
         """The first source offset of ``topic``'s ``partition`` still held, if any."""
