@@ -1,15 +1,20 @@
 """The job's parts for a configuration: the registry and the placement of the budget ledger
 that its mechanism needs (on the coordinator for fixed requirements, in the partitions for
-dynamic ones, DPBD and DPBA)."""
+dynamic ones, DPBD and DPBA), and a worker's partition built from them."""
 
 from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping, MutableMapping
 
 from streams.job.config import JobConfig
 from streams.job.coordination.coordinator import Coordinator
 from streams.job.partitions.accumulator import PartitionAccumulator
 from streams.job.partitions.ledger import PartitionLedger
+from streams.job.partitions.partition import Partition
 from streams.job.partitions.placement import CoordinatorLedger, Placement
-from streams.job.partitions.registries import DynamicRegistry, Registry, UserRegistry
+from streams.job.partitions.registries import DynamicRegistry, Registry
+from streams.job.partitions.registry_columns import UserRegistry
 
 
 def make_registry(config: JobConfig, partition: int) -> UserRegistry:
@@ -37,6 +42,15 @@ def make_accumulator(partition: int, config: JobConfig,
                      registry: UserRegistry) -> PartitionAccumulator:
     """A partition's worker over ``registry``."""
     return PartitionAccumulator(partition, config, make_placement(config, registry))
+
+
+def make_partition(partition: int, config: JobConfig, users: MutableMapping[bytes, bytes],
+                   checkpoints: Mapping[bytes, bytes], lock: asyncio.Lock) -> Partition:
+    """Partition ``partition`` as a worker holds it, restored from the ``users`` and
+    ``checkpoints`` tables."""
+    registry = make_registry(config, partition)
+    return Partition.restored(partition, registry, make_accumulator(partition, config, registry),
+                              users, checkpoints, lock, config.partitions)
 
 
 def make_coordinator(config: JobConfig) -> Coordinator:

@@ -16,9 +16,6 @@ look-up per report.
 from __future__ import annotations
 
 import base64
-import hashlib
-import hmac
-import time
 import zlib
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -33,8 +30,10 @@ from streams.job.isolation import isolated
 from streams.job.partitions.admission import check_placement
 from streams.job.partitions.ordering import Replaced, SlotOrder
 from streams.job.partitions.placement import Placement
-from streams.job.partitions.registries import UserRegistry
+from streams.job.partitions.registry_columns import UserRegistry
 from streams.job.partitions.slotting import DUPLICATE, OK, STATUS_REASON, SUPERSEDED, Slotter
+from streams.job.partitions.watermarks import wall_clock_ms, watermark_of
+from streams.job.partitions.watermarks import watermark_record as watermark_record  # re-exported
 from streams.job.slot_protocol import Control
 from streams.job.source_progress import Progress, SourceProgress, progress_of
 from streams.records.field_formats import Reason
@@ -42,49 +41,6 @@ from streams.records.field_parsing import RecordError
 from streams.records.report_parsing import parse_reports
 
 NO_HORIZON = 2**62  # the horizon when none is configured
-WATERMARK_PREFIX = b'{"watermark":'
-
-
-def _watermark_mac(secret: bytes, stream: str, partition: int, ms: int) -> str:
-    message = b"\0".join((b"pwevent-watermark", stream.encode(), str(int(partition)).encode(),
-                          str(int(ms)).encode()))
-    return hmac.new(secret, message, hashlib.sha256).hexdigest()
-
-
-def watermark_record(ms: int, secret: bytes, stream: str, partition: int) -> bytes:
-    """The value of a control record that moves ``partition``'s watermark to ``ms``, signed
-    with the deployment secret (HMAC-SHA256 over the stream, the partition and ``ms``)."""
-    mac = _watermark_mac(secret, stream, partition, ms)
-    return WATERMARK_PREFIX + str(int(ms)).encode() + b',"mac":"' + mac.encode() + b'"}'
-
-
-def watermark_of(rec: RawRecord, secret: bytes, stream: str) -> int | None:
-    """The watermark an authentic control record carries; ``None`` for an ordinary record.
-
-    A keyless record shaped like a control record whose signature does not verify (or that
-    carries none) raises :class:`RecordError` (``unauthenticated_control``): whoever may write
-    reports must not be able to close slots.
-    """
-    key, value = rec[0], rec[1]
-    if key is not None or value is None or not value.startswith(WATERMARK_PREFIX):
-        return None
-    try:
-        doc = orjson.loads(value)
-    except orjson.JSONDecodeError:
-        return None
-    if not isinstance(doc, dict):
-        return None
-    mark, mac = doc.get("watermark"), doc.get("mac")
-    if type(mark) is not int or type(mac) is not str or len(doc) != 2 or not hmac.compare_digest(
-            mac, _watermark_mac(secret, stream, rec[2], mark)):
-        raise RecordError(Reason.UNAUTHENTICATED_CONTROL,
-                          "a watermark record needs the signature of the deployment secret")
-    return mark
-
-
-def wall_clock_ms() -> int:
-    """The worker's clock, epoch ms."""
-    return int(time.time() * 1000)
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,8 @@ from typing import Protocol
 
 import numpy as np
 
-from streams.job.partitions.registries import Registry, UserRegistry
+from streams.job.partitions.registries import Registry
+from streams.job.partitions.registry_columns import UserRegistry
 from streams.job.partitions.slotting import Slotter
 from streams.job.slot_protocol import Closure, Control, Declared, Partial, Plan
 

@@ -2,7 +2,8 @@
 
 A :class:`Registry` holds fixed requirements ``(w, E)`` and the users' requirement levels; a
 :class:`DynamicRegistry` holds dynamic declarations ``(wB, EB, wF, EF)``, waiting to be applied
-to the partition's ledger. The partition worker sees either through :class:`UserRegistry`:
+to the partition's ledger. The partition worker sees either through
+:class:`~streams.job.partitions.registry_columns.UserRegistry` (with what both share):
 users get a stable small index (their order of first registration), so per-slot work uses numpy
 arrays indexed by user, and ``level_of_index`` tells who is registered now.
 
@@ -21,9 +22,7 @@ batch, with the outcome of applying them one by one, in order. :meth:`Registry.d
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Protocol
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -33,8 +32,18 @@ from streams.job.partitions.admission import (
     DYNAMIC,
     FIXED,
     REMOVAL,
-    AdmittedBatch,
     admit_requirements,
+)
+from streams.job.partitions.registry_columns import (
+    NO_POSITION,
+    BatchOutcome,
+    UserIds,
+    block_ids,
+    group_by_user,
+    grown,
+    last_entries,
+    last_of,
+    new_indices,
 )
 from streams.job.partitions.registry_store import decode_block, encode_block
 from streams.job.partitions.user_index import Keys, UserIndex
@@ -42,182 +51,9 @@ from streams.records.field_formats import Reason
 
 Declaration = tuple[int, float, int, float]  # wB, EB, wF, EF
 SUSPENDED: Declaration = (0, 0.0, 0, 0.0)  # in a ledger's ``applied``: the user is suspended
-_NONE = np.iinfo(np.int64).max  # "no such position"
 
 
-@dataclass
-class BatchOutcome:
-    """What became of a batch of requirement records: per record its user (``None`` when
-    unreadable) and, for the rejected ones, ``(reason, detail)`` by position; ``touched`` holds
-    the indices of the users whose entry the batch may have changed."""
-
-    users: list[str | None]
-    rejected: dict[int, tuple[str, str]] = field(default_factory=dict)
-    touched: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
-
-    def outcome(self, i: int) -> tuple[str | None, str, str]:
-        """Record ``i``: (user, "", "") if accepted, else (user, reason, detail)."""
-        reason, detail = self.rejected.get(i, ("", ""))
-        return self.users[i], reason, detail
-
-
-@dataclass
-class _Ops:
-    """The accepted kinds of records of a batch, grouped by user (positions in batch order)."""
-
-    pos: np.ndarray  # batch positions of the records, in order
-    uid: np.ndarray  # per record: the batch-local id of its user
-    names: list[str]  # per local id: the user
-    keys: list[bytes]  # per local id: the user, encoded
-    existing: np.ndarray  # per local id: its index before the batch (-1: none)
-    is_decl: np.ndarray  # per record: a declaration (else a removal)
-    first_decl: np.ndarray  # per local id: the record number of its first declaration
-
-
-def _group(adm: AdmittedBatch, kinds: tuple[int, int], ids: UserIndex) -> _Ops | None:
-    """The records of ``kinds`` (a declaration kind, then :data:`REMOVAL`) by user."""
-    pos = np.flatnonzero(np.isin(adm.kind, kinds))
-    if not pos.size:
-        return None
-    local: dict[str, int] = {}
-    users = adm.users
-    uid = np.fromiter((local.setdefault(users[i], len(local))  # type: ignore[arg-type]
-                       for i in pos.tolist()), dtype=np.int64, count=pos.size)
-    names = list(local)
-    keys = list(map(str.encode, names))
-    existing = ids.lookup(keys)
-    is_decl = adm.kind[pos] == kinds[0]
-    first_decl = np.full(len(names), _NONE, dtype=np.int64)
-    decl = np.flatnonzero(is_decl)
-    np.minimum.at(first_decl, uid[decl], decl)
-    return _Ops(pos, uid, names, keys, existing, is_decl, first_decl)
-
-
-def _last_of(uid: np.ndarray, where: np.ndarray, count: int) -> np.ndarray:
-    """Per local id, the last of the record numbers ``where`` that belongs to it (-1: none)."""
-    last = np.full(count, -1, dtype=np.int64)
-    np.maximum.at(last, uid[where], where)
-    return last
-
-
-def _new_indices(ops: _Ops, start: int) -> tuple[np.ndarray, np.ndarray]:
-    """The index of every local user after the batch (-1: none) and the local ids of the
-    users it registers first, in the order of their first declarations."""
-    fresh = np.flatnonzero((ops.existing < 0) & (ops.first_decl != _NONE))
-    fresh = fresh[np.argsort(ops.first_decl[fresh], kind="stable")]
-    index = ops.existing.copy()
-    index[fresh] = start + np.arange(fresh.size)
-    return index, fresh
-
-
-def _grown(arr: np.ndarray, size: int, fill: int | float | bool) -> np.ndarray:
-    if size <= arr.shape[0]:
-        return arr
-    out = np.full(max(16, size, 2 * arr.shape[0]), fill, dtype=arr.dtype)
-    out[: arr.shape[0]] = arr
-    return out
-
-
-def _last_entries(index: np.ndarray) -> np.ndarray:
-    """Positions of the last entry of every index, ordered by index; the indices must cover
-    0..n-1 (a registry's entries, snapshot then segments)."""
-    rev = index[::-1]
-    uniq, first = np.unique(rev, return_index=True)
-    if uniq.size and (uniq[0] != 0 or uniq[-1] != uniq.size - 1):
-        raise RuntimeError("registry entries do not cover the user indices 0..n-1")
-    return index.shape[0] - 1 - first
-
-
-class UserRegistry(Protocol):
-    """What the partition worker and the job use of a registry."""
-
-    @property
-    def index_of(self) -> Mapping[str, int]:
-        """User id -> index (a read-only view)."""
-        ...
-
-    @property
-    def users(self) -> Sequence[str]:
-        """Index -> user id (a read-only view)."""
-        ...
-
-    def lookup(self, users: Sequence[str]) -> np.ndarray:
-        """The index of each user (int64), -1 for one never registered."""
-        ...
-
-    @property
-    def level_of_index(self) -> np.ndarray:
-        """Per user index: its level index (>= 0) while registered, -1 otherwise."""
-        ...
-
-    def apply(self, key: bytes | None, value: bytes | None) -> tuple[str | None, str, str]:
-        """One requirements record: (user, "", "") if accepted, else (user, reason, detail)."""
-        ...
-
-    def apply_batch(self, keys: Sequence[bytes | None],
-                    values: Sequence[bytes | None]) -> BatchOutcome:
-        """Requirement records in order, as :meth:`apply` one by one would."""
-        ...
-
-    def export(self, user: str) -> bytes:
-        """What the ``users`` table kept of a user (one entry per user, the earlier form)."""
-        ...
-
-    def load(self, entries: list[tuple[str, bytes]]) -> None:
-        """Rebuild from exported ``(user, entry)`` pairs."""
-        ...
-
-    def dump(self, indices: np.ndarray | None = None) -> bytes:
-        """The bulk form of the users ``indices`` (all by default)."""
-        ...
-
-    def load_blocks(self, blocks: list[bytes]) -> None:
-        """Rebuild from :meth:`dump` blocks, a snapshot then segments, in order."""
-        ...
-
-
-def _block_ids(head: dict, cols: dict[str, np.ndarray]) -> Keys:
-    """The user ids of a registry block: columns ``id_len`` and ``id_bytes``, or, in blocks
-    written before them, the header's ``users``."""
-    if "users" in head:
-        return Keys.of([u.encode() for u in head["users"]])
-    return Keys.packed(cols["id_bytes"], cols["id_len"])
-
-
-class _Users:
-    """The user ids of a registry, in a :class:`UserIndex`."""
-
-    _ids: UserIndex
-
-    @property
-    def index_of(self) -> Mapping[str, int]:
-        """User id -> index (a read-only view)."""
-        return self._ids.index_of
-
-    @property
-    def users(self) -> Sequence[str]:
-        """Index -> user id (a read-only view)."""
-        return self._ids.users
-
-    def lookup(self, users: Sequence[str]) -> np.ndarray:
-        """The index of each user (int64), -1 for one never registered."""
-        return self._ids.lookup_str(users)
-
-    def _add(self, ops: _Ops, fresh: np.ndarray) -> None:
-        self._ids.add([ops.keys[j] for j in fresh.tolist()])
-
-    def _id_columns(self, idx: np.ndarray | None) -> dict[str, np.ndarray]:
-        ids = self._ids.ids(idx)
-        return {"id_len": ids.lengths.astype(np.int32), "id_bytes": ids.joined}
-
-    def _load_ids(self, ids: list[Keys], keep: np.ndarray) -> None:
-        self._ids.load(Keys.concat(ids).take(keep))
-
-    def _load_entries(self, users: list[str]) -> None:
-        self._ids.load(Keys.of([u.encode() for u in users]))
-
-
-class Registry(_Users):
+class Registry(UserIds):
     """Registered users of one partition and their requirement levels.
 
     Users get a stable small index (their order of first registration), so per-slot work uses
@@ -275,7 +111,7 @@ class Registry(_Users):
         for i in np.flatnonzero(adm.kind == DYNAMIC).tolist():
             out.rejected[i] = (Reason.INVALID_REQUIREMENT.value,
                                "this job runs a fixed-requirement mechanism; declare {user, w, E}")
-        ops = _group(adm, (FIXED, REMOVAL), self._ids)
+        ops = group_by_user(adm, (FIXED, REMOVAL), self._ids)
         if ops is None:
             return out
         count, base = len(ops.names), len(self.level_names)
@@ -298,7 +134,7 @@ class Registry(_Users):
                 ids.append(k)
             level[decl] = np.asarray(ids, dtype=np.int64)[inverse.reshape(-1)]
         first = np.full(count, -1, dtype=np.int64)
-        has_decl = ops.first_decl != _NONE
+        has_decl = ops.first_decl != NO_POSITION
         first[has_decl] = level[ops.first_decl[has_decl]]
         known = ops.existing >= 0
         declared = np.where(known, self._declared[np.maximum(ops.existing, 0)], first)
@@ -310,17 +146,17 @@ class Registry(_Users):
             out.rejected[int(ops.pos[r])] = (
                 Reason.INVALID_REQUIREMENT.value,
                 f"user {user!r} already declared (w, E) = {old}; fixed requirements cannot change")
-        index, fresh = _new_indices(ops, len(self._ids))
+        index, fresh = new_indices(ops, len(self._ids))
         # new levels take their indices in the order of the first registrations
         remap = np.arange(base + len(fresh_names), dtype=np.int64)
         for k in dict.fromkeys(declared[fresh].tolist()):
             if k >= base:
                 remap[k] = self._level(fresh_names[k - base])
         size = len(self._ids) + fresh.size
-        self._levels = _grown(self._levels, size, -1)
-        self._declared = _grown(self._declared, size, -1)
+        self._levels = grown(self._levels, size, -1)
+        self._declared = grown(self._declared, size, -1)
         self._declared[index[fresh]] = remap[declared[fresh]]
-        last = _last_of(ops.uid, np.flatnonzero(~reject), count)
+        last = last_of(ops.uid, np.flatnonzero(~reject), count)
         hit = (index >= 0) & (last >= 0)
         idx = index[hit]
         before = self._levels[idx].copy()
@@ -394,11 +230,11 @@ class Registry(_Users):
             index.append(cols["index"])
             declared.append(levels[cols["declared"]])
             active.append(cols["active"])
-            users.append(_block_ids(head, cols))
+            users.append(block_ids(head, cols))
         if not users or not sum(map(len, users)):
             return
         all_index = np.concatenate(index)
-        keep = _last_entries(all_index)
+        keep = last_entries(all_index)
         n = keep.size
         self._load_ids(users, keep)
         self._declared = np.full(max(16, n), -1, dtype=np.int32)
@@ -408,7 +244,7 @@ class Registry(_Users):
         self._count(self._levels[:n], 1)
 
 
-class DynamicRegistry(_Users):
+class DynamicRegistry(UserIds):
     """Registered users of one partition and their latest dynamic declarations.
 
     A user's index is its order of first acceptance (and its index in the partition's ledger).
@@ -471,10 +307,10 @@ class DynamicRegistry(_Users):
         return out
 
     def _grow(self, size: int) -> None:
-        self._wB, self._wF = _grown(self._wB, size, 1), _grown(self._wF, size, 1)
-        self._EB, self._EF = _grown(self._EB, size, 1.0), _grown(self._EF, size, 1.0)
-        self._active = _grown(self._active, size, False)
-        self._pending = _grown(self._pending, size, False)
+        self._wB, self._wF = grown(self._wB, size, 1), grown(self._wF, size, 1)
+        self._EB, self._EF = grown(self._EB, size, 1.0), grown(self._EF, size, 1.0)
+        self._active = grown(self._active, size, False)
+        self._pending = grown(self._pending, size, False)
 
     def apply(self, key: bytes | None, value: bytes | None) -> tuple[str | None, str, str]:
         """One requirements record: (user, "", "") if accepted, else (user, reason, detail)."""
@@ -494,24 +330,24 @@ class DynamicRegistry(_Users):
             out.rejected[i] = (Reason.INVALID_REQUIREMENT.value,
                                f"this job runs {self.mechanism}, which takes dynamic "
                                "requirements; declare {user, wB, EB, wF, EF}")
-        ops = _group(adm, (DYNAMIC, REMOVAL), self._ids)
+        ops = group_by_user(adm, (DYNAMIC, REMOVAL), self._ids)
         if ops is None:
             return out
         count = len(ops.names)
-        index, fresh = _new_indices(ops, len(self._ids))
+        index, fresh = new_indices(ops, len(self._ids))
         self._grow(len(self._ids) + fresh.size)
         records = np.arange(ops.pos.size)
         # a removal counts where the user has an index by then: before, or declared earlier
         removal = np.flatnonzero(~ops.is_decl & ((ops.existing[ops.uid] >= 0)
                                                  | (ops.first_decl[ops.uid] < records)))
         self.removed.update(index[ops.uid[removal]].tolist())
-        last_decl = _last_of(ops.uid, np.flatnonzero(ops.is_decl), count)
+        last_decl = last_of(ops.uid, np.flatnonzero(ops.is_decl), count)
         declared = np.flatnonzero(last_decl >= 0)
         idx, at = index[declared], ops.pos[last_decl[declared]]
         self._wB[idx], self._EB[idx] = adm.wB[at], adm.EB[at]
         self._wF[idx], self._EF[idx] = adm.wF[at], adm.EF[at]
         self._pending[idx] = True
-        last = _last_of(ops.uid, records, count)
+        last = last_of(ops.uid, records, count)
         hit = index >= 0
         self._active[index[hit]] = ops.is_decl[last[hit]]
         self._add(ops, fresh)
@@ -565,11 +401,11 @@ class DynamicRegistry(_Users):
                 raise ValueError(f"a {head['kind']} registry block in a dynamic registry")
             for name, col in got.items():
                 cols.setdefault(name, []).append(col)
-            users.append(_block_ids(head, got))
+            users.append(block_ids(head, got))
         self._reset()
         if not sum(map(len, users)):
             return
-        keep = _last_entries(np.concatenate(cols["index"]))
+        keep = last_entries(np.concatenate(cols["index"]))
         n = keep.size
         self._reset(max(16, n))
         self._load_ids(users, keep)

@@ -1,14 +1,14 @@
 """The partitions of a Faust worker: step 1 of the path of one report (docs/design.md).
 
-:class:`PartitionRunner` takes the batches of ``requirements`` and ``reports`` that the batched
-ingest (:mod:`streams.job.worker.ingest`) hands it, gives each to its partition's
-:class:`~streams.job.partitions.registries.UserRegistry` or
-:class:`~streams.job.partitions.accumulator.PartitionAccumulator`, and sends what the accumulator
-returns: its messages to ``slot-partials`` (declarations to ``decisions``), its dead letters to
-``dead-letters``; it checkpoints the accumulator into the ``checkpoints`` table and acknowledges
-only the records the checkpoint covers. Under the partitions' ledgers it reads the whole
-``decisions`` topic and hands each record to its partitions. It holds no logic of its own about
-slots or budgets.
+:class:`PartitionRunner` builds each partition it is assigned once the tables are recovered
+(a :class:`~streams.job.partitions.partition.Partition`: registry and accumulator restored from
+the ``users`` and ``checkpoints`` tables), hands it the batches of ``requirements`` and
+``reports`` that the batched ingest (:mod:`streams.job.worker.ingest`) delivers, and sends what
+it says: its messages to ``slot-partials`` (declarations to ``decisions``), its dead letters to
+``dead-letters``; it stores its checkpoint in the ``checkpoints`` table and acknowledges only the
+records the checkpoint covers. Under the partitions' ledgers it reads the whole ``decisions``
+topic and hands each record to its partitions. It holds no logic of its own about slots or
+budgets.
 """
 
 from __future__ import annotations
@@ -17,31 +17,22 @@ import asyncio
 import logging
 import time
 from collections import Counter
-from collections.abc import MutableMapping
+from collections.abc import Callable, MutableMapping
 from typing import Any
 
 import faust
-import numpy as np
 import orjson
 
 from streams.job.batch_handling import ContinuityGuard, RawRecord, Rewind
 from streams.job.config import JobConfig
 from streams.job.operations.worker_metrics import WorkerMetrics, accepted_since
-from streams.job.partitions.accumulator import DeadLetter, PartitionAccumulator, watermark_record
-from streams.job.partitions.checkpoint_store import read_chunked, write_chunked
-from streams.job.partitions.registries import UserRegistry
-from streams.job.partitions.registry_store import (
-    append_segment,
-    key_partition_of,
-    read_blocks,
-    wants_snapshot,
-    write_snapshot,
-)
-from streams.job.roles import make_accumulator, make_registry
+from streams.job.partitions.accumulator import PartitionAccumulator, watermark_record
+from streams.job.partitions.checkpoint_store import write_chunked
+from streams.job.partitions.partition import Partition, Said
+from streams.job.roles import make_partition
 from streams.job.slot_protocol import Control, control, declaration_key, encode, kind, partials_key
 from streams.job.worker.dead_letters import DeadLetterSender
 from streams.job.worker.ingest import partition_context
-from streams.kafka.producer import key_partition
 from streams.kafka.settings import client_options
 from streams.kafka.topics import Topics
 
@@ -52,10 +43,25 @@ log = logging.getLogger("pwevent.job")
 READ_STALL_S = 10.0
 
 
+class Assigned(dict[int, Partition]):
+    """The partitions a worker holds, by number. Each is built once the tables are recovered
+    after the rebalance that assigned it (:meth:`PartitionRunner.open_assigned`); one looked up
+    before (a handler ahead of that, as in tests) is built then, by ``build``."""
+
+    def __init__(self, build: Callable[[int], Partition]) -> None:
+        super().__init__()
+        self.build = build
+
+    def __missing__(self, p: int) -> Partition:
+        part = self[p] = self.build(p)
+        return part
+
+
 class PartitionRunner:
     """The partitions of ``reports`` (and of ``requirements``, assigned alike) this worker holds:
-    their registries and accumulators, restored from the ``users`` and ``checkpoints`` tables
-    when first used, and forgotten when another worker takes them over."""
+    built from the ``users`` and ``checkpoints`` tables once they are recovered after the
+    rebalance that assigned them (:meth:`open_assigned`), and forgotten when another worker
+    takes them over."""
 
     def __init__(self, app: faust.App, config: JobConfig, broker: str, topics: Topics,
                  users: MutableMapping[bytes, bytes], checkpoints: MutableMapping[bytes, bytes],
@@ -65,163 +71,116 @@ class PartitionRunner:
         self.users, self.checkpoints = users, checkpoints
         self.counters, self.metrics = counters, metrics
         self.dead_letters = DeadLetterSender(app, topics.dead_letters, counters, metrics)
-        self.registries: dict[int, UserRegistry] = {}
-        self.stored: set[int] = set()  # partitions whose registry the table holds in bulk
-        self.accumulators: dict[int, PartitionAccumulator] = {}
-        self.acked: dict[int, int] = {}
+        self.partitions = Assigned(self.build)
+        self.locks: dict[int, asyncio.Lock] = {}  # per partition number, across its generations
         self.continuity = ContinuityGuard(topics.reports)
-        # the decisions topic as read so far (partitions keeping ledgers), a lock per partition
+        # the decisions topic as read so far (partitions keeping ledgers)
         self.start_record: Control | None = None
         self.decision_log: dict[int, bool] = {}
-        self.locks: dict[int, asyncio.Lock] = {}
-        self.resumed: set[int] = set()
         self.revocations = 0  # partitions forgotten so far (a resume in progress stops at one)
         self.last_report = time.monotonic()
         self.last_tick: dict[int, int] = {}
         self.last_activity: dict[int, float] = {}
         self.stalled_reads: dict[int, tuple[int, float]] = {}
 
+    @property
+    def accumulators(self) -> dict[int, PartitionAccumulator]:
+        """The accumulators of the partitions built, by partition (a copy)."""
+        return {p: part.accumulator for p, part in list(self.partitions.items())}
+
+    @property
+    def resumed(self) -> set[int]:
+        """The partitions built that have resumed since."""
+        return {p for p, part in self.partitions.items() if part.resumed}
+
+    def lock(self, p: int) -> asyncio.Lock:
+        """The lock partition ``p``'s handlers take turns on (the same for all its builds)."""
+        lock = self.locks.get(p)
+        if lock is None:
+            lock = self.locks[p] = asyncio.Lock()
+        return lock
+
+    def build(self, p: int) -> Partition:
+        """Partition ``p`` as the ``users`` and ``checkpoints`` tables hold it."""
+        return make_partition(p, self.config, self.users, self.checkpoints, self.lock(p))
+
+    def open_assigned(self) -> None:
+        """Build every assigned partition (of ``reports`` or ``requirements``) not built yet."""
+        topics = (self.topics.reports, self.topics.requirements)
+        for p in sorted({tp.partition for tp in self.app.consumer.assignment()
+                         if tp.topic in topics}):
+            self.partitions[p]  # noqa: B018 - built on look-up
+
     def forget(self, p: int) -> None:
-        """Forget partition ``p``, which another worker takes over: if it comes back, it resumes
-        from its checkpoint and the ``users`` table, which the other worker kept."""
-        self.accumulators.pop(p, None)
-        self.registries.pop(p, None)
-        self.stored.discard(p)
-        self.resumed.discard(p)
+        """Forget partition ``p``, which another worker takes over: if it comes back, it is
+        built again from its checkpoint and the ``users`` table, which the other worker kept."""
+        self.partitions.pop(p, None)
         self.revocations += 1
-
-    def registry(self, p: int) -> UserRegistry:
-        """Partition ``p``'s registered users, rebuilt from the ``users`` table when first used:
-        from its bulk form (:mod:`streams.job.partitions.registry_store`), or, for a partition
-        stored before that form, from its users' entries (written as a snapshot at its next
-        registration)."""
-        reg = self.registries.get(p)
-        if reg is None:
-            reg = self.registries[p] = make_registry(self.config, p)
-            blocks = read_blocks(self.users, p)
-            if blocks is not None:
-                reg.load_blocks(blocks)
-                self.stored.add(p)
-            else:
-                n = self.config.partitions
-                reg.load([(key.decode(), value) for key, value in list(self.users.items())
-                          if key_partition_of(key) is None and key_partition(key, n) == p
-                          and value])
-        return reg
-
-    def store_registry(self, p: int, reg: UserRegistry, touched: np.ndarray) -> None:
-        """Write what a batch changed of partition ``p``'s registry to the ``users`` table (in a
-        handler of the partition): a segment of the users ``touched``, or the whole registry
-        when it has no snapshot yet or its segments outgrew it."""
-        if p not in self.stored:
-            write_snapshot(self.users, p, reg.dump())
-            self.stored.add(p)
-            return
-        manifest = append_segment(self.users, p, reg.dump(touched))
-        if wants_snapshot(manifest):
-            write_snapshot(self.users, p, reg.dump())
-
-    def write_checkpoint(self, p: int, data: bytes) -> None:
-        """Store partition ``p``'s snapshot in the ``checkpoints`` table (inside a handler of
-        the partition, or a :func:`partition_context`)."""
-        write_chunked(self.checkpoints, p, data)
-
-    def read_checkpoint(self, p: int) -> bytes | None:
-        """Partition ``p``'s last snapshot, or ``None``."""
-        return read_chunked(self.checkpoints, p)
-
-    def accumulator(self, p: int) -> PartitionAccumulator:
-        """Partition ``p``'s accumulator, restored from its checkpoint when there is one."""
-        acc = self.accumulators.get(p)
-        if acc is None:
-            acc = self.accumulators[p] = make_accumulator(p, self.config, self.registry(p))
-            saved = self.read_checkpoint(p)
-            if saved:
-                acc.restore(saved)
-                log.info("partition %d resumes at offset %d (closed through slot %s)",
-                         p, acc.next_offset, acc.closed_through)
-            self.acked[p] = acc.next_offset
-        return acc
 
     async def on_requirements(self, records: list[RawRecord]) -> None:
         """Register users (a batch at a time); reject invalid requirements to dead letters."""
-        p = records[0][2]
-        reg = self.registry(p)
-        outcome = reg.apply_batch([r[0] for r in records], [r[1] for r in records])
-        dead = [DeadLetter(self.topics.requirements, records[i][2], records[i][3], records[i][0],
-                           records[i][1], reason, detail)
-                for i, (reason, detail) in sorted(outcome.rejected.items())]
-        if outcome.touched.size or p not in self.stored:
-            self.store_registry(p, reg, outcome.touched)
+        dead = self.partitions[records[0][2]].register(records, self.topics.requirements)
         self.counters["requirements"] += len(records) - len(dead)
         self.metrics.took_requirements(len(records) - len(dead))
         await self.dead_letters.send(dead)
         await self.app.producer.flush()
 
     async def on_reports(self, records: list[RawRecord]) -> int | Rewind:
-        """Count a batch of reports; send partials of closed slots; checkpoint; hold the rest.
-        A batch that does not continue where the partition's state left off is not counted: the
-        partition is read again from there (:class:`~streams.job.batch_handling.ContinuityGuard`).
-        """
-        p = records[0][2]
-        rewind = self.continuity.check(p, self.accumulator(p).next_offset, records)
+        """Hand a batch of reports to its partition and send what it says (partials of closed
+        slots, dead letters), with its checkpoint; answers the offset the checkpoints cover. A
+        batch that does not continue where the partition's state left off is not counted: the
+        partition is read again from there
+        (:class:`~streams.job.batch_handling.ContinuityGuard`)."""
+        part = self.partitions[records[0][2]]
+        rewind = self.continuity.check(part.number, part.next_offset, records)
         if rewind is not None:
             self.counters["rewinds"] += 1
             self.metrics.rewound()
             return rewind
-        async with self._lock(p):
-            acc, messages = self._resumed(p)
-            before, superseded = acc.accepted.total(), acc.superseded
-            more, dead = acc.process(records, self.topics.reports)
-            self.metrics.took_reports(accepted_since(before, acc.accepted.total(), more),
-                                      acc.superseded - superseded)
-            messages += more
-            futures = await self._took_reports(p, records, dead)
-            await self._say(p, acc, messages, futures, checkpoint=acc.start_unsaved)
-            return self.acked.get(p, 0)
+        async with part.lock:
+            said = part.take_reports(records, self.topics.reports, self.start_record,
+                                     self.decision_log)
+            if said.keyed:
+                self.last_report = time.monotonic()
+                self.last_activity[part.number] = self.last_report
+            self.counters["reports"] += len(records)
+            self.counters["rejected"] += len(said.dead)
+            self.metrics.took_reports(accepted_since(said.opened, said.counted, said.closed),
+                                      said.superseded)
+            await self.say(part, said, await self.dead_letters.send(said.dead, wait=False))
+            return part.acked
 
-    def _lock(self, p: int) -> asyncio.Lock:
-        lock = self.locks.get(p)
-        if lock is None:
-            lock = self.locks[p] = asyncio.Lock()
-        return lock
-
-    def _resumed(self, p: int) -> tuple[PartitionAccumulator, list[dict]]:
-        """Partition ``p``'s accumulator and, until it has resumed, what it must send: its last
-        messages again and what the decisions read so far imply. It has resumed once
-        :meth:`_say` has sent them; a resume interrupted before (cancelled by a rebalance) is
-        done again, and sends them again (the coordinator drops repeats)."""
-        acc = self.accumulator(p)
-        if p in self.resumed:
-            return acc, []
-        return acc, acc.resume(self.start_record, self.decision_log)
-
-    async def _say(self, p: int, acc: PartitionAccumulator, messages: list[dict],
-                   pending: list[Any], checkpoint: bool) -> None:
-        """Send ``messages`` to the coordinator and checkpoint the partition (when it said
-        something, or ``checkpoint``), once ``pending`` sends are done. A placement that keeps
-        its messages in the checkpoint has it written first (docs/design.md, record before
-        emitting: a plan that was sent is never replaced by a different one); otherwise the
-        messages go first, as re-reading the records the checkpoint lacks reproduces them.
-        Once all is sent, ``p`` has resumed (:meth:`_resumed`), unless it was forgotten
-        meanwhile."""
-        first = acc.placement.checkpoint_first
+    async def say(self, part: Partition, said: Said, pending: list[Any]) -> None:
+        """Send what ``part`` said to the coordinator and store its checkpoint, once
+        ``pending`` sends are done. A placement that keeps its messages in the checkpoint has
+        it stored first (docs/design.md, record before emitting: a plan that was sent is never
+        replaced by a different one); otherwise the messages go first, as re-reading the records
+        the checkpoint lacks reproduces them. Once all is sent, ``part`` has resumed."""
+        out = self.partial_records(part.number, said.messages)
         futures = list(pending)
-        if not first:
-            futures += await self._send_partials(p, messages)
+        if not said.checkpoint_first:
+            futures += [await self.app.producer.send(*rec) for rec in out]
         if futures:
             await asyncio.gather(*futures)
-        if checkpoint or messages:
-            with partition_context(self.app, self.topics.reports, p):
-                self.write_checkpoint(p, acc.snapshot())
+        if said.checkpoint is not None:
+            with partition_context(self.app, self.topics.reports, part.number):
+                write_chunked(self.checkpoints, part.number, said.checkpoint)
             await self.app.producer.flush()
-            self.acked[p] = acc.next_offset
-        if first:
-            futures = await self._send_partials(p, messages)
-            if futures:
-                await asyncio.gather(*futures)
-        if self.accumulators.get(p) is acc:
-            self.resumed.add(p)
+            part.acked = said.offset  # the records the checkpoint covers may be acknowledged
+        if said.checkpoint_first and out:
+            await asyncio.gather(*[await self.app.producer.send(*rec) for rec in out])
+        part.resumed = True
+
+    def partial_records(self, p: int, messages: list[dict]) -> list[tuple]:
+        """Partition ``p``'s messages to the coordinator as records to send: declaration
+        records to the decisions topic (for auditors), then the others to ``slot-partials``
+        (topic, key, value, partition, timestamp, headers)."""
+        out: list[tuple] = [(self.topics.decisions, declaration_key(m).encode(), encode(m), 0,
+                             None, None) for m in messages if kind(m) == "declared"]
+        key = partials_key(self.config.stream, p)
+        out += [(self.topics.slot_partials, key, encode(m), 0, None, None)
+                for m in messages if kind(m) != "declared"]
+        return out
 
     async def on_control(self, record: object) -> None:
         """One record of the decisions topic: remember it, hand it to this worker's partitions."""
@@ -233,21 +192,20 @@ class PartitionRunner:
         else:
             self.decision_log[int(doc["slot"])] = bool(doc["published"])
             self.counters["decisions"] += 1
-        for p in sorted(self.accumulators):
-            async with self._lock(p):
-                if p not in self.accumulators:
+        for p in sorted(self.partitions):
+            async with self.lock(p):
+                part = self.partitions.get(p)
+                if part is None:
                     continue  # revoked meanwhile
-                acc, messages = self._resumed(p)
-                messages += acc.on_control(doc)
-                await self._say(p, acc, messages, [], checkpoint=False)
+                await self.say(part, part.hear(doc, self.start_record, self.decision_log), [])
 
     async def resume_assigned(self) -> None:
         """Resume every assigned partition of ``reports`` that has not resumed since it was
-        assigned: read its checkpoint, send its last messages again and what the decisions read
-        so far imply. Called once the tables are recovered after a rebalance. A partition
-        otherwise resumes at its first batch or decision; one that comes back with nothing left
-        to read, while the coordinator waits for its next plan, gets neither, and every slot
-        would wait for it for ever.
+        assigned: send its last messages again and what the decisions read so far imply.
+        Called once the tables are recovered after a rebalance. A partition otherwise resumes
+        at its first batch or decision; one that comes back with nothing left to read, while
+        the coordinator waits for its next plan, gets neither, and every slot would wait for it
+        for ever.
 
         The next rebalance may overtake it: it revokes the partitions (:meth:`forget`), then
         cancels this call once they are assigned again. It stops at the revocation, as the
@@ -258,13 +216,12 @@ class PartitionRunner:
             if tp.topic != self.topics.reports:
                 continue
             p = tp.partition
-            async with self._lock(p):
+            async with self.lock(p):
                 if self.revocations != revocations:
                     return
-                if p in self.resumed:
-                    continue
-                acc, messages = self._resumed(p)
-                await self._say(p, acc, messages, [], checkpoint=False)
+                part = self.partitions[p]
+                if not part.resumed:
+                    await self.say(part, part.resume(self.start_record, self.decision_log), [])
 
     async def check_reads(self) -> None:
         """Read a partition of ``reports`` again from where its state stopped when the consumer
@@ -281,10 +238,10 @@ class PartitionRunner:
             return
         now = time.monotonic()
         for tp in sorted(consumer.assignment()):
-            acc = self.accumulators.get(tp.partition) if tp.topic == self.topics.reports else None
-            if acc is None:
+            part = self.partitions.get(tp.partition) if tp.topic == self.topics.reports else None
+            if part is None:
                 continue
-            p, expected = tp.partition, acc.next_offset
+            p, expected = tp.partition, part.next_offset
             try:
                 position = await asyncio.wait_for(consumer.position(tp), 2.0)
             except Exception as exc:  # noqa: BLE001 - a rebalance may take the partition away
@@ -328,31 +285,6 @@ class PartitionRunner:
         finally:
             await consumer.stop()
 
-    async def _took_reports(self, p: int, records: list[RawRecord],
-                            dead: list[DeadLetter]) -> list[Any]:
-        """Note a processed batch (activity, counters); send its dead letters, unawaited."""
-        if any(r[0] is not None for r in records):
-            self.last_report = time.monotonic()
-            self.last_activity[p] = self.last_report
-        self.counters["reports"] += len(records)
-        self.counters["rejected"] += len(dead)
-        return await self.dead_letters.send(dead, wait=False)
-
-    async def _send_partials(self, p: int, messages: list[dict]) -> list[Any]:
-        """Send partition ``p``'s messages to the coordinator (declaration records to the
-        decisions topic, for auditors); returns their futures."""
-        futures = []
-        notes = [m for m in messages if kind(m) == "declared"]
-        for note in notes:
-            key = declaration_key(note).encode()
-            futures.append(await self.app.producer.send(self.topics.decisions, key,
-                                                        encode(note), 0, None, None))
-        key = partials_key(self.config.stream, p)
-        for msg in (m for m in messages if kind(m) != "declared"):
-            futures.append(await self.app.producer.send(self.topics.slot_partials, key,
-                                                        encode(msg), 0, None, None))
-        return futures
-
     def took_source(self) -> None:
         """The source stage produced reports: the stream is not idle (idle close waits)."""
         self.last_report = time.monotonic()
@@ -362,7 +294,9 @@ class PartitionRunner:
         leaving) and before records flow: every assigned partition of ``reports`` whose stream
         has begun gets a watermark record at :meth:`hold_bound` when it is behind it, so the
         slots that have waited longer than ``--max-hold-ms`` close before the backlog is read
-        (what it holds for them is ``late``); the others stay open while it is read."""
+        (what it holds for them is ``late``); the others stay open while it is read. Every
+        assigned partition is built first (:meth:`open_assigned`), live or not."""
+        self.open_assigned()
         bound = self.hold_bound()
         if bound is None:
             return
@@ -371,8 +305,8 @@ class PartitionRunner:
             if tp.topic != self.topics.reports:
                 continue
             p = tp.partition
-            async with self._lock(p):
-                acc = self.accumulator(p)
+            async with self.lock(p):
+                acc = self.partitions[p].accumulator
                 current = acc.slotter.watermark
                 if acc.slotter.first_slot is None or (current is not None and current >= bound):
                     continue
@@ -393,7 +327,7 @@ class PartitionRunner:
         wait = 0.0
         if self.config.event_time == "live":
             clock, now = self.config.clock, time.time() * 1000
-            for acc in list(self.accumulators.values()):
+            for acc in self.accumulators.values():
                 first = acc.slotter.first_slot
                 if first is None:
                     continue
@@ -401,7 +335,7 @@ class PartitionRunner:
                                                                       acc.closed_through + 1)
                 wait = max(wait, (now - clock.end(oldest)) / 1000)
         holding = None
-        for acc in list(self.accumulators.values()):
+        for acc in self.accumulators.values():
             if acc.sources is not None:
                 found = acc.sources.holding_back()
                 if found is not None and (holding is None or found[1] > holding[2]):
@@ -444,8 +378,8 @@ class PartitionRunner:
         if target is None and bound is None:
             return
         for p in assigned:
-            acc = self.accumulators.get(p)
-            current = acc.slotter.watermark if acc is not None else None
+            part = self.partitions.get(p)
+            current = part.accumulator.slotter.watermark if part is not None else None
             quiet = now - self.last_activity.get(p, 0.0) >= idle
             # a quiet partition follows the others; any partition follows the live bound
             goal = max(target if quiet and target is not None else -1,
