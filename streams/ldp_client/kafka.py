@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from aiokafka import AIOKafkaProducer
 
+from streams.kafka.settings import client_options
 from streams.ldp_client.client import LdpClient, topic_name
 
 
@@ -13,10 +14,13 @@ class ReportProducer:
     await p.report(client, slot, value)``."""
 
     def __init__(self, bootstrap_servers: str, prefix: str, **options: object) -> None:
-        """A producer for the stream whose topics are named ``<prefix>.<topic>``."""
+        """A producer for the stream whose topics are named ``<prefix>.<topic>``, with the
+        process's connection settings (TLS, SASL: :func:`streams.kafka.settings.client_options`)
+        unless ``options`` overrides them."""
         self.topic = topic_name(prefix)
         self.producer = AIOKafkaProducer(bootstrap_servers=bootstrap_servers, acks="all",
-                                         enable_idempotence=True, **options)
+                                         enable_idempotence=True,
+                                         **(client_options() | options))
 
     async def __aenter__(self) -> ReportProducer:
         await self.producer.start()

@@ -354,6 +354,7 @@ async def build_every_client(bootstrap: str, tmp_path: Path) -> None:
     from streams.kafka.offsets import committed_offsets, end_offsets, read_topic
     from streams.kafka.producer import RawProducer
     from streams.kafka.topics import Topics, create_topics, describe_topics
+    from streams.ldp_client.kafka import ReportProducer
     from streams.releases.client import aiter_releases, read_start_record
 
     topics = Topics(prefix="settings")
@@ -382,6 +383,7 @@ async def build_every_client(bootstrap: str, tmp_path: Path) -> None:
         anext(aiter_releases(bootstrap, topics.releases, timeout=2)),
         kafka_errors.authentication_failure(bootstrap, KafkaConnectionError("x"), 2),
         rekeyer.follow(bootstrap, "group"),
+        ReportProducer(bootstrap, "settings").__aenter__(),
     ]
     for attempt in attempts:
         with contextlib.suppress(Exception):

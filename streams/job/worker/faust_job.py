@@ -1,9 +1,10 @@
 """The Faust job: one worker's app, its topics and RocksDB-backed tables, and what runs on them.
 
 Data path (docs/design.md): ``requirements`` -> the ``users`` table and each partition's registry;
-``reports`` -> :class:`~streams.job.partitions.accumulator.PartitionAccumulator` per partition
-(batched ingest), which sends the messages of :mod:`streams.job.slot_protocol` to ``slot-partials``
-whenever slots close; the :class:`~streams.job.coordination.coordinator.Coordinator` reads
+``reports`` -> a :class:`~streams.job.partitions.partition.Partition` per partition, built when
+it is assigned (batched ingest), whose accumulator sends the messages of
+:mod:`streams.job.slot_protocol` to ``slot-partials`` whenever slots close; the
+:class:`~streams.job.coordination.coordinator.Coordinator` reads
 ``slot-partials`` (batched ingest as well, each record once by offset) and releases each slot once
 to ``releases`` (with its ``decisions``). Where the budget ledger lives
 (:mod:`streams.job.partitions.placement`) decides what the messages hold and in which order a
