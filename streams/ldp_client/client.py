@@ -8,6 +8,7 @@ import os
 import numpy as np
 
 from mechanisms.local import LedgerRefusal, ReportConfig, Reporter, WordSource
+from streams.job.slot_clock import SlotClock
 
 #: The library's name and version, written into every report.
 CLIENT_NAME = "pwevent-ldp-python/0.1.0"
@@ -21,8 +22,8 @@ def topic_name(prefix: str) -> str:
 
 
 def slot_of(time_ms: int, origin_ms: int, slot_ms: int) -> int:
-    """The job's slot holding ``time_ms``: ``(time - origin) // slot``."""
-    return (int(time_ms) - int(origin_ms)) // int(slot_ms)
+    """The job's slot holding ``time_ms`` (:meth:`streams.job.slot_clock.SlotClock.slot_of`)."""
+    return int(SlotClock(int(slot_ms), int(origin_ms)).slot_of(int(time_ms)))
 
 
 class SystemWords:
