@@ -88,6 +88,11 @@ class PartitionRunner:
         """The accumulators of the partitions built, by partition (a copy)."""
         return {p: part.accumulator for p, part in list(self.partitions.items())}
 
+    @property
+    def resumed(self) -> set[int]:
+        """The partitions built that have resumed since."""
+        return {p for p, part in self.partitions.items() if part.resumed}
+
     def lock(self, p: int) -> asyncio.Lock:
         """The lock partition ``p``'s handlers take turns on (the same for all its builds)."""
         lock = self.locks.get(p)
