@@ -104,6 +104,14 @@ logger.request.level = WARN
 """
 
 
+#: JVM settings for nodes and tools that live seconds to minutes on a loaded 2-core machine: the
+#: C1 compiler only (the C2 compiler's work at start-up is most of a node's CPU and never pays
+#: back in a test's lifetime) and the serial collector (no GC threads competing for the cores).
+#: Measured: a node's CPU until it serves 4.0 s -> 2.2-2.5 s, a storage format 1.3 s -> 0.8-0.9 s
+#: (docs/performance.md, "The test suite").
+_SHORT_LIVED_JVM = ("-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC")
+
+
 class ApacheKafka:
     """A local Apache Kafka cluster of ``nodes`` combined KRaft broker/controller nodes."""
 
@@ -268,7 +276,7 @@ class ApacheKafka:
     def tool(self, main_class: str) -> list[str]:
         """The command line that runs one of Kafka's tools (e.g.
         ``org.apache.kafka.tools.AclCommand``) from the fetched jars."""
-        return [self.java, "-Xmx256m", "-cp", f"{self.libs}/*",
+        return [self.java, "-Xmx256m", *_SHORT_LIVED_JVM, "-cp", f"{self.libs}/*",
                 f"-Dlog4j2.configurationFile={self._tool_log4j()}", main_class]
 
     # -- internals -----------------------------------------------------------------------------
@@ -359,8 +367,8 @@ class ApacheKafka:
         self._formatted.add(node.node_id)
         out = (node.directory / "stdout.log").open("ab")
         node.proc = subprocess.Popen(
-            [self.java, f"-Xms{self.heap_mb}m", f"-Xmx{self.heap_mb}m", "-XX:+UseG1GC",
-             "-XX:MaxGCPauseMillis=20", "-Djava.awt.headless=true",
+            [self.java, f"-Xms{self.heap_mb}m", f"-Xmx{self.heap_mb}m", *_SHORT_LIVED_JVM,
+             "-Djava.awt.headless=true",
              f"-Dlog4j2.configurationFile={log4j}", "-cp", f"{self.libs}/*", "kafka.Kafka",
              str(conf)],
             stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
