@@ -362,11 +362,11 @@ def test_end_to_end_timestamps_and_the_releases_command(kind: str, tmp_path: Pat
         worker = start_worker(broker.bootstrap, cfg_, tmp_path / "data",
                               tmp_path / "worker.log", "--origin-ms", str(cfg_.origin_ms))
         try:
-            # budgets large enough that the first slot is published all but surely (the live
-            # job's noise is not seeded): the checks below need a published release
+            # one requirement, with a budget large enough that the first slot is published all
+            # but surely (the live job's noise is not seeded), and never thinned (one level:
+            # nobody is sampled away): the checks below need a release with bars
             register(broker.bootstrap, topics, cfg_, requirement_records(
-                USERS, [3 + i % 3 for i in range(24)], [5.0 + (i % 4) for i in range(24)]),
-                worker)
+                USERS, [3] * 24, [8.0] * 24), worker)
             for t in range(slots):
                 batch = [(k, orjson.dumps({**orjson.loads(v),
                                            "time": orjson.loads(v)["time"] + cfg_.origin_ms}))
