@@ -34,7 +34,8 @@ class MechanismSpec:
     #: the release rule's publish test ("obs": OBS's error, "scale": the noise scale), None
     #: where the mechanism does not run the release rule
     test: str | None
-    #: the release rule's estimator ("paper": the thinned histogram, "ipw": the unbiased one)
+    #: the release rule's estimator ("paper": the thinned histogram, "ipw": the unbiased one,
+    #: "levels": each budget group's own histogram, combined)
     estimator: str | None
     summary: str
 
@@ -50,6 +51,7 @@ ba       central   absorption            h  job  scale paper  budget absorption 
 uniform  central   uniform               h  job  obs   paper  E/w at every slot, at the strictest requirement
 sample   central   sample                h  job  obs   paper  all of E once per window, at the strictest requirement
 pbad     central   adaptive              -  job  obs   paper  personalised budget distribution or absorption, whichever gives more at each slot
+pbu      central   uniform               -  job  obs   levels personalised uniform: each budget group's own histogram at E_i/w_i every slot, combined by least-squares weights
 pbd_ipw  central   distribution          -  job  obs   ipw    PBD releasing the unbiased (inverse-probability weighted) histogram
 pba_ipw  central   absorption            -  job  obs   ipw    PBA releasing the unbiased (inverse-probability weighted) histogram
 dpbd     dynamic   dynamic-distribution  -  job  obs   paper  budget distribution under dynamic requirements

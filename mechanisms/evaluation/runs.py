@@ -15,6 +15,7 @@ import numpy as np
 from mechanisms import postprocess as pp
 from mechanisms.batch.fixed import BatchedFixed
 from mechanisms.build import batch, build
+from mechanisms.defaults import DEFAULT
 from mechanisms.evaluation.experiments import dynamic_rows
 from mechanisms.evaluation.metrics import ajsd, amre, coverage, mae
 from mechanisms.registry import REGISTRY, spec
@@ -22,7 +23,8 @@ from mechanisms.requirements import DynamicRequirements, FixedRequirements
 from mechanisms.run.mechanism import RuleRelease, Stepper
 
 EVALUATED = ("bd", "ba", "spas", "plbu", "pbd", "pba", "dpbd", "dpba")
-KNOWN = tuple(REGISTRY)
+#: Every mechanism ``pwevent evaluate`` runs: the registry's and the default configuration.
+KNOWN = (*REGISTRY, DEFAULT)
 
 
 def make_step(
@@ -51,8 +53,8 @@ class RunResult:
     mae: float
     fresh: int
     seconds: float
-    #: per post-processing method, its (AMRE, MAE) (:func:`run_batch`)
-    post: dict[str, tuple[float, float]] = field(default_factory=dict)
+    #: per post-processing method, its (AMRE, MAE, AJSD) (:func:`run_batch`)
+    post: dict[str, tuple[float, float, float]] = field(default_factory=dict)
     #: share of the cells with error bars whose 95% bar holds the true count (nan: no bars)
     coverage: float = float("nan")
     #: share of the published slots given error bars (not thinned; nan: none published)
@@ -194,14 +196,15 @@ def run_batch(
     rep = replay_batch(mechs, streams, chunk, d, T)
     released = rep.released
     fresh = rep.published.sum(axis=1)
-    post: list[dict[str, tuple[float, float]]] = [{} for _ in mechs]
+    post: list[dict[str, tuple[float, float, float]]] = [{} for _ in mechs]
     for method in postprocess:
         if method in ("kalman", "kalman_bank") and rep.std is None:
             continue
         estimates = pp.postprocess(method, released, rep.published, rep.std,
                                    np.asarray(users, dtype=np.float64), d)
         for b in range(len(mechs)):
-            post[b][method] = (amre(estimates[b], trues[b]), mae(estimates[b], trues[b]))
+            post[b][method] = (amre(estimates[b], trues[b]), mae(estimates[b], trues[b]),
+                               ajsd(estimates[b], trues[b]))
     barred = rep.published & ~rep.thinned
     covered = [float("nan") if rep.std is None else
                coverage(released[b], trues[b], barred[b], rep.std[b])

@@ -18,12 +18,13 @@ from mechanisms.ledgers.plan import SlotPlan
 from mechanisms.noise.calibrated import DISCRETE_MIN_EPS, draw_noise, noise_std, noise_stds
 from mechanisms.registry import spec
 from mechanisms.release.ipw import ipw_runs
+from mechanisms.release.levels import levels_runs
 from mechanisms.release.obs import batch_optimal_budget
 from mechanisms.release.run_draws import draw_runs
 from mechanisms.release.sampling import inclusion_probabilities
 
 TESTS = ("obs", "scale")
-ESTIMATORS = ("paper", "ipw")
+ESTIMATORS = ("paper", "ipw", "levels")
 
 
 @dataclass(frozen=True)
@@ -260,8 +261,10 @@ class ReleaseRule:
         when the caller keeps it."""
         d, noise, runs = self.d, self.noise, len(rngs)
         eps2 = self.scaled(eps2)
-        theta2, err2 = self.obs(eps2, sizes)
         live = ~nullified
+        if self.estimator == "levels":
+            return self._decide_levels(eps2, nullified, counts, sizes, last, rngs)
+        theta2, err2 = self.obs(eps2, sizes)
         if adaptive:
             # the dissimilarity (Algorithm 3): each run draws its sample and its noise
             first = first if first is not None else self.sampling(self.scaled(eps1), sizes)
@@ -310,6 +313,28 @@ class ReleaseRule:
         threshold = theta2.copy()
         threshold[nullified] = 0.0
         return RunsDecision(publish, histogram, threshold, dis, std)
+
+    def _decide_levels(self, eps2: np.ndarray, nullified: np.ndarray, counts: np.ndarray,
+                       sizes: np.ndarray, last: np.ndarray,
+                       rngs: Sequence[np.random.Generator]) -> RunsDecision:
+        """The ``"levels"`` estimator (:mod:`mechanisms.release.levels`), which publishes at
+        every slot not nullified where a level with users has a usable budget. The decision's
+        threshold is the largest budget a group published with: a release combining groups of
+        different budgets is marked thinned (no bars: its error is the model's, not the
+        noise's alone)."""
+        runs = len(rngs)
+        usable = self.usable(eps2)
+        publish = ~nullified & (usable & (sizes > 0)).any(axis=1)
+        histogram = np.array(last, copy=True)
+        threshold = np.zeros(runs)
+        std = np.full(runs, np.nan)
+        writing = np.flatnonzero(publish)
+        if writing.size:
+            estimate, std[writing], threshold[writing] = levels_runs(
+                rngs, writing, counts[writing], eps2[writing], sizes[writing],
+                usable[writing], last[writing], self.noise)
+            histogram[writing] = estimate if self.noise == "laplace" else np.rint(estimate)
+        return RunsDecision(publish, histogram, threshold, np.full(runs, np.nan), std)
 
 
 def release_rule(name: str, d: int, noise: str = "laplace", sensitivity: int = 1,

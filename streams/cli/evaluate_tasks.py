@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from mechanisms.evaluation.runs import ClassCounts
+from mechanisms.evaluation.runs import ClassCounts, RunResult
 
 Setting = tuple[float, int, float | None]  # E, w, share of the ratio experiment
 #: The post-processings scored besides the raw release (``amre_<method>`` columns; a
@@ -106,8 +106,11 @@ def _requirements(args: dict, n: int, repeat: int) -> list[tuple[Setting, list, 
 
 def counted(name: str) -> bool:
     """Whether mechanism ``name`` runs on a stream's per-class counts (no pass over users)."""
+    from mechanisms.defaults import DEFAULT
     from mechanisms.registry import spec
 
+    if name == DEFAULT:  # pbu or pbad
+        return True
     s = spec(name)
     return s.family in ("central", "dynamic") or s.name in ("spas", "plbu")
 
@@ -127,6 +130,10 @@ def _run(dataset: str, name: str, k: int, args: dict,
          specs: list[tuple[int, tuple, np.ndarray | ClassCounts, np.ndarray, int]]) -> list[dict]:
     """Mechanism ``name`` (``k``-th of ``--mechanisms``) on every (repeat, setting, stream,
     true histograms, d) of ``specs``, as one batch; one row per run."""
+    from mechanisms.defaults import DEFAULT
+
+    if name == DEFAULT:
+        return _run_default(dataset, k, args, specs)
     from mechanisms.evaluation.runs import make_step, run_batch
 
     mechs = []
@@ -136,18 +143,51 @@ def _run(dataset: str, name: str, k: int, args: dict,
     users = [reqs.n for _, (_, _, reqs), _, _, _ in specs]
     results = run_batch(mechs, [s[2] for s in specs], [s[3] for s in specs],
                         postprocess=POSTPROCESSED, users=users)
-    rows = []
-    for (repeat, ((E, w, ratio), _, _), _, true, _), res in zip(specs, results, strict=True):
-        rows.append({"dataset": dataset, "mechanism": name, "E": E, "w": w,
-                     "repeat": repeat, "amre": res.amre, "ajsd": res.ajsd, "mae": res.mae,
-                     "fresh": res.fresh, "slots": true.shape[0],
-                     "seconds": round(res.seconds, 3),
-                     "ratio": "" if ratio is None else ratio,
-                     **{f"amre_{m}": res.post[m][0] if m in res.post else ""
-                        for m in POSTPROCESSED},
-                     "coverage": "" if np.isnan(res.coverage) else res.coverage,
-                     "bars": "" if np.isnan(res.bars) else res.bars})
-    return rows
+    return [_row(dataset, name, spec_, res) for spec_, res in zip(specs, results, strict=True)]
+
+
+def _row(dataset: str, name: str, spec_: tuple, res: RunResult) -> dict:
+    """One run's row of results.csv."""
+    repeat, ((E, w, ratio), _, _), _, true, _ = spec_
+    return {"dataset": dataset, "mechanism": name, "E": E, "w": w,
+            "repeat": repeat, "amre": res.amre, "ajsd": res.ajsd, "mae": res.mae,
+            "fresh": res.fresh, "slots": true.shape[0],
+            "seconds": round(res.seconds, 3),
+            "ratio": "" if ratio is None else ratio,
+            **{f"amre_{m}": res.post[m][0] if m in res.post else ""
+               for m in POSTPROCESSED},
+            "coverage": "" if np.isnan(res.coverage) else res.coverage,
+            "bars": "" if np.isnan(res.bars) else res.bars}
+
+
+def _run_default(dataset: str, k: int, args: dict, specs: list[tuple]) -> list[dict]:
+    """The default configuration (:mod:`mechanisms.defaults`) on every spec of :func:`_run`:
+    each run's mechanism and post-processing chosen from its requirements and d, the runs of
+    one choice as one batch. A row's ``amre``, ``ajsd`` and ``mae`` score the post-processed
+    release, what the default publishes; it has no error bars (``coverage`` and ``bars``
+    empty) and no ``amre_<method>`` columns."""
+    from mechanisms.defaults import DEFAULT, choose
+    from mechanisms.evaluation.runs import make_step, run_batch
+
+    choices = [choose(reqs, d) for _, (_, _, reqs), _, _, d in specs]
+    rows: list[dict | None] = [None] * len(specs)
+    for choice in sorted(set(choices), key=lambda c: (c.mechanism, c.postprocess, c.snr)):
+        at = [i for i, c in enumerate(choices) if c == choice]
+        mechs = []
+        for i in at:
+            repeat, (_, tag, reqs), _, _, d = specs[i]
+            rng = np.random.default_rng([args["seed"], repeat, 2, *tag, k])
+            mechs.append(make_step(choice.mechanism, reqs, d, rng, args["noise"]))
+        results = run_batch(mechs, [specs[i][2] for i in at], [specs[i][3] for i in at],
+                            postprocess=(choice.postprocess,),
+                            users=[specs[i][1][2].n for i in at])
+        for i, res in zip(at, results, strict=True):
+            score, error, divergence = res.post[choice.postprocess]
+            row = _row(dataset, DEFAULT, specs[i], res)
+            row.update({"amre": score, "ajsd": divergence, "mae": error, "coverage": "",
+                        "bars": "", **{f"amre_{m}": "" for m in POSTPROCESSED}})
+            rows[i] = row
+    return [r for r in rows if r is not None]
 
 
 def prepare(dataset: str, repeats: list[int], args: dict) -> tuple[list[Stream], list[dict]]:
@@ -185,8 +225,11 @@ def run_counted(dataset: str, k: int, streams: list[Stream], args: dict) -> list
 def task_cost(name: str, runs: int, slots: int) -> float:
     """A counted task's expected cost, to order the tasks: runs x slots, weighted by
     :data:`DYNAMIC_COST` for a dynamic mechanism."""
+    from mechanisms.defaults import DEFAULT
     from mechanisms.registry import spec
 
+    if name == DEFAULT:
+        return float(runs * slots)
     return runs * slots * (DYNAMIC_COST if spec(name).family == "dynamic" else 1.0)
 
 

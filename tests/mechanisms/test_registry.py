@@ -21,7 +21,7 @@ REQS = FixedRequirements.from_arrays([f"u{i}" for i in range(12)], [2, 3, 4] * 4
 
 def test_names_are_unique_and_tables_derive_from_the_registry():
     assert len(REGISTRY) == len({s.name for s in REGISTRY.values()})
-    assert tuple(REGISTRY) == KNOWN
+    assert (*REGISTRY, "default") == KNOWN  # the evaluation runs the default configuration too
     assert names(in_job=True) == JOB_MECHANISMS
     with pytest.raises(ValueError, match="unknown mechanism 'xyz'"):
         spec("xyz")
@@ -71,7 +71,8 @@ def test_personalised_mechanisms_use_each_requirement(name: str):
     a = build(name, REQS, 3, np.random.default_rng(5), "discrete")
     b = build(name, strict, 3, np.random.default_rng(5), "discrete")
     rows = np.random.default_rng(6).integers(-1, 3, size=(20, REQS.n))
-    charged = [(a.step(row).eps1, b.step(row).eps1) for row in rows]
+    charged = [(np.concatenate([ra.eps1, ra.eps2]), np.concatenate([rb.eps1, rb.eps2]))
+               for ra, rb in ((a.step(row), b.step(row)) for row in rows)]
     assert any(not np.array_equal(x, y) for x, y in charged)
 
 

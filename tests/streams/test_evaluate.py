@@ -177,3 +177,31 @@ def test_batched_evaluation_reproduces_the_committed_results(tmp_path):
         ref = want[tuple(row[k] for k in key)]
         for column in ("amre", "ajsd", "mae", "fresh", "slots"):
             assert row[column] == ref[column], (row["mechanism"], column)
+
+
+def test_the_default_rows_score_what_the_default_publishes(tmp_path):
+    """``--mechanisms default``: each run is ``pbu`` + ``kalman_bank`` or ``pbad`` + ``round``
+    (mechanisms/defaults.py), seeded as that mechanism would be at the default's place, and its
+    row scores the post-processed release: its ``amre`` is that branch's post-processed AMRE."""
+    common = ["--dataset", "sin,taxi", "--data", str(FIXTURES / "tdrive"), "--epsilon", "1.0",
+              "--window", "40", "--users", "3000", "--slots", "60", "--repeat", "2",
+              "--seed", "5", "--jobs", "1"]
+    rows = {}
+    for name in ("default", "pbu", "pbad"):
+        assert main(["evaluate", *common, "--mechanisms", name,
+                     "--out", str(tmp_path / name)]) == 0
+        rows[name] = {(r["dataset"], r["E"], r["w"], r["repeat"]): r
+                      for r in csv.DictReader((tmp_path / name / "results.csv").open())}
+    branches = []
+    for key, row in rows["default"].items():
+        assert row["mechanism"] == "default" and row["coverage"] == row["bars"] == ""
+        assert row["amre_round"] == row["amre_kalman"] == row["amre_kalman_bank"] == ""
+        pbu, pbad = rows["pbu"][key]["amre_kalman_bank"], rows["pbad"][key]["amre_round"]
+        assert row["amre"] in (pbu, pbad)
+        branches.append("pbu" if row["amre"] == pbu else "pbad")
+        assert float(row["ajsd"]) >= 0 and float(row["mae"]) >= 0
+    # the synthetic stream of 3,000 users over 2 cells releases every slot; the taxi fixture,
+    # a few taxis over 100 cells, absorbs
+    assert {b for b, k in zip(branches, rows["default"], strict=True) if k[0] == "sin"} == {"pbu"}
+    assert {b for b, k in zip(branches, rows["default"], strict=True) if k[0] == "taxi"} == {
+        "pbad"}

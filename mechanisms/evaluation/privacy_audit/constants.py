@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 #: the mechanisms the job runs, audited by default
-AUDITED = ("pbd", "pba", "bd", "ba", "uniform", "sample", "pbad", "pbd_ipw", "pba_ipw", "dpbd",
-           "dpba")
+AUDITED = ("pbd", "pba", "bd", "ba", "uniform", "sample", "pbad", "pbu", "pbd_ipw", "pba_ipw",
+           "dpbd", "dpba")
 #: ``declared``: every user declared its requirement and is registered from slot 1;
 #: ``defaults``: every user holds a default requirement, as a latent population (every device
 #: counts from slot 1 with its rule's requirement; level sizes and users are public constants)
