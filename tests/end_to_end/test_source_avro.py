@@ -17,6 +17,7 @@ from pathlib import Path
 
 import orjson
 import pytest
+from app_event_schemas import EVENT, EVENT_V2
 from brokers import broker_fixture
 from fastavro import parse_schema, schemaless_writer
 from schema_registry import SchemaRegistryServer, wire
@@ -47,19 +48,6 @@ ORIGIN = int(datetime(2026, 12, 3, 10, 0, tzinfo=UTC).timestamp() * 1000)
 SLOT, SLOTS, SOURCE_PARTS, DEVICES = 60_000, 4, 3, 24
 COUNTRIES = ["DE", "FR", "IT", "other"]
 DOMAIN = {"kind": "labels", "labels": COUNTRIES, "other": "other"}
-DEVICE = {"type": "record", "name": "Device", "namespace": "app",
-          "fields": [{"name": "id", "type": "string"}]}
-EVENT = {"type": "record", "name": "AppEvent", "namespace": "app", "fields": [
-    {"name": "device", "type": DEVICE},
-    {"name": "ts", "type": {"type": "long", "logicalType": "timestamp-millis"}},
-    {"name": "country", "type": "string"},
-    {"name": "consent", "type": {"type": "enum", "name": "Consent",
-                                 "symbols": ["full", "basic"]}},
-]}
-#: the producers' next version: an app version field
-EVENT_V2 = {**EVENT, "fields": [*EVENT["fields"], {"name": "app", "type": "string",
-                                                   "default": "?"}]}
-
 CONFIG = """
 [worker]
 stream = "app"

@@ -18,8 +18,8 @@ from typing import Any
 
 import orjson
 import pytest
-from end_to_end.test_source_avro import EVENT as APP_EVENT
-from end_to_end.test_source_avro import EVENT_V2 as APP_EVENT_V2
+from app_event_schemas import EVENT as APP_EVENT
+from app_event_schemas import EVENT_V2 as APP_EVENT_V2
 from fastavro import parse_schema, schemaless_writer
 from hypothesis import given, settings
 from hypothesis import strategies as st
