@@ -38,6 +38,7 @@ distribution (the evaluation's premise). Counts are the frequency times the slot
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
@@ -172,29 +173,46 @@ def grr_estimate(cells: np.ndarray, eps: float, d: int) -> GroupEstimate:
     return estimate_group(np.bincount(c, minlength=d), c.size, p, q, oracle="grr", eps=eps)
 
 
+#: One budget group's counts: its budget, its reports and the observed count per cell.
+GroupCounts = tuple[float, int, np.ndarray]
+
+
+def estimate_counts(d: int, *, oue: Iterable[GroupCounts] = (),
+                    grr: Iterable[GroupCounts] = ()) -> SlotEstimate:
+    """One slot's estimate from its reports counted per (oracle, budget) group: ``oue`` and
+    ``grr`` hold (budget, reports, observed count per cell), each in increasing budget (OUE's
+    observed count of cell j: the reports whose bit j is 1; GRR's: the reports of cell j). Each
+    group is debiased with its effective probabilities, the groups combined
+    (:func:`combine_groups`), OUE's first."""
+    groups: list[GroupEstimate] = []
+    for e, n, o in oue:
+        p, q = oue_probabilities(e)
+        groups.append(estimate_group(o, n, p, q, oracle="oue", eps=e))
+    for e, n, o in grr:
+        p, q = grr_probabilities(e, d)
+        groups.append(estimate_group(o, n, p, q, oracle="grr", eps=e))
+    return combine_groups(tuple(groups), d)
+
+
 def estimate_slot(d: int, *, oue_eps: np.ndarray | None = None, oue_bits: np.ndarray | None = None,
                   grr_eps: np.ndarray | None = None,
                   grr_cells: np.ndarray | None = None) -> SlotEstimate:
     """One slot's estimate from its accepted reports: OUE ones as budgets (n1,) and bits
-    (n1, d), GRR ones as budgets (n2,) and cells (n2,). Reports are grouped by (oracle, budget),
-    each group debiased with its effective probabilities, the groups combined
-    (:func:`combine_groups`)."""
-    groups: list[GroupEstimate] = []
+    (n1, d), GRR ones as budgets (n2,) and cells (n2,). Reports are grouped by (oracle, budget)
+    and counted, then estimated by :func:`estimate_counts`."""
+    oue: list[GroupCounts] = []
+    grr: list[GroupCounts] = []
     if oue_eps is not None and np.size(oue_eps):
         bits = np.asarray(oue_bits, dtype=bool).reshape(-1, d)
         budgets, inverse = np.unique(np.asarray(oue_eps, dtype=np.float64), return_inverse=True)
         sizes = np.bincount(inverse, minlength=budgets.size)
         flat = (inverse.reshape(-1, 1) * d + np.arange(d))[bits]
         ones = np.bincount(flat, minlength=budgets.size * d).reshape(budgets.size, d)
-        for e, n, o in zip(budgets.tolist(), sizes.tolist(), ones, strict=True):
-            p, q = oue_probabilities(e)
-            groups.append(estimate_group(o, n, p, q, oracle="oue", eps=e))
+        oue = list(zip(budgets.tolist(), sizes.tolist(), ones, strict=True))
     if grr_eps is not None and np.size(grr_eps):
         cells = np.asarray(grr_cells, dtype=np.int64).reshape(-1)
         budgets, inverse = np.unique(np.asarray(grr_eps, dtype=np.float64), return_inverse=True)
         sizes = np.bincount(inverse, minlength=budgets.size)
         counts = np.bincount(inverse.reshape(-1) * d + cells, minlength=budgets.size * d)
-        for e, n, o in zip(budgets.tolist(), sizes.tolist(), counts.reshape(-1, d), strict=True):
-            p, q = grr_probabilities(e, d)
-            groups.append(estimate_group(o, n, p, q, oracle="grr", eps=e))
-    return combine_groups(tuple(groups), d)
+        grr = list(zip(budgets.tolist(), sizes.tolist(), counts.reshape(-1, d), strict=True))
+    return estimate_counts(d, oue=oue, grr=grr)
