@@ -24,7 +24,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         description=(
             "Print what each user is charged at each slot when the release rule follows "
             "SCHEDULE ('1' publish, '0' approximate, one character per slot; a nullified slot "
-            "ignores its bit; uniform and sample publish whenever they do not nullify). "
+            "ignores its bit; uniform, pbu and sample publish whenever they do not nullify). "
             "Fixed mechanisms read a CSV with header user,w,E; dpbd and dpba read "
             "slot,user,wB,EB,wF,EF."
         ),
