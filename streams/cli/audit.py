@@ -14,7 +14,7 @@ import contextlib
 import logging
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -22,7 +22,7 @@ import orjson
 
 from streams.audit.accounting import audit
 from streams.audit.report import AuditReport, Record
-from streams.cli import audit_empirical
+from streams.cli import audit_empirical, audit_ldp
 from streams.cli.options import PREFIX, add_options, option
 from streams.kafka.topics import Topics
 
@@ -65,7 +65,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                metavar="HOST:PORT"),
         PREFIX,
         option("--stream", "the stream to audit (decision and release keys <NAME>/<slot>; "
-               "required unless --empirical)", metavar="NAME"),
+               "required unless --empirical or --ldp)", metavar="NAME"),
         option("--partitions", "partitions of the requirements topic (default: the broker's "
                "count, or the start record's config.partitions, else 1)", type=int,
                metavar="N"),
@@ -82,6 +82,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                "empirically: neighbouring inputs run --trials times each, and a 95%%-confidence "
                "lower bound on the privacy loss compared with the user's E (exit status 1 when "
                "one lies above it)", action="store_true"),
+        option("--ldp", "instead of the central job's topics, audit the stream's local-DP "
+               "reports (<prefix>.ldp-reports): from each report's own metadata, every client's "
+               "spend over every window of its w slots is at most its E, one report per slot, "
+               "in slot order (exit status 1 on a violation)", action="store_true"),
     ))
     audit_empirical.add_arguments(p)
     p.set_defaults(func=run)
@@ -131,9 +135,11 @@ def to_records(rows: Sequence[dict]) -> list[Record]:
     return [Record(r["partition"], r["offset"], r["key"], r["value"]) for r in rows]
 
 
-async def fetch_topics(bootstrap: str, names: Sequence[str],
-                       timeout: float = 30.0) -> dict[str, tuple[int, list[dict]]]:
-    """Read topics from the beginning to their current end: ``{name: (partitions, rows)}``."""
+async def fetch_topics(bootstrap: str, names: Sequence[str], timeout: float = 30.0,
+                       row: Callable[[int, int, bytes | None, bytes | None], Any] = dump_row
+                       ) -> dict[str, tuple[int, list]]:
+    """Read topics from the beginning to their current end: ``{name: (partitions, rows)}``,
+    each record made a row by ``row(partition, offset, key, value)`` (:func:`dump_row`)."""
     from aiokafka import AIOKafkaConsumer
 
     from streams.kafka.errors import authentication_failed, authentication_failure
@@ -145,7 +151,7 @@ async def fetch_topics(bootstrap: str, names: Sequence[str],
                                 auto_offset_reset="earliest",
                                 request_timeout_ms=int(timeout * 1000))
 
-    async def read() -> dict[str, tuple[int, list[dict]]]:
+    async def read() -> dict[str, tuple[int, list]]:
         await consumer.start()
         existing = await consumer.topics()
         missing = [n for n in names if n not in existing]
@@ -156,9 +162,9 @@ async def fetch_topics(bootstrap: str, names: Sequence[str],
         consumer.assign(tps)
         await consumer.seek_to_beginning(*tps)
         got = await records_to_end(consumer, tps, timeout)
-        rows: dict[str, list[dict]] = {n: [] for n in names}
+        rows: dict[str, list] = {n: [] for n in names}
         for tp in tps:
-            rows[tp.topic] += [dump_row(tp.partition, r.offset, r.key, r.value) for r in got[tp]]
+            rows[tp.topic] += [row(tp.partition, r.offset, r.key, r.value) for r in got[tp]]
         return {n: (len(parts[n]), rows[n]) for n in names}
 
     try:
@@ -238,6 +244,8 @@ def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
     out = out or sys.stdout
     if args.empirical:
         return audit_empirical.run(args, out)
+    if args.ldp:
+        return audit_ldp.run(args, out)
     if not args.stream:
         print("pwevent audit: error: --stream is required (or --empirical)", file=sys.stderr)
         return 2
