@@ -8,46 +8,13 @@ from __future__ import annotations
 import numpy as np
 import orjson
 import pytest
+from small_job import SLOTS, USERS, decisions, requirement, run
 
 from mechanisms import FixedRequirements, ledger_for
 from mechanisms.noise.calibrated import noise_std
 from mechanisms.release.sampling import inclusion_probabilities
-from streams.job.config import JobConfig
-from streams.job.pipeline import InProcessJob
 
 from support import window_sums
-
-USERS = [f"u{i}" for i in range(30)]
-SLOTS = 12
-
-
-def requirement(i: int, skewed: bool) -> tuple[int, float]:
-    """Three users with a tiny budget among 27 with a large one (OBS samples the three), or
-    one requirement for all (nothing is sampled)."""
-    if not skewed:
-        return 4, 1.0
-    return (20, 0.05) if i < 3 else (2, 3.0)
-
-
-def run(mechanism: str, noise: str, skewed: bool) -> InProcessJob:
-    config = JobConfig(stream="s", mechanism=mechanism, domain={"kind": "cells", "size": 3},
-                       slot_ms=1000, partitions=2, secret="k", nonce="c0ffee",
-                       event_time="history", noise=noise)
-    job = InProcessJob(config)
-    job.register([(u.encode(), orjson.dumps({"user": u, "w": requirement(i, skewed)[0],
-                                              "E": requirement(i, skewed)[1]}))
-                  for i, u in enumerate(USERS)])
-    for t in range(SLOTS):
-        job.feed([(u.encode(), orjson.dumps({"user": u, "time": t * 1000 + i,
-                                             "value": (i * 7 + t) % 3}))
-                  for i, u in enumerate(USERS)])
-    job.finish(SLOTS * 1000)
-    return job
-
-
-def decisions(job: InProcessJob) -> list[dict]:
-    docs = [orjson.loads(v) for k, v in job.coordinator.decisions.items() if k != "start"]
-    return sorted((d for d in docs if "slot" in d and "published" in d), key=lambda d: d["slot"])
 
 
 @pytest.mark.parametrize("noise", ["laplace", "discrete"])
