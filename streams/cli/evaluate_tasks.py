@@ -169,20 +169,20 @@ def _run_default(dataset: str, k: int, args: dict, specs: list[tuple]) -> list[d
     from mechanisms.defaults import DEFAULT, choose
     from mechanisms.evaluation.runs import make_step, run_batch
 
-    choices = [choose(reqs, d) for _, (_, _, reqs), _, _, d in specs]
+    choices = [(c.mechanism, c.postprocess)
+               for c in (choose(reqs, d) for _, (_, _, reqs), _, _, d in specs)]
     rows: list[dict | None] = [None] * len(specs)
-    for choice in sorted(set(choices), key=lambda c: (c.mechanism, c.postprocess, c.snr)):
-        at = [i for i, c in enumerate(choices) if c == choice]
+    for mechanism, postprocess in sorted(set(choices)):  # the runs of one branch: one batch
+        at = [i for i, c in enumerate(choices) if c == (mechanism, postprocess)]
         mechs = []
         for i in at:
             repeat, (_, tag, reqs), _, _, d = specs[i]
             rng = np.random.default_rng([args["seed"], repeat, 2, *tag, k])
-            mechs.append(make_step(choice.mechanism, reqs, d, rng, args["noise"]))
+            mechs.append(make_step(mechanism, reqs, d, rng, args["noise"]))
         results = run_batch(mechs, [specs[i][2] for i in at], [specs[i][3] for i in at],
-                            postprocess=(choice.postprocess,),
-                            users=[specs[i][1][2].n for i in at])
+                            postprocess=(postprocess,), users=[specs[i][1][2].n for i in at])
         for i, res in zip(at, results, strict=True):
-            score, error, divergence = res.post[choice.postprocess]
+            score, error, divergence = res.post[postprocess]
             row = _row(dataset, DEFAULT, specs[i], res)
             row.update({"amre": score, "ajsd": divergence, "mae": error, "coverage": "",
                         "bars": "", **{f"amre_{m}": "" for m in POSTPROCESSED}})
