@@ -20,36 +20,77 @@ runs alone against the same runs batched). What keeps them equal:
 
 from __future__ import annotations
 
+import functools
+import sys
 from collections.abc import Callable, Sequence
+from types import ModuleType
 
 import numpy as np
 
-try:  # the evaluation extra; the job never needs it
-    import numba
-    from numba import typed as _typed
-except ImportError:  # pragma: no cover - exercised where the extra is absent
-    numba = None
-
+#: numba and its ``typed`` module once looked up ([None, None] without the evaluation extra).
+#: numba is imported on the first batch of more than one run, never by a process that steps
+#: runs alone: a job's worker or a command does not pay its import (about 0.2 s a process).
+_NUMBA: list = []
 _GENERATORS: list = []
 
 
+def numba_module() -> ModuleType | None:
+    """numba, imported on first need; None where it is not installed."""
+    if not _NUMBA:
+        try:  # the evaluation extra; the job never needs it
+            import numba
+            from numba import typed
+        except ImportError:  # pragma: no cover - exercised where the extra is absent
+            _NUMBA[:] = [None, None]
+        else:
+            _NUMBA[:] = [numba, typed]
+    return _NUMBA[0]
+
+
+class _Kernel:
+    """A kernel until its module's kernels are compiled: the first call compiles every kernel
+    of the module (:func:`compile_kernels`, so that kernels calling kernels find each other
+    compiled) and runs the compiled one."""
+
+    def __init__(self, func: Callable) -> None:
+        self.func = func
+        functools.update_wrapper(self, func)
+
+    def __call__(self, *args: object) -> object:
+        module = sys.modules[self.func.__module__]
+        compile_kernels(module)
+        return getattr(module, self.func.__name__)(*args)
+
+
 def kernel(func: Callable) -> Callable:
-    """``func`` compiled by numba where it is installed (on first call, and cached on disk
-    between processes), else ``func`` itself."""
-    return numba.njit(cache=True, nogil=True)(func) if numba is not None else func
+    """``func`` compiled by numba where it is installed (on the first call of a kernel of its
+    module, and cached on disk between processes), else ``func`` itself."""
+    return _Kernel(func)
+
+
+def compile_kernels(module: ModuleType) -> None:
+    """Put in place of each kernel of ``module`` its numba dispatcher (numba compiles it on its
+    first call), or its Python function without numba."""
+    nb = numba_module()
+    for name, value in list(vars(module).items()):
+        if isinstance(value, _Kernel):
+            setattr(module, name,
+                    nb.njit(cache=True, nogil=True)(value.func) if nb is not None else value.func)
 
 
 def available(runs: int) -> bool:
     """Whether a batch of ``runs`` runs takes the compiled loops: numba is installed and the
-    batch has more than one run (a run alone, as in the job, takes the numpy code)."""
-    return numba is not None and runs > 1
+    batch has more than one run (a run alone, as in the job, takes the numpy code and never
+    imports numba)."""
+    return runs > 1 and numba_module() is not None
 
 
 def generators(rngs: Sequence[np.random.Generator]) -> object:
     """The runs' generators as one typed list, kept while the same generators are asked for."""
     key = tuple(map(id, rngs))
     if not _GENERATORS or _GENERATORS[0] != key:
-        _GENERATORS[:] = [key, list(rngs), _typed.List(rngs)]  # the list keeps the ids valid
+        numba_module()
+        _GENERATORS[:] = [key, list(rngs), _NUMBA[1].List(rngs)]  # the list keeps ids valid
     return _GENERATORS[2]
 
 

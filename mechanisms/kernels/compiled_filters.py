@@ -15,13 +15,13 @@ import math
 
 import numpy as np
 
-from mechanisms.kernels.compiled import kernel, numba
+from mechanisms.kernels.compiled import kernel, numba_module
 
 
 def available(runs: int) -> bool:
     """Whether a batch of ``runs`` runs takes the compiled filters (numba installed, more than
     one run)."""
-    return numba is not None and runs > 1
+    return runs > 1 and numba_module() is not None
 
 
 def _batch(histograms: np.ndarray, published: np.ndarray, std: np.ndarray

@@ -20,7 +20,6 @@ from typing import Any, TextIO
 
 import orjson
 
-from streams.audit.accounting import audit
 from streams.audit.report import AuditReport, Record
 from streams.cli import audit_empirical, audit_ldp
 from streams.cli.options import PREFIX, add_options, option
@@ -203,6 +202,8 @@ def _fetch(bootstrap: str, prefix: str, timeout: float) -> dict[str, tuple[int, 
 
 
 def _audit(args: argparse.Namespace) -> AuditReport:
+    from streams.audit.accounting import audit  # with the mechanisms: only when it runs
+
     files = [getattr(args, name) for name in AUDITED]
     if any(files):
         if not all(files):

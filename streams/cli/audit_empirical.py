@@ -15,23 +15,22 @@ from __future__ import annotations
 import argparse
 import contextlib
 import sys
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 import orjson
 
-from mechanisms.evaluation.privacy_audit import (
+from mechanisms.evaluation.audit_names import (
     AUDITED,
     MODES,
     NEIGHBOURING,
     PAIRS,
     PLANTS,
-    PairResult,
-    audit,
-    format_table,
-    settings_for,
 )
 from streams.cli.options import add_options, option
 from streams.job.config import JobConfig
+
+if TYPE_CHECKING:
+    from mechanisms.evaluation.privacy_audit import PairResult
 
 #: what ``--mechanisms all`` audits: every mechanism of the job and the job's default setting
 ALL = (*AUDITED, "default")
@@ -96,6 +95,9 @@ def run(args: argparse.Namespace, out: TextIO | None = None,
     """Run the empirical audit; returns 0 when every lower bound is at most its E, else 1."""
     out, err = out or sys.stdout, err or sys.stderr
     config = JobConfig()
+    # the audit's mechanisms are imported when it runs, not by every command line
+    from mechanisms.evaluation.privacy_audit import audit, format_table, settings_for
+
     settings = settings_for(args.mechanisms, config.mechanism, config.postprocess)
     plant = getattr(args, "plant", None)
     noise = getattr(args, "noise", "laplace")

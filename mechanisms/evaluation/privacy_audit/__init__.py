@@ -48,6 +48,13 @@ the product is changed.
 """
 from __future__ import annotations
 
+from mechanisms.evaluation.audit_names import (
+    AUDITED,
+    MODES,
+    NEIGHBOURING,
+    PAIRS,
+    PLANTS,
+)
 from mechanisms.evaluation.privacy_audit.audit import (
     PairResult,
     Setting,
@@ -57,13 +64,6 @@ from mechanisms.evaluation.privacy_audit.audit import (
     settings_for,
 )
 from mechanisms.evaluation.privacy_audit.bounds import clopper_pearson, regularized_beta
-from mechanisms.evaluation.privacy_audit.constants import (
-    AUDITED,
-    MODES,
-    NEIGHBOURING,
-    PAIRS,
-    PLANTS,
-)
 from mechanisms.evaluation.privacy_audit.defects import next_level_budgets
 from mechanisms.evaluation.privacy_audit.distinguisher import distinguish
 from mechanisms.evaluation.privacy_audit.inputs import default_population, neighbour_pair

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from mechanisms.evaluation.privacy_audit.constants import AUDITED, MODES, PAIRS
+from mechanisms.evaluation.audit_names import AUDITED, MODES, PAIRS
 from mechanisms.evaluation.privacy_audit.distinguisher import distinguish
 from mechanisms.evaluation.privacy_audit.inputs import (
     Population,

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from mechanisms.evaluation.privacy_audit.constants import MODES, NEIGHBOURING, PAIRS
+from mechanisms.evaluation.audit_names import MODES, NEIGHBOURING, PAIRS
 from mechanisms.requirements import FixedRequirements
 
 

@@ -13,7 +13,7 @@ import numpy as np
 
 from mechanisms import postprocess as pp
 from mechanisms.build import build
-from mechanisms.evaluation.privacy_audit.constants import PLANTS
+from mechanisms.evaluation.audit_names import PLANTS
 from mechanisms.evaluation.privacy_audit.defects import DroppedChargeLedger, make_rule
 from mechanisms.evaluation.privacy_audit.inputs import NeighbourPair, Population
 from mechanisms.ledgers.plan import SlotPlan

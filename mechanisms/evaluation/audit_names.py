@@ -1,4 +1,6 @@
-"""The audit's names: mechanisms, population modes, pairs and planted defects."""
+"""The names of the empirical privacy audit (mechanisms/evaluation/privacy_audit/): mechanisms,
+population modes, pairs and planted defects; apart from the audit, so that a command line can
+offer them without importing it."""
 
 from __future__ import annotations
 
