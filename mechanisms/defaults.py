@@ -22,6 +22,7 @@ strictest requirement spends its budget evenly (E_min/w_min per slot).
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -52,10 +53,27 @@ def per_slot_snr(users: int, d: int, E_min: float, w_min: int) -> float:  # noqa
     return (users / d) / (math.sqrt(2.0) * w_min / E_min)
 
 
+#: The mechanisms the default may run, each with its post-processing.
+BRANCHES: dict[str, str] = {"pbu": "kalman_bank", "pbad": "round"}
+
+
+def _branch(snr: float) -> DefaultChoice:
+    mechanism = "pbu" if snr >= SNR_THRESHOLD else "pbad"
+    return DefaultChoice(mechanism, BRANCHES[mechanism], snr)
+
+
 def choose(requirements: FixedRequirements, d: int) -> DefaultChoice:
     """The default's mechanism and post-processing for ``requirements`` over ``d`` cells."""
-    snr = per_slot_snr(requirements.n, d, float(np.min(requirements.E)),
-                       int(np.min(requirements.w)))
-    if snr >= SNR_THRESHOLD:
-        return DefaultChoice("pbu", "kalman_bank", snr)
-    return DefaultChoice("pbad", "round", snr)
+    return _branch(per_slot_snr(requirements.n, d, float(np.min(requirements.E)),
+                                int(np.min(requirements.w))))
+
+
+def choose_for_levels(levels: Mapping[tuple[int, float], int], d: int) -> DefaultChoice:
+    """The same choice from users per requirement level ``(w, E) -> users`` (the job's
+    coordinator sees levels, not users); levels without users do not count, and no user at all
+    is a signal-to-noise ratio of 0."""
+    held = {level: int(n) for level, n in levels.items() if int(n) > 0}
+    if not held:
+        return _branch(0.0)
+    return _branch(per_slot_snr(sum(held.values()), d, min(E for _w, E in held),
+                                min(w for w, _E in held)))

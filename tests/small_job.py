@@ -26,11 +26,12 @@ def value(i: int, t: int) -> int:
     return (i * 7 + t) % 3
 
 
-def run(mechanism: str, noise: str, skewed: bool, nonce: str = "c0ffee") -> InProcessJob:
+def run(mechanism: str, noise: str, skewed: bool, nonce: str = "c0ffee",
+        postprocess: str = "auto") -> InProcessJob:
     """The job over every slot, released."""
     config = JobConfig(stream="s", mechanism=mechanism, domain={"kind": "cells", "size": 3},
                        slot_ms=1000, partitions=2, secret="k", nonce=nonce,
-                       event_time="history", noise=noise)
+                       event_time="history", noise=noise, postprocess=postprocess)
     job = InProcessJob(config)
     job.register([(u.encode(), orjson.dumps({"user": u, "w": requirement(i, skewed)[0],
                                               "E": requirement(i, skewed)[1]}))

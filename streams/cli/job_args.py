@@ -68,11 +68,13 @@ JOB_OPTIONS = (
            "report's value changed, twice the noise (default: %(default)s)",
            choices=("add-remove", "replace"), default="add-remove"),
     option("--postprocess", "besides each release's noisy histogram, a post-processed one "
-           "(field estimate; no privacy cost): round, the histogram rounded and clipped at 0; "
+           "(field estimate; no privacy cost): auto, the default configuration's under "
+           "--mechanism default and none under a named mechanism; round, the histogram "
+           "rounded and clipped at 0; "
            "kalman, a Kalman filter over the slots' releases, then rounded; kalman_bank, "
            "per cell the best predicting of a bank of such filters, then rounded; the raw "
            "histogram stays in the record (default: %(default)s)", choices=POSTPROCESS,
-           default="none"),
+           default="auto"),
     option("--event-time", "live: reject reports and watermarks more than --max-clock-skew-ms "
            "ahead of the worker's clock; history: replaying recorded data, the clock is not "
            "consulted (default: %(default)s)", choices=("live", "history"), default="live"),
@@ -133,7 +135,7 @@ def job_config(args: argparse.Namespace) -> JobConfig:
         min_epsilon=args.min_epsilon,
         max_epsilon=args.max_epsilon,
         neighbouring=args.neighbouring,
-        postprocess=getattr(args, "postprocess", "none"),
+        postprocess=getattr(args, "postprocess", "auto"),
         event_time=args.event_time,
         max_skew_ms=args.max_clock_skew_ms,
         nonce=getattr(args, "nonce", None) or "",

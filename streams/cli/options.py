@@ -47,9 +47,12 @@ def add_options(parser: argparse.ArgumentParser, options: Iterable[Option]) -> N
 PREFIX = option("--prefix", "topic name prefix (default: %(default)s)", default="pwevent")
 PARTITIONS = option("--partitions", "partitions of the reports and requirements topics "
                     "(default: %(default)s)", type=int, default=4)
-MECHANISM = option("--mechanism", "pbd, pba and the baselines take fixed requirements "
-                   "{user, w, E}; dpbd and dpba take dynamic ones {user, wB, EB, wF, EF} "
-                   "(default: %(default)s)", choices=JOB_MECHANISMS, default="pbd")
+MECHANISM = option("--mechanism", "default: the default configuration, which chooses pbu "
+                   "with kalman_bank or pbad with round from the public requirements and the "
+                   "domain size at the stream's first slot; pbd, pba and the baselines take "
+                   "fixed requirements {user, w, E}; dpbd and dpba take dynamic ones "
+                   "{user, wB, EB, wF, EF} (default: %(default)s)", choices=JOB_MECHANISMS,
+                   default="default")
 SLOT_MS = option("--slot-ms", "slot length in ms (default: %(default)s)", type=int,
                  default=60_000)
 RATE = option("--rate", "reports per second, 0 for as fast as possible (default: %(default)s)",

@@ -86,7 +86,8 @@ def header(confidence: float, with_stream: bool) -> str:
 
 
 def row(rel: Release, with_stream: bool) -> str:
-    """One release as a table line: ``label: value±margin`` per cell."""
+    """One release as a table line: ``label: value±margin`` per cell, then, when the release
+    carries one, its post-processed estimate (``| method: v0 v1 ...``, in cell order)."""
     labels = rel.cells or tuple(str(i) for i in range(len(rel.histogram)))
     if rel.upper is not None:
         cells = [f"{label}: {_number(h)}±{_number(u - h)}"
@@ -97,6 +98,8 @@ def row(rel: Release, with_stream: bool) -> str:
     if not rel.published:
         cells.append(f"(repeats slot {rel.approximates})" if rel.approximates is not None
                      else "(no publication yet)")
+    if rel.estimate is not None:  # the post-processed release, after the raw one
+        cells.append(f"| {rel.estimate_method}: " + " ".join(map(str, rel.estimate)))
     return _columns(rel.stream if with_stream else None, str(rel.slot), _time(rel.start),
                     rel.status, "  ".join(cells))
 

@@ -5,14 +5,18 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
+from mechanisms.defaults import DEFAULT
 from mechanisms.noise.calibrated import DISCRETE_MAX_EPS, DISCRETE_MIN_EPS
-from mechanisms.postprocess import METHODS as POSTPROCESS
+from mechanisms.postprocess import METHODS
 from mechanisms.registry import names
 from mechanisms.run.dynamic import DYNAMIC_MECHANISMS
 from streams.job.slot_clock import SlotClock
 from streams.records.domains import CellDomain, Domain, domain_from_config
 
-JOB_MECHANISMS = names(in_job=True)
+#: ``default`` (the default configuration, :mod:`mechanisms.defaults`) and every mechanism by name
+JOB_MECHANISMS = (DEFAULT, *names(in_job=True))
+#: ``auto``: the default configuration's post-processing under ``default``, none otherwise
+POSTPROCESS = ("auto", *METHODS)
 NEIGHBOURING = ("add-remove", "replace")
 EVENT_TIME = ("live", "history")
 
@@ -57,7 +61,7 @@ class JobConfig:
     """
 
     stream: str = "default"
-    mechanism: str = "pbd"
+    mechanism: str = DEFAULT
     domain: dict = field(default_factory=lambda: {"kind": "cells", "size": 2})
     slot_ms: int = 60_000
     origin_ms: int = 0
@@ -75,7 +79,7 @@ class JobConfig:
     event_time: str = "live"
     max_skew_ms: int = 300_000
     nonce: str = ""
-    postprocess: str = "none"
+    postprocess: str = "auto"
     #: partitions of each source topic (``--source-topic``, in order); the stream's event time
     #: is then the smallest any of them has reached (streams/job/source_progress.py)
     source_partitions: tuple[int, ...] = ()

@@ -113,6 +113,8 @@ class Decision(TypedDict):
     eps2: dict[str, float]
     users: dict[str, int]
     projected: NotRequired[dict[str, int]]
+    #: the default configuration's mechanism (a stream run with ``--mechanism default``)
+    mechanism: NotRequired[str]
 
 
 PartitionMessage = Partial | Closure | Plan

@@ -136,7 +136,8 @@ def test_bad_input_goes_to_dead_letters_and_the_job_keeps_running(broker, tmp_pa
 
 
 def test_restart_after_sigkill_loses_nothing_and_changes_nothing(broker, tmp_path: Path):
-    cfg = config("restart", mechanism="pbd")
+    # the default configuration: its branch (pbu here) and its filter survive the SIGKILL
+    cfg = config("restart", mechanism="default")
     topics = setup_topics(broker.bootstrap, cfg)
     reqs = requirement_records(USERS, W, E)
     batches = [slot_reports(USERS, t, cfg.d) for t in range(30)]
@@ -151,15 +152,19 @@ def test_restart_after_sigkill_loses_nothing_and_changes_nothing(broker, tmp_pat
     expected = in_process(cfg, reqs, batches, 30 * cfg.slot_ms,
                           nonce=job_nonce(broker.bootstrap, topics))
     assert [next(iter(by_slot[s])) for s in range(30)] == expected
+    assert {orjson.loads(v)["mechanism"] for vs in by_slot.values() for v in vs} == {"pbu"}
+    assert all(orjson.loads(v)["estimate"]["method"] == "kalman_bank"
+               for vs in by_slot.values() for v in vs)
 
 
 def test_replay_command_into_the_job_equals_replay_in_process(broker, tmp_path: Path):
     import subprocess
     import sys
 
-    cfg = config("cli", mechanism="pbd", domain={"kind": "cells", "size": 2})
+    # no --mechanism, no --postprocess: the default configuration on both sides
+    cfg = config("cli", mechanism="default", domain={"kind": "cells", "size": 2})
     topics = setup_topics(broker.bootstrap, cfg)
-    common = ["--prefix", "cli", "--partitions", "2", "--stream", "s", "--mechanism", "pbd",
+    common = ["--prefix", "cli", "--partitions", "2", "--stream", "s",
               "--cells", "2", "--slot-ms", "1000", "--dataset", "sin", "--users", "300",
               "--slots", "15", "--seed", "3"]
     worker = start_worker(broker.bootstrap, cfg, tmp_path / "data", tmp_path / "worker.log")
@@ -179,3 +184,5 @@ def test_replay_command_into_the_job_equals_replay_in_process(broker, tmp_path: 
     expected = offline.stdout.decode().splitlines()
     assert len(expected) == 15
     assert [v.decode() for v in got] == expected, (tmp_path / "worker.log").read_text()[-3000:]
+    assert orjson.loads(got[0])["mechanism"] in ("pbu", "pbad") and "estimate" in orjson.loads(
+        got[0])

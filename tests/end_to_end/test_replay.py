@@ -436,7 +436,7 @@ def test_recorded_replay_into_the_job_registers_then_closes_the_last_slot(tmp_pa
     assert sorted(d["slot"] for d in docs) == list(range(REC_SLOTS))  # the last one included
     assert all(d["users"] == len(REC_USERS) for d in docs)
     done = in_process(recording, "--requirements", str(requirements), "--stream", "s",
-                      "--nonce", nonce)
+                      "--nonce", nonce, "--mechanism", cfg.mechanism)
     assert done.returncode == 0, done.stderr.decode()
     assert [v for _o, _k, v in released[0]] == done.stdout.splitlines()
 

@@ -258,14 +258,15 @@ def _cli(argv: list[str], parser: argparse.ArgumentParser | None = None) -> tupl
 
 
 def test_cli_prints_a_report_and_exits_by_the_bounds():
-    from streams.job.config import JobConfig
+    from mechanisms.defaults import choose
 
     status, out, err = _cli(["--trials", "400", "--mechanisms", "default,uniform", "--json"])
     report = orjson.loads(out)
     assert status == 0 and report["passed"] and report["trials"] == 400
     assert len(report["results"]) == 2 * len(MODES) * len(PAIRS)
+    # the job's default configuration runs the branch the audit's public population chooses
     assert {r["mechanism"] for r in report["results"] if r["setting"] == "default"} == {
-        JobConfig().mechanism}
+        choose(default_population(m).requirements(), 2).mechanism for m in MODES} == {"pbu"}
     assert len(err.strip().splitlines()) == len(report["results"])  # one progress line each
     status, out, _ = _cli(["--trials", "400", "--mechanisms", "pbd", "--plant",
                            "realised_users"])

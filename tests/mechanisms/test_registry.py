@@ -22,7 +22,7 @@ REQS = FixedRequirements.from_arrays([f"u{i}" for i in range(12)], [2, 3, 4] * 4
 def test_names_are_unique_and_tables_derive_from_the_registry():
     assert len(REGISTRY) == len({s.name for s in REGISTRY.values()})
     assert (*REGISTRY, "default") == KNOWN  # the evaluation runs the default configuration too
-    assert names(in_job=True) == JOB_MECHANISMS
+    assert ("default", *names(in_job=True)) == JOB_MECHANISMS  # the job's default first
     with pytest.raises(ValueError, match="unknown mechanism 'xyz'"):
         spec("xyz")
 

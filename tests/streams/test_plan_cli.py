@@ -5,6 +5,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import orjson
 import pytest
 
 from streams.cli.main import main
@@ -90,3 +91,26 @@ def test_console_script_runs():
         capture_output=True, text=True, check=True,
     )
     assert "--schedule" in out.stdout
+
+
+def test_the_default_says_what_it_chooses_and_why(tmp_path, capsys):
+    req = tmp_path / "r.csv"
+    # 3 users over 2 cells, w_min = 2 and E_min = 0.5: (3/2) / (sqrt(2) * 2 / 0.5) = 0.265 < 1
+    req.write_text("user,w,E\na,4,1.0\nb,2,3.0\nc,10,0.5\n")
+    assert main(["plan", "--mechanism", "default", "--requirements", str(req),
+                 "--schedule", "10"]) == 0
+    text = capsys.readouterr().out
+    assert text.splitlines()[0].startswith(
+        "default configuration: 3 users over 2 cells, per-slot signal-to-noise")
+    assert "= 0.2652 < 1: pbad with round" in text.splitlines()[0]
+    assert main(["plan", "--mechanism", "pbad", "--requirements", str(req),
+                 "--schedule", "10"]) == 0
+    assert capsys.readouterr().out == "\n".join(text.splitlines()[1:]) + "\n"
+    # one cell and 60 users at (1, 2.0): 60 / (sqrt(2) / 2) = 84.9 >= 1
+    req.write_text("user,w,E\n" + "".join(f"u{i},1,2.0\n" for i in range(60)))
+    assert main(["plan", "--mechanism", "default", "--requirements", str(req),
+                 "--schedule", "1", "--json", "--cells", "1"]) == 0
+    rec = orjson.loads(capsys.readouterr().out)
+    assert rec["default"] == {"mechanism": "pbu", "postprocess": "kalman_bank",
+                              "snr": pytest.approx(60 / (2 ** 0.5 / 2))}
+    assert rec["eps2"]["u0"] == 2.0 and rec["published"]

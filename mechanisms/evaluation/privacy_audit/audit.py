@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from mechanisms.defaults import DEFAULT, choose
 from mechanisms.evaluation.audit_names import AUDITED, MODES, PAIRS
 from mechanisms.evaluation.privacy_audit.distinguisher import distinguish
 from mechanisms.evaluation.privacy_audit.inputs import (
@@ -74,6 +75,17 @@ class PairResult:
                 **{k: list(v) for k, v in self.extra.items()}}
 
 
+def resolved(setting: Setting, population: Population) -> Setting:
+    """``setting`` with the default configuration (mechanism ``default``, post-processing
+    ``auto``) replaced by what it runs on ``population``'s public requirements."""
+    if setting.mechanism != DEFAULT:
+        return setting if setting.postprocess != "auto" else Setting(setting.label,
+                                                                     setting.mechanism)
+    choice = choose(population.requirements(), population.d)
+    post = choice.postprocess if setting.postprocess == "auto" else setting.postprocess
+    return Setting(setting.label, choice.mechanism, post)
+
+
 def settings_for(names: Sequence[str], default_mechanism: str,
                  default_postprocess: str = "none") -> list[Setting]:
     """The settings of ``names`` (mechanisms of :data:`AUDITED`, or ``default``: the job's
@@ -112,6 +124,7 @@ def audit_pair(
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
     start = time.perf_counter()
     population = population or default_population(mode)
+    setting = resolved(setting, population)
     neighbours = neighbour_pair(population, pair, neighbouring)
     if streams is None or streams.trials != trials:
         streams = TrialStreams(trials)

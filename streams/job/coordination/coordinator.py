@@ -65,9 +65,9 @@ class Coordinator:
         #: the last slot published (what an approximated slot repeats); None: none yet
         self.last_published: int | None = None
         self.cells = release_cells(config)
-        #: the post-processing of releases (None: none), fed every release in slot order
-        self.postprocessor = (None if config.postprocess == "none" else
-                              Postprocessor(config.postprocess, config.make_domain().size))
+        #: the post-processing of releases (None: none, or not chosen yet under the default),
+        #: fed every release in slot order
+        self.postprocessor: Postprocessor | None = None
         self.duplicates = 0
         self.next_slot: int | None = None
         #: the next offset of the ``slot-partials`` topic to take (the job's input position,
@@ -147,9 +147,10 @@ class Coordinator:
                 # known from earlier slots, the publish flag from the release
                 "stream": self.config.stream, "slot": slot, "published": release["published"],
                 "nullified": release["nullified"], "eps1": {}, "eps2": {}, "users": {}}
+            if "mechanism" not in decision and release.get("mechanism") != self.config.mechanism:
+                decision["mechanism"] = release.get("mechanism")  # the default's branch
             self.replay_slot(slot, decision, release)
-            if self.postprocessor is not None:  # the filter takes the slot as released
-                self.postprocess(dict(release))
+            self.postprocess(dict(release))  # the filter takes the slot as released
             if release["published"]:
                 self.last_published = slot
             self.released[slot], self.decisions[slot] = releases[slot], orjson.dumps(decision)
@@ -191,15 +192,16 @@ class Coordinator:
                                 users, cells=self.cells,
                                 noise_std=noise_std if published else None,
                                 approximates=None if published else self.last_published,
-                                thinned=thinned)
+                                thinned=thinned, mechanism=self.placement.mechanism_name)
         self.postprocess(record)
         return record
 
     def postprocess(self, record: dict) -> None:
         """Add the post-processed histogram to a release record (field ``estimate``) and
         advance the filter; it reads the record's released values and public fields only."""
-        if self.postprocessor is None:
+        if self.filter() is None:
             return
+        assert self.postprocessor is not None
         noise = record["noise"]
         record["estimate"] = {
             "method": self.postprocessor.method,
@@ -207,6 +209,15 @@ class Coordinator:
                                                  None if noise is None else noise["scale"],
                                                  record["users"]),
         }
+
+    def filter(self) -> Postprocessor | None:
+        """The post-processing, made once its method is known (under the default, from the
+        first slot's branch); ``None``: none."""
+        if self.postprocessor is None:
+            method = self.placement.postprocess_method()
+            if method not in (None, "none"):
+                self.postprocessor = Postprocessor(str(method), self.config.d)
+        return self.postprocessor
 
     def begin(self, start: int) -> Emitted:
         """Fix the stream's first slot; returns the start record to emit."""
@@ -293,8 +304,8 @@ class Coordinator:
         self.emitted_through = doc["emitted_through"]
         self.duplicates = int(doc["duplicates"])
         self.input_offset = doc.get("input_offset")
-        if self.postprocessor is not None and "postprocessor" in doc:
-            self.postprocessor.load(doc["postprocessor"])
+        if "postprocessor" in doc and (post := self.filter()) is not None:
+            post.load(doc["postprocessor"])
         if "last_published" in doc:
             self.last_published = doc["last_published"]
         else:  # a state saved before it was kept: the latest publication still recorded
@@ -358,7 +369,8 @@ def release_cells(config: JobConfig) -> list[str] | dict:
 def release_record(config: JobConfig, slot: int, published: bool, nullified: bool,
                    histogram: list, threshold: float, users: int, *,
                    cells: list[str] | dict | None = None, noise_std: np.ndarray | None = None,
-                   approximates: int | None = None, thinned: bool = False) -> dict:
+                   approximates: int | None = None, thinned: bool = False,
+                   mechanism: str | None = None) -> dict:
     """The record of one slot on the releases topic (``streams/records/schemas/releases.json``).
 
     Every field is the noisy histogram or a function of public inputs (the configuration, the
@@ -367,7 +379,9 @@ def release_record(config: JobConfig, slot: int, published: bool, nullified: boo
     ``noise_std``: per cell, the standard deviation of the noise added (published slots only);
     ``approximates``: the slot whose publication an unpublished slot repeats; ``thinned``: the
     publication sampled users away (``noise.thinned``: its bars would not hold the true count,
-    so clients give none; a function of the level budgets, sizes and threshold only).
+    so clients give none; a function of the level budgets, sizes and threshold only);
+    ``mechanism``: the one that released the slot, when not the configuration's (the default's
+    branch).
     """
     clock = config.clock
     noise = None
@@ -384,7 +398,7 @@ def release_record(config: JobConfig, slot: int, published: bool, nullified: boo
         "slot": slot,
         "start": clock.start(slot),
         "end": clock.end(slot),
-        "mechanism": config.mechanism,
+        "mechanism": mechanism or config.mechanism,
         "published": published,
         "nullified": nullified,
         "histogram": histogram,

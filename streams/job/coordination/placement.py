@@ -27,10 +27,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from mechanisms.defaults import BRANCHES, DEFAULT, DefaultChoice, choose_for_levels
 from mechanisms.ledgers.plan import SlotPlan
 from mechanisms.release.rule import release_rule
 from mechanisms.run.mechanism import Mechanism, PlannedLedger
-from mechanisms.run.named_levels import LevelEngine
+from mechanisms.run.named_levels import LevelEngine, parse_level_key
 from streams.job.config import JobConfig
 from streams.job.slot_protocol import (
     Closure,
@@ -61,6 +62,16 @@ class ReleasePlacement:
 
     def __init__(self, config: JobConfig) -> None:
         self.config = config
+
+    @property
+    def mechanism_name(self) -> str | None:
+        """The mechanism the releases come from (``None``: not chosen yet)."""
+        return self.config.mechanism
+
+    def postprocess_method(self) -> str | None:
+        """The post-processing of the releases (``None``: not chosen yet): ``--postprocess``,
+        or under ``auto`` none for a named mechanism."""
+        return "none" if self.config.postprocess == "auto" else self.config.postprocess
 
     def take_closure(self, p: int, message: Partial | Closure, known: int | None,
                      next_slot: int | None) -> None:
@@ -107,9 +118,10 @@ class ReleasePlacement:
 class CoordinatorLedgerRelease(ReleasePlacement):
     """The ledger per requirement level, here: partials in, :class:`LevelEngine` steps out."""
 
-    def __init__(self, config: JobConfig) -> None:
+    def __init__(self, config: JobConfig, mechanism: str | None = None) -> None:
         super().__init__(config)
-        self.engine = LevelEngine(config.mechanism, config.d, config.noise, config.sensitivity)
+        self.engine: LevelEngine | None = None if mechanism is None else LevelEngine(
+            mechanism, config.d, config.noise, config.sensitivity)
         self.pending: dict[int, dict] = {}
         self.users: dict[int, dict[int, dict[str, int]]] = {}
 
@@ -172,7 +184,7 @@ class CoordinatorLedgerRelease(ReleasePlacement):
     def release(self, slot: int, rng: np.random.Generator) -> SlotOutcome:
         part = self.pending.pop(slot, {"counts": {}, "accepted": 0})
         sizes = self.public_sizes(slot)
-        rel = self.engine.step(sizes, part["counts"], rng)
+        rel = self.level_engine(sizes).step(sizes, part["counts"], rng)
         decision: Decision = {
             "stream": self.config.stream,
             "slot": slot,
@@ -182,18 +194,25 @@ class CoordinatorLedgerRelease(ReleasePlacement):
             "eps2": rel.eps2,
             "users": sizes,
         }
+        if self.config.mechanism == DEFAULT:
+            decision["mechanism"] = str(self.mechanism_name)
         return SlotOutcome(rel.published, rel.nullified, rel.histogram, rel.threshold,
                            int(sum(sizes.values())), rel.noise_std, part["accepted"], decision)
+
+    def level_engine(self, sizes: dict[str, int]) -> LevelEngine:
+        """The ledger per level, releasing a slot whose public sizes are ``sizes``."""
+        assert self.engine is not None
+        return self.engine
 
     def replay(self, slot: int, decision: Decision, histogram: list) -> None:
         """Advance the level ledger through a slot already released."""
         self.pending.pop(slot, None)
-        self.engine.replay(decision["users"], bool(decision["published"]),
-                           np.asarray(histogram))
+        self.level_engine(decision["users"]).replay(
+            decision["users"], bool(decision["published"]), np.asarray(histogram))
 
     def state(self) -> dict:
         return {
-            "engine": self.engine.state(),
+            "engine": None if self.engine is None else self.engine.state(),
             "pending": {str(s): {"counts": {k: v.tolist() for k, v in b["counts"].items()},
                                  "accepted": b["accepted"]} for s, b in self.pending.items()},
             "users": {str(p): {str(c): u for c, u in by.items()} for p, by in self.users.items()},
@@ -202,13 +221,76 @@ class CoordinatorLedgerRelease(ReleasePlacement):
     def load(self, doc: dict) -> None:
         if doc.get("dynamic"):
             raise ValueError("the saved coordinator state is of a dynamic mechanism")
-        self.engine.load_state(doc["engine"])
+        if doc["engine"] is not None:
+            self.level_engine_named(doc["engine"]["name"]).load_state(doc["engine"])
         self.pending = {int(s): {"counts": {k: np.asarray(v, dtype=np.int64)
                                             for k, v in b["counts"].items()},
                                  "accepted": int(b["accepted"])}
                         for s, b in doc["pending"].items()}
         self.users = {int(p): {int(c): dict(u) for c, u in by.items()}
                       for p, by in doc["users"].items()}
+
+    def level_engine_named(self, name: str) -> LevelEngine:
+        """The engine a saved state of mechanism ``name`` is loaded into."""
+        if self.engine is None or self.engine.name != name:
+            raise ValueError(f"the saved coordinator state is of {name!r}, this job runs "
+                             f"{self.config.mechanism!r}")
+        return self.engine
+
+
+class DefaultLevelRelease(CoordinatorLedgerRelease):
+    """The default configuration (:mod:`mechanisms.defaults`) on the coordinator's ledger.
+
+    Its branch, a mechanism and its post-processing, is chosen once, when the stream's first
+    slot is released, from that slot's public sizes per level and the domain size: the
+    registered users of declared levels and the priors of default ones, what the first
+    decision publishes (docs/design.md, "The default configuration"). It never changes after,
+    and a coordinator rebuilt from the topics reads it back from the first slot it replays
+    (its decision's ``mechanism``, else the release's).
+    """
+
+    def __init__(self, config: JobConfig) -> None:
+        super().__init__(config)
+        self.choice: DefaultChoice | None = None
+
+    @property
+    def mechanism_name(self) -> str | None:
+        return None if self.choice is None else self.choice.mechanism
+
+    def postprocess_method(self) -> str | None:
+        if self.config.postprocess != "auto":
+            return self.config.postprocess
+        return None if self.choice is None else self.choice.postprocess
+
+    def take(self, choice: DefaultChoice) -> LevelEngine:
+        """Run ``choice`` from now on."""
+        self.choice = choice
+        self.engine = LevelEngine(choice.mechanism, self.config.d, self.config.noise,
+                                  self.config.sensitivity)
+        return self.engine
+
+    def level_engine(self, sizes: dict[str, int]) -> LevelEngine:
+        if self.engine is None:
+            levels = {parse_level_key(k): n for k, n in sizes.items()}
+            return self.take(choose_for_levels(levels, self.config.d))
+        return self.engine
+
+    def replay(self, slot: int, decision: Decision, histogram: list) -> None:
+        recorded = decision.get("mechanism")
+        if self.engine is None and recorded is not None:
+            if recorded not in BRANCHES:
+                raise ValueError(f"slot {slot} was released by {recorded!r}, which the default "
+                                 f"does not run")
+            self.take(recorded_choice(str(recorded)))
+        super().replay(slot, decision, histogram)
+
+    def level_engine_named(self, name: str) -> LevelEngine:
+        if self.engine is None:
+            if name not in BRANCHES:
+                raise ValueError(f"the saved coordinator state is of {name!r}, which the "
+                                 "default does not run")
+            self.take(recorded_choice(name))
+        return super().level_engine_named(name)
 
 
 class PartitionLedgerRelease(ReleasePlacement):
@@ -325,8 +407,15 @@ class PartitionLedgerRelease(ReleasePlacement):
                       for s, by in doc["plans"].items()}
 
 
+def recorded_choice(mechanism: str) -> DefaultChoice:
+    """The default's branch read back from a record or a saved state (its ratio not kept)."""
+    return DefaultChoice(mechanism, BRANCHES[mechanism], float("nan"))
+
+
 def release_placement(config: JobConfig) -> ReleasePlacement:
     """The coordinator's side of the placement ``config``'s mechanism needs."""
     if config.dynamic:
         return PartitionLedgerRelease(config)
-    return CoordinatorLedgerRelease(config)
+    if config.mechanism == DEFAULT:
+        return DefaultLevelRelease(config)
+    return CoordinatorLedgerRelease(config, config.mechanism)
