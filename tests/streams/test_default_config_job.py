@@ -71,8 +71,8 @@ def test_a_restored_or_rebuilt_coordinator_keeps_the_branch(skewed) -> None:
     assert rebuilt.recover(start, decided, releases) == SLOTS
     assert rebuilt.placement.mechanism_name == job.coordinator.placement.mechanism_name
     assert rebuilt.postprocessor.state() == job.coordinator.postprocessor.state()
-    if not skewed:  # (without the first decision its levels' first charge is not known)
-        assert rebuilt.placement.engine.state() == job.coordinator.placement.engine.state()
+    # without the first decision its levels are the next decision's: the same ledger
+    assert rebuilt.placement.engine.state() == job.coordinator.placement.engine.state()
 
 
 def _topics(job: InProcessJob) -> tuple[list[Record], list[Record], list[Record]]:
@@ -129,3 +129,20 @@ def test_pwevent_releases_shows_the_estimate_after_the_release() -> None:
     assert doc["noise"]["scale"][0] == pytest.approx(5.65, abs=0.01)  # bars of 1.96 * 5.65
     assert line.endswith(f"published     {cells}  | kalman_bank: "
                          + " ".join(map(str, doc["estimate"]["histogram"])))
+
+
+@pytest.mark.parametrize("mechanism", ["pbd", "pba", "default"])
+@pytest.mark.parametrize("lost", [[0], [0, 1, 5], [11]])
+def test_a_rebuild_without_lost_decisions_charges_every_level(mechanism, lost) -> None:
+    """A coordinator rebuilt from the topics after a broker lost some decisions (their releases
+    kept) takes each lost slot's levels from the next decision kept: its ledger is the one the
+    job had, so no window is under-charged (before, a lost first decision left every level
+    uncharged at that slot)."""
+    job = run(mechanism, "laplace", True)
+    releases = {orjson.loads(r)["slot"]: r for r in job.releases}
+    decided = {s: d for s, d in job.coordinator.decisions.items() if s not in lost}
+    rebuilt = InProcessJob(job.config).coordinator
+    start = {"nonce": job.coordinator.nonce, "start": job.coordinator.start}
+    assert rebuilt.recover(start, decided, releases) == SLOTS
+    # (the last decision lost has no later one: its levels are known from earlier slots)
+    assert rebuilt.placement.engine.state() == job.coordinator.placement.engine.state()

@@ -143,10 +143,13 @@ class Coordinator:
         while slot in releases:  # the releases analysts saw, without a gap
             release = orjson.loads(releases[slot])
             decision = orjson.loads(decisions[slot]) if slot in decisions else {
-                # its decision was lost with the broker's last writes: the ledger levels are
-                # known from earlier slots, the publish flag from the release
+                # its decision was lost with the broker's last writes: the publish flag is the
+                # release's, the levels those of the next decision kept (levels are only ever
+                # added, so every level charged at this slot is charged: a level that joined
+                # later is charged from here, never one left out)
                 "stream": self.config.stream, "slot": slot, "published": release["published"],
-                "nullified": release["nullified"], "eps1": {}, "eps2": {}, "users": {}}
+                "nullified": release["nullified"], "eps1": {}, "eps2": {},
+                "users": next_users(decisions, slot)}
             if "mechanism" not in decision and release.get("mechanism") != self.config.mechanism:
                 decision["mechanism"] = release.get("mechanism")  # the default's branch
             self.replay_slot(slot, decision, release)
@@ -334,6 +337,13 @@ class Coordinator:
         self.rejected = Counter({int(s): int(n) for s, n in doc["rejected"].items()})
         self.next_slot = doc["next_slot"]
         self.load_log(doc)
+
+
+def next_users(decisions: dict[int, bytes], slot: int) -> dict[str, int]:
+    """The users per level of the first decision after ``slot`` in ``decisions`` (``{}``:
+    none), standing in for a decision of ``slot`` that was lost."""
+    later = [s for s in decisions if s > slot]
+    return dict(orjson.loads(decisions[min(later)])["users"]) if later else {}
 
 
 def _edges(low: float, high: float, n: int) -> list[str]:
