@@ -155,7 +155,7 @@ def test_demo_help_tells_the_slots_it_replays(capsys: pytest.CaptureFixture[str]
         parser.parse_args(["demo", "--help"])
     text = " ".join(capsys.readouterr().out.split())
     assert f"slots to replay (default: {slots})" in text
-    assert slots == 30
+    assert slots == 240  # two windows of the demo requirements' w = 120
 
 
 def test_version_flag(capsys: pytest.CaptureFixture[str]) -> None:
