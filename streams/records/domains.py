@@ -255,6 +255,10 @@ class CategoryDomain(Domain):
     def map_values(self, values: Sequence[object]) -> tuple[np.ndarray, list[Rejection]]:
         """Unknown labels are ``out_of_domain``; non-strings ``bad_type``."""
         index: dict[str, int] = self._index  # type: ignore[attr-defined]
+        if set(map(type, values)) <= {str}:
+            found = list(map(index.get, values))
+            if None not in found:  # every value a known label: no rejection
+                return np.asarray(found, dtype=np.int64).reshape(len(values)), []
         cells = np.full(len(values), -1, dtype=np.int64)
         rejected: list[Rejection] = []
         for i, v in enumerate(values):

@@ -36,6 +36,8 @@ from faust.transport import consumer as faust_consumer
 from faust.transport.drivers import aiokafka as faust_aiokafka
 from faust.types import TP
 from faust.types.tuples import Message
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 from packaging.requirements import Requirement
 from packaging.version import Version
 
@@ -80,6 +82,7 @@ METHODS: list[tuple[type, str, bool, list[str] | str]] = [
     (Consumer, "_getmany", True, ["active_partitions", "timeout"]),  # overridden: a deadline
     (Consumer, "_add_gap", True, ["tp", "offset_from", "offset_to"]),
     (Consumer, "_to_message", False, ["tp", "record"]),
+    (Consumer, "_new_offset", False, ["tp"]),  # overridden: numpy, the same books
     (Consumer, "on_start", True, []),  # overridden
     (Consumer, "on_partitions_revoked", True, ["revoked"]),  # overridden
     (Consumer, "perform_seek", True, []),
@@ -94,7 +97,7 @@ METHODS: list[tuple[type, str, bool, list[str] | str]] = [
 
 #: Methods of :class:`streams.job.worker.ingest.BatchConsumer` that Faust calls: the same
 #: parameters.
-OVERRIDES = ("_drain_messages", "_getmany", "on_start", "on_partitions_revoked")
+OVERRIDES = ("_drain_messages", "_getmany", "on_start", "on_partitions_revoked", "_new_offset")
 
 
 @pytest.mark.parametrize(("owner", "name", "awaited", "params"), METHODS,
@@ -227,6 +230,7 @@ CONSUMER_ATTRIBUTES: dict[str, Callable[[Any, Any], bool]] = {
     "_unacked_messages": lambda v, tp: hasattr(v, "add") and hasattr(v, "discard"),
     "_buffered_partitions": lambda v, tp: isinstance(v, set),
     "_n_acked": lambda v, tp: isinstance(v, int),
+    "_gap": lambda v, tp: not v[tp] and callable(getattr(v[tp], "overlap", None)),
     "_commit_every": lambda v, tp: v == ingest.INGEST_SETTINGS["broker_commit_every"],
     "_waiting_for_ack": lambda v, tp: v is None,
     "_stopped": lambda v, tp: callable(getattr(v, "is_set", None)),
@@ -434,3 +438,31 @@ def test_pin_holds_the_installed_version_below_the_next_minor() -> None:
         broken("the installed version", f"is outside the pin {spec} in pyproject.toml")
     if ceiling in spec or not any(s.operator == "<" for s in spec):
         broken("the pin", f"{spec} in pyproject.toml does not stop below {ceiling}")
+
+
+@settings(max_examples=300, deadline=None)
+@given(acked=st.lists(st.integers(0, 40), max_size=40), committed=st.none() | st.integers(0, 40),
+       gap=st.none() | st.tuples(st.integers(0, 40), st.integers(1, 5)))
+@example(acked=[2], committed=0, gap=None)  # Faust takes a commit at 0 for none
+@example(acked=[7, 5, 6, 9, 10], committed=3, gap=None)  # a gap after the commit
+@example(acked=[4, 5, 5, 6], committed=3, gap=None)  # a repeat ends a run
+@example(acked=[2, 3], committed=None, gap=(4, 2))  # gaps: Faust's own code
+def test_new_offset_gives_what_faust_gives(acked, committed, gap) -> None:
+    """BatchConsumer._new_offset (numpy) leaves the offset and the books Faust's leaves."""
+    app = new_app("new-offset")
+    ours = app.consumer
+    if not isinstance(ours, ingest.BatchConsumer):
+        broken("app.consumer", f"is not the BatchConsumer: {ours!r}")
+    tp = TP("adapter.n", 0)
+    books = []
+    for new_offset in (ingest.BatchConsumer._new_offset, faust_aiokafka.Consumer._new_offset):
+        ours._acked[tp] = list(acked)
+        ours._acked_index[tp] = set(acked)
+        ours._committed_offset[tp] = committed
+        ours._gap[tp].clear()
+        if gap is not None:
+            ours._gap[tp].addi(gap[0], gap[0] + gap[1])
+        offset = new_offset(ours, tp)
+        books.append((offset, list(ours._acked[tp]), set(ours._acked_index[tp]),
+                      sorted(ours._gap[tp])))
+    assert books[0] == books[1]

@@ -223,7 +223,10 @@ class SourceMapping:
         taken, columns, opt, left = decoder.decode([rec[1] for rec in records])
         users = columns[0]
         kinds = set(map(type, users))
-        if kinds != {str} or not all(0 < len(u) <= _MAX_USER for u in users):
+        lengths = np.fromiter(map(len, users), dtype=np.int64, count=len(users)) \
+            if kinds == {str} else None
+        if lengths is None or (lengths.size and (int(lengths.min()) < 1
+                                                 or int(lengths.max()) > _MAX_USER)):
             fine = [type(u) is str and 0 < len(u) <= _MAX_USER for u in users]
             keep = [j for j, ok in enumerate(fine) if ok]
             left = sorted(left + [taken[j] for j, ok in enumerate(fine) if not ok])
@@ -340,17 +343,23 @@ class SourceMapping:
         out = np.full(n, -1, dtype=np.int64)
         bad: list[tuple[int, str]] = []
         unit = "ms" if self.time_field is None else self.time_unit  # record timestamps: ms
-        kinds = [type(t) for t in raw]
-        if unit == "iso":
+        all_strings = n > 0 and set(map(type, raw)) == {str}
+        kinds = [] if all_strings else [type(t) for t in raw]
+        if unit == "iso" or all_strings:
             numeric: list[int] = []
         else:
             numeric = [j for j, k in enumerate(kinds) if k is int or k is float]
         if len(numeric) < n:
-            strings = ([j for j, k in enumerate(kinds) if k is str]
-                       if unit in ("auto", "iso") else [])
+            if unit not in ("auto", "iso"):
+                strings: list[int] | range = []
+            elif all_strings:
+                strings = range(n)
+            else:
+                strings = [j for j, k in enumerate(kinds) if k is str]
             if strings:
-                ms, done = iso_times_ms([raw[j] for j in strings])
-                where = np.asarray(strings, dtype=np.int64)
+                ms, done = iso_times_ms(raw if all_strings else [raw[j] for j in strings])
+                where = np.arange(n, dtype=np.int64) if all_strings \
+                    else np.asarray(strings, dtype=np.int64)
                 out[where[done]] = ms[done]
                 for j in where[~done].tolist():
                     try:

@@ -67,6 +67,17 @@ COMMIT_LOOK_S = 0.25
 IN_FLIGHT = 4
 
 
+def _offsets(records: Sequence[Any], index: np.ndarray) -> np.ndarray:
+    """The source offsets of the records at positions ``index`` of one partition's batch
+    (offsets grow along a batch: when they have no gap, the first plus the position)."""
+    if not records:
+        return np.zeros(0, dtype=np.int64)
+    first = int(records[0][3])
+    if int(records[-1][3]) - first == len(records) - 1:
+        return index + first
+    return np.fromiter((r[3] for r in records), dtype=np.int64, count=len(records))[index]
+
+
 @dataclass(frozen=True)
 class SourceSettings:
     """The source side of a job: its topics, mapping and default requirements."""
@@ -180,11 +191,11 @@ class Rekeyer:
         self.counters["source_records"] += len(records)
         self.counters["source_rejected"] += len(dead)
         futures = await self.dead_letters.send(dead, wait=False)
-        batch = self._can_win(batch, ti, p, [records[j][3] for j in batch.index.tolist()])
+        batch = self._can_win(batch, ti, p, _offsets(records, batch.index))
         users = batch.users
         keys = [user.encode() for user in users]
         parts = key_partitions(keys, self.config.partitions).tolist() if keys else []
-        offsets = [records[j][3] for j in batch.index.tolist()]
+        offsets = _offsets(records, batch.index).tolist()
         out = list(zip(keys, report_values(users, batch.times.tolist(), batch.values, ti, p,
                                            offsets), strict=True))
         marks = self._progress((topic, p), batch.times)
@@ -226,7 +237,8 @@ class Rekeyer:
         queue = self.held.get((topic, p))
         return queue[0].first_offset if queue else None
 
-    def _can_win(self, batch: MappedBatch, ti: int, p: int, offsets: list[int]) -> MappedBatch:
+    def _can_win(self, batch: MappedBatch, ti: int, p: int, offsets: np.ndarray
+                 ) -> MappedBatch:
         """The mapped reports that can still win their (user, slot) (:mod:`.winners`; the
         others are ``source_superseded``); slots well behind the stage's sources are forgotten
         (a report for them from here would be late)."""

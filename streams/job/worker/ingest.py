@@ -64,8 +64,9 @@ else uses Faust's public API, or the public functions here (:func:`partition_con
 * on ``faust.transport.drivers.aiokafka.Consumer``: the ``_drain_messages(fetcher)`` hook that
   ``Fetcher`` awaits, ``_wait_next_records``, ``_to_message``, ``_add_gap``, the bookkeeping
   ``_read_offset``, ``_committed_offset``, ``_acked``, ``_acked_index``, ``_n_acked``,
-  ``_commit_every``, ``_unacked_messages``, ``_waiting_for_ack``, ``_buffered_partitions``, and
-  mode's ``Service._stopped`` on the consumer and the fetcher;
+  ``_commit_every``, ``_unacked_messages``, ``_waiting_for_ack``, ``_buffered_partitions``,
+  ``_gap``, ``_new_offset`` (which :class:`BatchConsumer` computes with numpy, the same value and
+  books), and mode's ``Service._stopped`` on the consumer and the fetcher;
 * the consumer's ``_thread`` and its aiokafka consumer ``_consumer``, whose ``_coordinator`` runs
   the group membership as ``_coordination_task`` (:meth:`BatchConsumer.check_coordination`);
 * the less private parts that the replacement fetch loop shares with Faust's: ``diag``,
@@ -90,6 +91,7 @@ import weakref
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Final
 
+import numpy as np
 from faust.events import Event
 from faust.streams import _current_event
 from faust.transport.consumer import CONSUMER_FETCHING
@@ -435,6 +437,25 @@ class BatchConsumer(faust_aiokafka.Consumer):
             return
         self._ack_range(tp, start, stop)
         self._ack_next[tp] = stop
+
+    def _new_offset(self, tp: TP) -> int | None:
+        """Faust's next offset to commit for ``tp``, the same value and the same books, with the
+        first run of consecutive acknowledged offsets found by numpy: Faust walks the offsets
+        one by one in Python, a few hundred nanoseconds each, and a batch acknowledges tens of
+        thousands at once. With gaps recorded (records Faust skipped) Faust's own code runs."""
+        acked = self._acked[tp]
+        if not acked or self._gap[tp]:
+            return super()._new_offset(tp)
+        acked.sort()
+        committed = self._committed_offset[tp]
+        if committed and acked[0] - committed > 1:
+            return None
+        steps = np.diff(np.asarray(acked, dtype=np.int64)) != 1
+        end = int(np.argmax(steps)) + 1 if bool(steps.any()) else len(acked)
+        run = acked[:end]
+        del acked[:end]
+        self._acked_index[tp].difference_update(run)
+        return run[-1] + 1
 
     def _ack_range(self, tp: TP, start: int, stop: int) -> None:
         """Acknowledge offsets ``start..stop-1`` (records and any gaps between them) at once."""
