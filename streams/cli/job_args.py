@@ -17,7 +17,7 @@ from streams.cli.options import (
     add_options,
     option,
 )
-from streams.job.config import POSTPROCESS, JobConfig
+from streams.job.config import JOB_MECHANISMS, POSTPROCESS, JobConfig
 from streams.releases.client import DEFAULT_CONFIDENCE
 
 
@@ -103,9 +103,18 @@ JOB_OPTIONS = (
 )
 
 
-def add_job(p: argparse.ArgumentParser) -> None:
-    """Flags every worker of one deployment must agree on (:data:`JOB_OPTIONS`)."""
-    add_options(p, JOB_OPTIONS)
+def add_job(p: argparse.ArgumentParser, local: tuple[str, ...] = ()) -> None:
+    """Flags every worker of one deployment must agree on (:data:`JOB_OPTIONS`); ``local``:
+    the local-DP protocols ``--mechanism`` also takes (the collector,
+    docs/ldp-reports.md)."""
+    if not local:
+        add_options(p, JOB_OPTIONS)
+        return
+    help = (MECHANISM.help.replace(" (default: %(default)s)", "") + "; "
+            + ", ".join(local) + " run the local-DP collector, which reads the devices' "
+            "randomised reports from <prefix>.ldp-reports (default: %(default)s)")
+    add_options(p, [o.but(choices=(*JOB_MECHANISMS, *local), help=help) if o is MECHANISM
+                    else o for o in JOB_OPTIONS])
 
 
 def job_config(args: argparse.Namespace) -> JobConfig:

@@ -18,10 +18,12 @@ import orjson
 
 from mechanisms.run.dynamic import DYNAMIC_MECHANISMS
 from streams.cli.job_args import add_broker, add_job, job_config, need_broker
+from streams.cli.ldp_worker import LDP_OPTIONS
 from streams.cli.options import RATE, USERS, add_options, option
 from streams.cli.replay_produce import Declarations, produce
 from streams.cli.replay_sender import ReplayInterrupted
 from streams.data.sources import SOURCES, Records, Source, make_source, read_requirement_file
+from streams.ldp_collector.kafka_job import KAFKA_PROTOCOLS
 
 #: The flags that choose what is replayed (``pwevent replay`` and ``pwevent demo``).
 SOURCE_OPTIONS = (
@@ -89,9 +91,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                     "code without Kafka and prints the releases as JSON lines.",
     )
     add_broker(p)
-    add_job(p)
+    add_job(p, local=KAFKA_PROTOCOLS)
     add_source(p)
     add_options(p, REPLAY_OPTIONS)
+    add_options(p, LDP_OPTIONS)
     # a replay is history, stamped from --origin-ms on, faster than real time (--in-process)
     p.set_defaults(func=run, event_time="history")
 
@@ -178,6 +181,10 @@ def run_in_process(args: argparse.Namespace, out: TextIO | None = None) -> int:
 
 def run(args: argparse.Namespace) -> int:
     """Execute ``pwevent replay``."""
+    if args.mechanism in KAFKA_PROTOCOLS:
+        from streams.cli import replay_ldp
+
+        return replay_ldp.run(args)
     try:
         if args.in_process:
             return run_in_process(args)

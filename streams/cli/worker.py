@@ -8,10 +8,13 @@ import math
 import sys
 from pathlib import Path
 
+from streams.cli import ldp_worker
 from streams.cli.job_args import add_broker, add_job, job_config, need_broker
+from streams.cli.ldp_worker import LDP_OPTIONS
 from streams.cli.options import add_options, option
 from streams.job.operations.observe import METRICS_HOST, METRICS_PORT
 from streams.job.source.options import SOURCE_OPTIONS
+from streams.ldp_collector.kafka_job import KAFKA_PROTOCOLS
 
 #: The flags of ``pwevent worker`` after those of the job.
 WORKER_OPTIONS = (
@@ -50,15 +53,18 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                        description="Run one worker: partition workers for its share of the "
                                    "reports partitions and, on one worker, the coordinator.")
     add_broker(p)
-    add_job(p)
+    add_job(p, local=KAFKA_PROTOCOLS)
     add_options(p, WORKER_OPTIONS)
     add_options(p, SOURCE_OPTIONS)
+    add_options(p, LDP_OPTIONS)
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     """Check the deployment (exit status 2 with a one-line error), then run until stopped
     (SIGTERM or Ctrl-C)."""
+    if args.mechanism in KAFKA_PROTOCOLS:
+        return ldp_worker.run(args)
     from streams.job.source.defaults import default_levels
     from streams.job.source.options import source_settings
     from streams.job.worker.data_dir import bind_data_dir

@@ -108,15 +108,28 @@ class LdpCollector:
             if len(chunk) < size:
                 return dead
 
-    def offer_batch(self, keys: list, values: list) -> list[DeadLetter]:
+    def offer_batch(self, keys: list, values: list,
+                    passed: np.ndarray | None = None) -> list[DeadLetter]:
         """:meth:`offer` each (key, value) of one batch (the watermark left alone): the same
         outcome as one by one, the dead letters in order. The records in the clients' own form
         are read and kept with numpy (:mod:`.reading`, :mod:`.keeping`), the others one by
-        one."""
+        one. ``passed[i]``, when given, is the first slot record i's partition has not passed:
+        a report for an earlier slot is ``late`` even while the slot is still open (the rule of
+        :mod:`.partitions`)."""
+        return [DeadLetter(reason, values[i])
+                for i, reason in self.refused_in_batch(keys, values, passed)]
+
+    def refused_in_batch(self, keys: list, values: list,
+                         passed: np.ndarray | None = None) -> list[tuple[int, str]]:
+        """:meth:`offer_batch`'s refusals as (position in the batch, reason), in order."""
         reports, refused = read_batch(self.stream, keys, values)
+        if passed is not None:
+            behind = reports.slot < np.asarray(passed, dtype=np.int64)[reports.index]
+            refused += [(i, "late") for i in reports.index[behind].tolist()]
+            reports = reports.take(np.flatnonzero(~behind))
         refused += self._keep_batch(reports)
         refused.sort()
-        return [DeadLetter(reason, values[i]) for i, reason in refused]
+        return refused
 
     def _keep_batch(self, reports: Reports) -> list[tuple[int, str]]:
         """Keep what :meth:`_keep` would of ``reports``, taken in order; the refused ones'

@@ -64,6 +64,16 @@ class Reason(StrEnum):
     TOO_DEEP = "too_deep"
     TOO_LARGE = "too_large"
     UNPROCESSABLE = "unprocessable"
+    # local-DP reports (streams/ldp_collector/checks.py)
+    MALFORMED = "malformed"
+    WRONG_KEY = "wrong_key"
+    WRONG_PROTOCOL = "wrong_protocol"
+    WRONG_DOMAIN = "wrong_domain"
+    WRONG_REQUIREMENT = "wrong_requirement"
+    WRONG_ORACLE = "wrong_oracle"
+    SCHEDULE = "schedule"
+    NOT_AFTER_LAST = "not_after_last"
+    OVER_BUDGET = "over_budget"
 
 
 USER: Final = OneOf(

@@ -1,0 +1,70 @@
+"""``pwevent worker --mechanism lbu|lsp|lpu|plbu``: the local-DP collector on Kafka
+(:mod:`streams.ldp_collector.kafka_job`)."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+
+from streams.cli.options import option
+from streams.ldp_collector.kafka_job import KAFKA_PROTOCOLS, LdpJobSettings
+
+#: The flags of the stream a local-DP collector reads: what its clients are configured with.
+LDP_OPTIONS = (
+    option("--ldp-start", "local DP: the stream's first slot, the start its clients are "
+           "configured with (required with --mechanism lbu, lsp, lpu or plbu)", type=int,
+           default=None, metavar="SLOT"),
+    option("--ldp-epsilon", "local DP, lbu, lsp and lpu: the stream's budget E over any "
+           "--ldp-window slots (default: %(default)s)", type=float, default=1.0, metavar="E"),
+    option("--ldp-window", "local DP, lbu, lsp and lpu: the stream's window w in slots "
+           "(default: %(default)s)", type=int, default=10, metavar="W"),
+    option("--lpu-key", "local DP, lpu: the public key of the users' groups (default: empty)",
+           default="", metavar="KEY"),
+    option("--lpu-rotate", "local DP, lpu: blocks of w slots per epoch of the groups, 0 for "
+           "groups kept for good (default: %(default)s)", type=int, default=0, metavar="N"),
+)
+
+
+def settings(args: argparse.Namespace, broker: str) -> LdpJobSettings:
+    """The collector's settings from parsed flags; ValueError with a clear message."""
+    if args.mechanism not in KAFKA_PROTOCOLS:
+        raise ValueError(f"--mechanism {args.mechanism} is not a local-DP protocol")
+    if args.ldp_start is None:
+        raise ValueError(f"--mechanism {args.mechanism} needs --ldp-start SLOT, the stream's "
+                         "first slot its clients are configured with (docs/app-developers.md)")
+    secret = args.secret or os.environ.get("PWEVENT_SECRET", "")
+    if not secret:
+        raise ValueError("the collector signs its watermark records: give --secret or "
+                         "$PWEVENT_SECRET, the same on every worker and for pwevent replay")
+    if args.domain:
+        raise ValueError("the local-DP collector takes --cells: its reports name cell indices")
+    plbu = args.mechanism == "plbu"
+    built = LdpJobSettings(
+        broker=broker, prefix=args.prefix, stream=args.stream, protocol=args.mechanism,
+        d=args.cells or 2, origin_ms=args.origin_ms, slot_ms=args.slot_ms, start=args.ldp_start,
+        E=None if plbu else args.ldp_epsilon, w=None if plbu else args.ldp_window,
+        secret=secret.encode(), lpu_key=args.lpu_key, lpu_rotate=args.lpu_rotate,
+        event_time=args.event_time, lateness_ms=args.lateness_ms, partitions=args.partitions)
+    if args.slot_ms < 1 or args.lateness_ms < 0:
+        raise ValueError("--slot-ms must be >= 1 and --lateness-ms >= 0")
+    built.collector()  # every parameter checked before the broker is asked anything
+    return built
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the collector until SIGTERM or Ctrl-C; 2 with a one-line error for a wrong flag."""
+    from streams.ldp_collector.kafka_job import run_job
+
+    try:
+        if not args.broker:
+            raise ValueError("pwevent worker needs --broker HOST:PORT or PWEVENT_BROKER")
+        job = settings(args, args.broker)
+    except ValueError as exc:
+        print(f"pwevent worker: error: {exc}", file=sys.stderr)
+        return 2
+    logging.basicConfig(level=args.loglevel.upper(),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("aiokafka").setLevel(logging.WARNING)
+    return run_job(job)

@@ -1,0 +1,169 @@
+"""``pwevent replay --mechanism lbu|lsp|lpu|plbu``: a dataset or recorded file replayed through
+one local-DP client per user (:class:`~streams.ldp_client.devices.Devices`) into
+``<prefix>.ldp-reports``, then the watermark records that close its last slot; with
+``--in-process``, through the collector in this process, printing its releases."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+from collections.abc import Iterator
+from typing import TextIO
+
+import orjson
+
+from streams.cli.replay import build_source
+from streams.data.sources import Source
+from streams.job.partitions.key_hashing import key_partitions
+from streams.job.partitions.watermarks import watermark_record
+from streams.ldp_client.devices import Devices
+from streams.ldp_collector.kafka_job import LdpJobSettings
+
+Slots = Iterator[tuple[int, list[tuple[bytes, bytes]]]]
+
+
+def settings(args: argparse.Namespace) -> LdpJobSettings:
+    """The stream's settings from the flags (the worker's, ``--ldp-start`` 0 by default: the
+    replay's first slot from ``--origin-ms``); ValueError for a wrong one."""
+    from streams.cli.ldp_worker import settings as worker_settings
+
+    if args.ldp_start is None:
+        args = argparse.Namespace(**{**vars(args), "ldp_start": 0})
+    return worker_settings(args, args.broker or "")
+
+
+def _requirements(source: Source, built: LdpJobSettings):  # type: ignore[no-untyped-def]
+    """A user's (w, E): the stream's for lbu/lsp/lpu, for plbu the user's own (the dataset's,
+    or --requirements)."""
+    if built.protocol != "plbu":
+        return lambda _user: (built.w, built.E)
+    table: dict[str, tuple[int, float]] = {}
+    if source.declared is not None:
+        for _slot, records in source.declared:
+            for _key, value in records:
+                doc = orjson.loads(value)
+                table[str(doc["user"])] = (int(doc["w"]), float(doc["E"]))
+    elif source.requirements is not None:
+        r = source.requirements
+        table = {u: (int(w), float(E)) for u, w, E in zip(r.users, r.w.tolist(), r.E.tolist(),
+                                                          strict=True)}
+    if not table:
+        raise ValueError("plbu users bring their own requirements: replay a dataset that has "
+                         "them, or give --requirements FILE")
+
+    def lookup(user: str) -> tuple[int, float]:
+        if user not in table:
+            raise ValueError(f"user {user!r} has no requirement in --requirements")
+        return table[user]
+
+    return lookup
+
+
+def device_reports(args: argparse.Namespace, built: LdpJobSettings,
+                   source: Source) -> tuple[Devices, Slots]:
+    """The devices and, slot by slot, their reports of the source's values."""
+    devices = Devices(built.protocol, built.d, built.start, _requirements(source, built),
+                      nonce=args.nonce, lpu_key=built.lpu_key, lpu_rotate=built.lpu_rotate)
+
+    def slots() -> Slots:
+        for slot, records in source.slot_batches(built.origin_ms, built.slot_ms):
+            if slot < built.start:
+                continue
+            values = []
+            for _key, line in records:
+                try:
+                    doc = orjson.loads(line)
+                except orjson.JSONDecodeError:
+                    doc = None
+                if isinstance(doc, dict) and doc.get("user") is not None:
+                    values.append((str(doc["user"]), doc.get("value")))
+                else:
+                    devices.counts["no_value"] += 1
+            yield slot, devices.reports(slot, values)
+
+    return devices, slots()
+
+
+def closing_marks(built: LdpJobSettings, last: int, partitions: int) -> list[tuple[None, bytes]]:
+    """The watermark records that close every slot up to ``last``, one per partition."""
+    end = built.origin_ms + (last + 1) * built.slot_ms
+    return [(None, watermark_record(end, built.secret, built.stream, p))
+            for p in range(partitions)]
+
+
+def run_in_process(args: argparse.Namespace, out: TextIO) -> int:
+    """The releases, as JSON lines, of the replay run through the collector in process."""
+    from streams.ldp_collector.stream_time import PartitionedCollector
+
+    built = settings(args)
+    stream = PartitionedCollector(built.collector(), args.partitions, built.secret, built.stream)
+    devices, slots = device_reports(args, built, build_source(args))
+    offsets = [0] * args.partitions
+    refused: list[str] = []
+    last = built.start - 1
+
+    def take(p: int, records: list) -> None:
+        refused.extend(r.reason for r in stream.take(
+            p, [(k, v, offsets[p] + i) for i, (k, v) in enumerate(records)]))
+        offsets[p] += len(records)
+
+    for slot, records in slots:
+        last = max(last, slot)
+        home = key_partitions([k for k, _v in records], args.partitions).tolist()
+        for p in range(args.partitions):
+            take(p, [r for r, h in zip(records, home, strict=True) if h == p])
+    for p, mark in enumerate(closing_marks(built, last, args.partitions)):
+        take(p, [mark])
+    released = stream.ready()
+    for _key, value in released:
+        out.write(value.decode() + "\n")
+    print(f"{len(released)} releases, {devices.counts['reports']} reports, {len(refused)} "
+          f"refused by the collector", file=sys.stderr)
+    return 0
+
+
+async def _produce(args: argparse.Namespace, built: LdpJobSettings) -> dict:
+    from streams.kafka.producer import RawProducer
+    from streams.kafka.topics import create_topics
+    from streams.ldp_collector.kafka_job import topic_specs
+
+    await create_topics(built.broker, topic_specs(built.prefix, args.partitions))
+    devices, slots = device_reports(args, built, build_source(args))
+    producer = RawProducer(built.broker, built.reports_topic, args.partitions)
+    await producer.start()
+    last, count = built.start - 1, 0
+    try:
+        for slot, records in slots:
+            last = max(last, slot)
+            await producer.send_many(records)
+            count += 1
+            if count % 10 == 0:
+                print(f"pwevent replay: slot {slot}: {devices.counts['reports']} reports sent",
+                      file=sys.stderr)
+        for p, mark in enumerate(closing_marks(built, last, args.partitions)):
+            await producer.send_many([mark], partition=p)
+    finally:
+        await producer.stop()
+    return {"topic": built.reports_topic, "slots": count, "last_slot": last,
+            **dict(sorted(devices.counts.items()))}
+
+
+def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
+    """``pwevent replay`` of a local-DP stream; 2 with a one-line error."""
+    out = out or sys.stdout
+    try:
+        if args.secret is None and not os.environ.get("PWEVENT_SECRET"):
+            raise ValueError("the closing watermark records are signed: give --secret or "
+                             "$PWEVENT_SECRET, the collector's")
+        if args.in_process:
+            return run_in_process(args, out)
+        if not args.broker:
+            raise ValueError("pwevent replay needs --broker HOST:PORT or PWEVENT_BROKER")
+        sent = asyncio.run(_produce(args, settings(args)))
+    except ValueError as exc:
+        print(f"pwevent replay: error: {exc}", file=sys.stderr)
+        return 2
+    out.write(orjson.dumps(sent).decode() + "\n")
+    return 0

@@ -1,0 +1,164 @@
+"""Event time on the collector's topic: which slots a partition has passed, when a slot closes,
+and the release records (docs/ldp-reports.md, "The collector on Kafka").
+
+Time moves only by the signed watermark records (:mod:`streams.job.partitions.watermarks`)
+written into each partition of ``<prefix>.ldp-reports``: by the live collector when a slot's
+end, plus the lateness, has passed on its clock, by ``pwevent replay`` after the last slot.
+A report's own timestamp moves nothing. So:
+
+- a report behind its partition's watermark for its slot is ``late``, whatever the other
+  partitions hold;
+- a slot closes once every partition's watermark has passed its end (the smallest of them).
+
+Both follow from each partition's records in offset order alone, never from the order in which
+a consumer interleaves the partitions: a replay of the topic, after a crash or by another
+instance, keeps and refuses the same reports and releases the same bytes.
+
+    stream = PartitionedCollector(collector, partitions=4, secret=b"...", stream="s")
+    refused = stream.take(partition, [(key, value, offset), ...])  # [(offset, reason, ...)]
+    for key, value in stream.ready():  # the release records of the slots that closed
+        ...
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import NamedTuple
+
+import numpy as np
+import orjson
+
+from streams.job.partitions.key_hashing import key_partitions
+from streams.job.partitions.watermarks import WATERMARK_PREFIX, watermark_of
+from streams.ldp_collector.collector import MAX_BATCH, LdpCollector
+from streams.records.field_parsing import RecordError
+
+#: The version of the release records' layout (:func:`release_record`).
+RELEASE_SCHEMA = "pwevent-ldp-release/1"
+#: A partition without a watermark yet has passed no slot.
+NO_MARK = -(1 << 62)
+
+
+class Refused(NamedTuple):
+    """A record the collector did not count: its offset, why and a detail for people."""
+
+    offset: int
+    reason: str
+    detail: str
+
+
+class PartitionedCollector:
+    """An :class:`LdpCollector` fed the partitions of its topic one batch at a time, with the
+    rule of this module: per-partition watermarks, slots closed at the smallest."""
+
+    def __init__(self, collector: LdpCollector, partitions: int, secret: bytes,
+                 stream: str) -> None:
+        """Collect the ``partitions`` of one topic into ``collector``; watermark records must
+        carry ``secret``'s signature for ``stream``."""
+        if partitions < 1:
+            raise ValueError(f"partitions must be >= 1, got {partitions}")
+        self.collector = collector
+        self.partitions, self.secret, self.stream = partitions, secret, stream
+        #: per partition, the largest watermark its records carried (NO_MARK: none)
+        self.marks = np.full(partitions, NO_MARK, dtype=np.int64)
+
+    def passed(self, partition: int) -> int:
+        """The first slot ``partition`` has not passed."""
+        mark = int(self.marks[partition])
+        return self.collector.clock.last_closed(mark) + 1 if mark != NO_MARK else -1
+
+    def holding(self) -> tuple[int, int]:
+        """The partition holding the stream back (the smallest watermark) and that watermark
+        (NO_MARK when it has none)."""
+        p = int(np.argmin(self.marks))
+        return p, int(self.marks[p])
+
+    def take(self, partition: int,
+             records: Sequence[tuple[bytes | None, bytes | None, int]]) -> list[Refused]:
+        """Read ``records`` of ``partition`` ((key, value, offset), in offset order, following
+        the ones taken before): the refused ones, in order. Watermark records move the
+        partition's watermark; one whose signature does not verify is refused
+        (``unauthenticated_control``), as is a report on another partition than its key's
+        (``wrong_partition``: one user's reports must meet in one partition, in order)."""
+        if not 0 <= partition < self.partitions:
+            raise ValueError(f"partition {partition} is not in [0, {self.partitions})")
+        refused: list[Refused] = []
+        for start in range(0, len(records), MAX_BATCH):
+            refused += self._take_chunk(partition, records[start:start + MAX_BATCH])
+        return refused
+
+    def _take_chunk(self, partition: int,
+                    records: Sequence[tuple[bytes | None, bytes | None, int]]) -> list[Refused]:
+        refused: list[Refused] = []
+        keys = [r[0] for r in records]
+        values = [r[1] for r in records]
+        offsets = [r[2] for r in records]
+        n = len(records)
+        controls = [i for i, (k, v) in enumerate(zip(keys, values, strict=True))
+                    if k is None and isinstance(v, bytes) and v.startswith(WATERMARK_PREFIX)]
+        passed = np.full(n, self.passed(partition), dtype=np.int64)
+        is_report = np.ones(n, dtype=bool)
+        for i in controls:
+            try:
+                mark = watermark_of((None, values[i], partition), self.secret, self.stream)
+            except RecordError as exc:
+                is_report[i] = False
+                refused.append(Refused(offsets[i], "unauthenticated_control", exc.detail))
+                continue
+            if mark is None:
+                continue  # not a control record after all: a report, refused as malformed
+            is_report[i] = False
+            if mark > self.marks[partition]:
+                self.marks[partition] = mark
+                passed[i + 1:] = self.passed(partition)
+        keyed = np.flatnonzero(is_report & np.array([type(k) is bytes for k in keys], dtype=bool))
+        if keyed.size:
+            home = key_partitions([keys[i] for i in keyed.tolist()], self.partitions)
+            for i in keyed[home != partition].tolist():
+                is_report[i] = False
+                refused.append(Refused(offsets[i], "wrong_partition",
+                                       f"the key's partition is not {partition}"))
+        rows = np.flatnonzero(is_report).tolist()
+        for i, reason in self.collector.refused_in_batch(
+                [keys[i] for i in rows], [values[i] for i in rows], passed[rows]):
+            refused.append(Refused(offsets[rows[i]], reason, REASON_DETAILS[reason]))
+        refused.sort()
+        return refused
+
+    def ready(self) -> list[tuple[bytes, bytes]]:
+        """Close every slot whose end every partition's watermark has passed: their release
+        records (key, value), in slot order."""
+        low = int(self.marks.min())
+        if low == NO_MARK:
+            return []
+        collector = self.collector
+        return [release_record(self.stream, collector.clock.origin, collector.clock.length,
+                               release) for release in collector.close_until(low)]
+
+
+#: What each refusal of the collector means, for a dead letter's detail.
+REASON_DETAILS = {
+    "malformed": "not a report in the format of docs/ldp-reports.md",
+    "wrong_key": "the key is not the report's user id",
+    "wrong_protocol": "another protocol than the stream's",
+    "wrong_domain": "another number of cells than the stream's",
+    "wrong_requirement": "another E or w than the stream's",
+    "wrong_oracle": "another oracle than the protocol uses",
+    "schedule": "a slot the protocol does not have this user report at",
+    "late": "its slot was passed on its partition",
+    "duplicate_in_slot": "the user has a report kept for this slot",
+    "not_after_last": "before the user's last kept report",
+    "over_budget": "the user's window would spend over its budget",
+}
+
+
+def release_record(stream: str, origin_ms: int, slot_ms: int,
+                   release: dict) -> tuple[bytes, bytes]:
+    """The record of one slot's release on ``<prefix>.ldp-releases``: key ``<stream>/<slot>``,
+    value ``{"schema", "stream", "slot", "start", "end", "protocol", "reporters", "counts",
+    "std"}`` (the collector's release with the slot's span in epoch ms)."""
+    slot = int(release["slot"])
+    start = origin_ms + slot * slot_ms
+    doc = {"schema": RELEASE_SCHEMA, "stream": stream, "slot": slot, "start": start,
+           "end": start + slot_ms, **{k: v for k, v in release.items() if k != "slot"}}
+    return f"{stream}/{slot}".encode(), orjson.dumps(doc)
