@@ -7,8 +7,9 @@ client's ledger holds. The audit replays every user's reports, in the order of t
 (one user's reports share a partition: they are keyed by the user), through the clients' own
 ledger rule (:class:`mechanisms.local.ClientLedger`); a report that rule refuses is a violation,
 and so is a record no client writes (``malformed``) or one keyed by another user than its own
-(``wrong_key``). A user whose ``E`` or ``w`` changed is checked as its client is: its history
-under the new requirement.
+(``wrong_key``). The collector's watermark records (keyless ``{"watermark", "mac"}``, which
+only move time and carry nothing of a user) are counted apart. A user whose ``E`` or ``w``
+changed is checked as its client is: its history under the new requirement.
 """
 
 from __future__ import annotations
@@ -16,7 +17,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+import orjson
+
 from mechanisms.local import ClientLedger, LedgerRefusal, parse_report
+from streams.job.partitions.watermarks import WATERMARK_PREFIX
 
 
 @dataclass(frozen=True)
@@ -43,6 +47,7 @@ class SpendReport:
     share of E any window of any user spent, and the violations in the order read."""
 
     reports: int = 0
+    watermarks: int = 0
     users: int = 0
     protocols: dict[str, int] = field(default_factory=dict)
     largest_share: float = 0.0
@@ -50,7 +55,8 @@ class SpendReport:
 
     def as_dict(self) -> dict:
         """A JSON-able record (``pwevent audit --ldp --json``)."""
-        return {"reports": self.reports, "users": self.users, "protocols": self.protocols,
+        return {"reports": self.reports, "watermarks": self.watermarks, "users": self.users,
+                "protocols": self.protocols,
                 "largest_window_share_of_E": self.largest_share,
                 "violations": [v.as_dict() for v in self.violations]}
 
@@ -61,6 +67,9 @@ def audit_spend(records: Iterable[tuple[int, int, bytes | None, bytes | None]]) 
     report = SpendReport()
     ledgers: dict[str, ClientLedger] = {}
     for partition, offset, key, value in records:
+        if key is None and is_watermark(value):
+            report.watermarks += 1
+            continue
         report.reports += 1
 
         def refuse(reason: str, detail: str, user: str | None = None,
@@ -96,12 +105,25 @@ def audit_spend(records: Iterable[tuple[int, int, bytes | None, bytes | None]]) 
     return report
 
 
+def is_watermark(value: bytes | None) -> bool:
+    """Whether ``value`` has the shape of the collector's watermark record (its signature is
+    the collector's to check: it needs the deployment secret)."""
+    if value is None or not value.startswith(WATERMARK_PREFIX):
+        return False
+    try:
+        doc = orjson.loads(value)
+    except orjson.JSONDecodeError:
+        return False
+    return isinstance(doc, dict) and set(doc) == {"watermark", "mac"} and \
+        type(doc["watermark"]) is int and type(doc["mac"]) is str
+
+
 def summary(report: SpendReport, topic: str) -> str:
     """The human summary: what was read, then one line per violation."""
     lines = [f"audit of the local-DP reports on {topic}",
              f"reports: {report.reports} from {report.users} users ("
              + (", ".join(f"{p} {n}" for p, n in sorted(report.protocols.items())) or "none")
-             + ")",
+             + f"), {report.watermarks} watermark records",
              f"largest window spend: {report.largest_share:.6g} of E",
              f"violations: {len(report.violations)}"]
     lines += [f"partition {v.partition} offset {v.offset}: {v.reason}: "

@@ -32,11 +32,14 @@ import numpy as np
 import orjson
 
 from mechanisms.run.dynamic import DYNAMIC_MECHANISMS
+from streams.cli.ldp_worker import LDP_OPTIONS
 from streams.cli.options import MECHANISM, PARTITIONS, RATE, SLOT_MS, add_options, option
 from streams.cli.replay import add_source, build_source
 from streams.cli.replay_produce import produce
 from streams.data.sources import Source
+from streams.job.config import JOB_MECHANISMS
 from streams.kafka.topics import Topics
+from streams.ldp_collector.kafka_job import KAFKA_PROTOCOLS
 from streams.releases.dashboard import DEFAULT_PORT
 
 
@@ -52,8 +55,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         option("--apache-kafka", "start a local Apache Kafka (one KRaft node, from the jars "
                "./setup.sh test fetches) instead of the embedded broker, and stop it at the end",
                action="store_true"),
-        MECHANISM.but(help="the job's mechanism; dpbd and dpba register dynamic requirements "
-                           "(default: %(default)s)"),
+        MECHANISM.but(help="the job's mechanism; dpbd and dpba register dynamic requirements; "
+                           "lbu, lsp, lpu and plbu run the local-DP collector, each device "
+                           "randomising its own reports (default: %(default)s)",
+                      choices=(*JOB_MECHANISMS, *KAFKA_PROTOCOLS)),
         PARTITIONS.but(default=2),
         SLOT_MS.but(default=1000),
         RATE,
@@ -70,6 +75,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                metavar="S"),
     ))
     add_source(p)
+    add_options(p, LDP_OPTIONS)
     # two windows of the requirements' target w (120): a privacy window is a promise about a
     # long stream, and a run inside its first window shows only its start (docs/results.md,
     # "The default configuration")
@@ -198,6 +204,10 @@ def _stop_worker_with(worker: subprocess.Popen, broker: Any, timeout: float = 20
 
 def run(args: argparse.Namespace) -> int:  # noqa: C901 - one orchestration, step by step
     """Execute ``pwevent demo``."""
+    if args.mechanism in KAFKA_PROTOCOLS:
+        from streams.cli import demo_ldp
+
+        return demo_ldp.run(args)
     from local_kafka.embedded import BrokerError, EmbeddedBroker, broker_binary, free_port
     from streams.kafka.offsets import wait_consumed
     from streams.kafka.settings import current

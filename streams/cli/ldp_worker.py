@@ -34,11 +34,11 @@ def settings(args: argparse.Namespace, broker: str) -> LdpJobSettings:
     if args.ldp_start is None:
         raise ValueError(f"--mechanism {args.mechanism} needs --ldp-start SLOT, the stream's "
                          "first slot its clients are configured with (docs/app-developers.md)")
-    secret = args.secret or os.environ.get("PWEVENT_SECRET", "")
+    secret = getattr(args, "secret", None) or os.environ.get("PWEVENT_SECRET", "")
     if not secret:
         raise ValueError("the collector signs its watermark records: give --secret or "
                          "$PWEVENT_SECRET, the same on every worker and for pwevent replay")
-    if args.domain:
+    if getattr(args, "domain", None):
         raise ValueError("the local-DP collector takes --cells: its reports name cell indices")
     plbu = args.mechanism == "plbu"
     built = LdpJobSettings(
@@ -46,8 +46,9 @@ def settings(args: argparse.Namespace, broker: str) -> LdpJobSettings:
         d=args.cells or 2, origin_ms=args.origin_ms, slot_ms=args.slot_ms, start=args.ldp_start,
         E=None if plbu else args.ldp_epsilon, w=None if plbu else args.ldp_window,
         secret=secret.encode(), lpu_key=args.lpu_key, lpu_rotate=args.lpu_rotate,
-        event_time=args.event_time, lateness_ms=args.lateness_ms, partitions=args.partitions)
-    if args.slot_ms < 1 or args.lateness_ms < 0:
+        event_time=getattr(args, "event_time", "history"),
+        lateness_ms=getattr(args, "lateness_ms", 0), partitions=args.partitions)
+    if args.slot_ms < 1 or built.lateness_ms < 0:
         raise ValueError("--slot-ms must be >= 1 and --lateness-ms >= 0")
     built.collector()  # every parameter checked before the broker is asked anything
     return built

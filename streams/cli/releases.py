@@ -37,6 +37,10 @@ nullified, approximates, cells, histogram, confidence, lower, upper (null when n
 or when the publication sampled users away: noise.thinned), noise, threshold, users and
 schema_version.
 
+--ldp reads the local-DP collector's releases instead (<prefix>.ldp-releases): per cell the
+estimated count with normal error bars, count ± z·std, from the standard deviation the release
+carries; --json adds confidence, lower and upper to each record.
+
 Exit status: 0 done (or interrupted while following), 2 a usage or broker error."""
 
 
@@ -49,6 +53,9 @@ RELEASES_OPTIONS = (
            action=argparse.BooleanOptionalAction, default=False),
     confidence_option("the error bars"),
     option("--json", "one JSON object per line (default: a table)", action="store_true"),
+    option("--ldp", "read the local-DP collector's releases (<prefix>.ldp-releases): per "
+           "cell the estimated count with normal error bars from its standard deviation",
+           action="store_true"),
     option("--timeout", "seconds allowed to connect and, without --follow, for reading to "
            "make progress (default: 30)", type=float, default=30.0, metavar="S"),
 )
@@ -115,6 +122,8 @@ def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
         print("pwevent releases: error: --confidence must be in (0, 1)", file=sys.stderr)
         return 2
     logging.getLogger("aiokafka").addHandler(logging.NullHandler())
+    if args.ldp:
+        return run_ldp(args, broker, out)
     topics = Topics(prefix=args.prefix)
     with_stream = args.stream is None
 
@@ -145,4 +154,42 @@ def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
             with open(os.devnull, "w") as devnull:
                 os.dup2(devnull.fileno(), sys.stdout.fileno())
             return 0
+    return 0
+
+
+def run_ldp(args: argparse.Namespace, broker: str, out: TextIO) -> int:
+    """``pwevent releases --ldp``: the collector's releases on the topic, as a table or JSON."""
+    import asyncio
+
+    from streams.kafka.offsets import read_topic
+    from streams.releases.ldp import decode_ldp_releases
+
+    if args.follow:
+        print("pwevent releases: error: --ldp reads what is on the topic; --follow is not "
+              "offered for it", file=sys.stderr)
+        return 2
+    try:
+        records = asyncio.run(read_topic(broker, f"{args.prefix}.ldp-releases",
+                                         limit=args.timeout))
+    except Exception as exc:  # noqa: BLE001 - any failure to read is one line, status 2
+        print(f"pwevent releases: error: reading {args.prefix}.ldp-releases: {exc}",
+              file=sys.stderr)
+        return 2
+    docs = decode_ldp_releases(records, stream=args.stream, from_slot=args.from_slot,
+                               confidence=args.confidence)
+    with_stream = args.stream is None
+    if not args.json:
+        out.write(_columns("stream" if with_stream else None, "slot", "start (UTC)",
+                           "reporters", f"counts (±{args.confidence * 100:g}%)") + "\n")
+    for doc in docs:
+        if args.json:
+            out.write(orjson.dumps(doc).decode() + "\n")
+            continue
+        if doc["upper"] is None:
+            cells = [f"{j}: {c:.1f}" for j, c in enumerate(doc["counts"])]
+        else:
+            cells = [f"{j}: {c:.1f}±{u - c:.1f}"
+                     for j, (c, u) in enumerate(zip(doc["counts"], doc["upper"], strict=True))]
+        out.write(_columns(doc["stream"] if with_stream else None, str(doc["slot"]),
+                           _time(doc["start"]), str(doc["reporters"]), "  ".join(cells)) + "\n")
     return 0

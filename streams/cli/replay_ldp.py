@@ -26,11 +26,14 @@ Slots = Iterator[tuple[int, list[tuple[bytes, bytes]]]]
 
 def settings(args: argparse.Namespace) -> LdpJobSettings:
     """The stream's settings from the flags (the worker's, ``--ldp-start`` 0 by default: the
-    replay's first slot from ``--origin-ms``); ValueError for a wrong one."""
+    replay's first slot from ``--origin-ms``; ``--cells`` by default the dataset's domain);
+    ValueError for a wrong one."""
     from streams.cli.ldp_worker import settings as worker_settings
 
-    if args.ldp_start is None:
-        args = argparse.Namespace(**{**vars(args), "ldp_start": 0})
+    given = vars(args)
+    args = argparse.Namespace(**{
+        **given, "ldp_start": 0 if args.ldp_start is None else args.ldp_start,
+        "cells": given.get("cells") or build_source(args).d, "domain": given.get("domain")})
     return worker_settings(args, args.broker or "")
 
 
@@ -124,7 +127,9 @@ def run_in_process(args: argparse.Namespace, out: TextIO) -> int:
     return 0
 
 
-async def _produce(args: argparse.Namespace, built: LdpJobSettings) -> dict:
+async def produce(args: argparse.Namespace, built: LdpJobSettings,
+                  show: bool = True) -> tuple[dict, Devices]:
+    """Send the replay's reports, then its closing watermarks: a summary, and the devices."""
     from streams.kafka.producer import RawProducer
     from streams.kafka.topics import create_topics
     from streams.ldp_collector.kafka_job import topic_specs
@@ -139,7 +144,7 @@ async def _produce(args: argparse.Namespace, built: LdpJobSettings) -> dict:
             last = max(last, slot)
             await producer.send_many(records)
             count += 1
-            if count % 10 == 0:
+            if show and count % 10 == 0:
                 print(f"pwevent replay: slot {slot}: {devices.counts['reports']} reports sent",
                       file=sys.stderr)
         for p, mark in enumerate(closing_marks(built, last, args.partitions)):
@@ -147,7 +152,7 @@ async def _produce(args: argparse.Namespace, built: LdpJobSettings) -> dict:
     finally:
         await producer.stop()
     return {"topic": built.reports_topic, "slots": count, "last_slot": last,
-            **dict(sorted(devices.counts.items()))}
+            **dict(sorted(devices.counts.items()))}, devices
 
 
 def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
@@ -161,7 +166,7 @@ def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
             return run_in_process(args, out)
         if not args.broker:
             raise ValueError("pwevent replay needs --broker HOST:PORT or PWEVENT_BROKER")
-        sent = asyncio.run(_produce(args, settings(args)))
+        sent, _devices = asyncio.run(produce(args, settings(args)))
     except ValueError as exc:
         print(f"pwevent replay: error: {exc}", file=sys.stderr)
         return 2

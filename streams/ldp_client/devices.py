@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Iterable
 
+import numpy as np
+
 from mechanisms.local import CounterWords, LedgerRefusal, ReportConfig
 from streams.ldp_client.client import LdpClient, SystemWords
 
@@ -32,6 +34,8 @@ class Devices:
         #: ``reports``, ``not_due`` (the protocol has the user not report there), ``no_value``
         #: (a value outside the cells), ``refused`` (the client's ledger refused)
         self.counts: Counter[str] = Counter()
+        #: per slot, the true cells of the users who reported there (for scoring a replay)
+        self.truth: dict[int, np.ndarray] = {}
 
     def _client(self, user: str) -> LdpClient:
         client = self.clients.get(user)
@@ -66,4 +70,5 @@ class Devices:
             if data is not None:
                 self.counts["reports"] += 1
                 out.append((user.encode("utf-8"), data))
+                self.truth.setdefault(slot, np.zeros(self.d, dtype=np.int64))[value] += 1
         return out

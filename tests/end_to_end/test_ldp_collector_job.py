@@ -135,9 +135,15 @@ def test_history_with_a_held_back_partition_and_a_sigkill(broker, tmp_path: Path
     docs = [orjson.loads(v) for v in expected.values()]
     assert [d["reporters"] for d in sorted(docs, key=lambda d: d["slot"])] == [USERS] * SLOTS
     dead = _read(bootstrap, f"{prefix}.dead-letters", 1)[0]
-    reasons = [decode_dead_letter(v)["reason"] for _k, v, _o in dead]
-    assert "late" not in reasons
-    assert set(reasons) == set(refused)
+    letters = [decode_dead_letter(v) for _k, v, _o in dead]
+    assert "late" not in [d["reason"] for d in letters]
+    assert {d["reason"] for d in letters} == set(refused)
+    # the collector's topics hold nothing a client did not write: each dead letter is a
+    # record of the reports topic, at its partition and offset, byte for byte
+    written = {(p, o): (k, v) for p, records in enumerate(_read(bootstrap, topic, PARTITIONS))
+               for k, v, o in records}
+    assert all(written[(d["partition"], d["offset"])] == (d["key"], d["value"])
+               for d in letters)
 
 
 def test_live_the_workers_watermarks_close_each_slot(broker, tmp_path: Path) -> None:
@@ -205,3 +211,25 @@ def test_a_replay_through_clients_equals_its_in_process_run(broker, tmp_path: Pa
             stop_worker(proc)
     assert [orjson.loads(releases[f"s/{d['slot']}".encode()][0]) for d in expected] == expected
     assert all(len(set(v)) == 1 for v in releases.values())
+    audit = _cli("audit", "--ldp", "--broker", bootstrap, "--prefix", prefix)
+    assert audit.returncode == 0, audit.stdout + audit.stderr
+    shown = _cli("releases", "--ldp", "--json", "--broker", bootstrap, "--prefix", prefix,
+                 "--stream", "s")
+    assert shown.returncode == 0, shown.stderr
+    docs = [orjson.loads(line) for line in shown.stdout.splitlines()]
+    assert [{k: d[k] for k in expected[0]} for d in docs] == expected  # once per slot
+    for d in docs:
+        assert (d["upper"] is None) == (d["std"] is None)
+        if d["std"] is not None:
+            assert all(abs(u - c - 1.959964 * s) < 1e-4 * s for c, u, s in zip(
+                d["counts"], d["upper"], d["std"], strict=True))
+
+
+def test_the_demo_of_a_local_dp_stream() -> None:
+    done = _cli("demo", "--mechanism", "plbu", "--users", "300", "--slots", "12",
+                "--json-summary")
+    assert done.returncode == 0, done.stderr[-3000:]
+    summary = orjson.loads(done.stdout.splitlines()[-1])
+    assert summary["slots_released"] == summary["slots_expected"] == 12
+    assert summary["reports_sent"] == 300 * 12 and summary["reports_rejected"] == 0
+    assert 0.85 <= summary["coverage_95"] <= 1.0
