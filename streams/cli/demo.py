@@ -132,7 +132,7 @@ def _create_topics(bootstrap: str, topics: Topics) -> str | None:
     return None
 
 
-def _log_excerpt(path: Path, limit: int = 4000) -> str:
+def log_excerpt(path: Path, limit: int = 4000) -> str:
     """The worker log from its first error on (or its end), for a failure message."""
     text = path.read_text(errors="replace")
     at = min((i for i in (text.find("Traceback"), text.find("[ERROR]")) if i >= 0), default=-1)
@@ -338,7 +338,7 @@ def run(args: argparse.Namespace) -> int:  # noqa: C901 - one orchestration, ste
                                          max(1.0, deadline - time.monotonic()),
                                          alive=lambda: worker.poll() is None)):
             print("pwevent demo: error: the worker did not register the users in time; see "
-                  "its log:\n" + _log_excerpt(workdir / "worker.log"), file=sys.stderr)
+                  "its log:\n" + log_excerpt(workdir / "worker.log"), file=sys.stderr)
             return 1
         # the replay signs the watermark that closes the last slot of the demo's stream
         args.secret, args.stream = secret, stream
@@ -367,7 +367,7 @@ def run(args: argparse.Namespace) -> int:  # noqa: C901 - one orchestration, ste
                            None if dead is None else len(dead))
         if worker.poll() is not None and len(releases) < source.slots:
             print("pwevent demo: the worker stopped early; its log:\n"
-                  + _log_excerpt(workdir / "worker.log"), file=sys.stderr)
+                  + log_excerpt(workdir / "worker.log"), file=sys.stderr)
         if url is not None:
             _print_summary(args, summary)
             if not interrupted:

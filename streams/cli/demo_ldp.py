@@ -44,7 +44,7 @@ def score(releases: dict[int, dict], devices: Devices) -> dict:
 def run(args: argparse.Namespace) -> int:
     """The demo of a local-DP stream; 0 when every slot was released."""
     from local_kafka.embedded import BrokerError, EmbeddedBroker
-    from streams.cli.demo import _log_excerpt, follow_releases
+    from streams.cli.demo import follow_releases, log_excerpt
     from streams.kafka.offsets import read_topic
     from streams.kafka.topics import create_topics
     from streams.ldp_collector.kafka_job import topic_specs
@@ -85,7 +85,8 @@ def run(args: argparse.Namespace) -> int:
                "--slot-ms", str(args.slot_ms), "--origin-ms", "0", "--ldp-start",
                str(built.start), "--ldp-epsilon", str(args.ldp_epsilon), "--ldp-window",
                str(args.ldp_window), "--lpu-key", args.lpu_key, "--lpu-rotate",
-               str(args.lpu_rotate), "--event-time", "history", "--loglevel", "warning"]
+               str(args.lpu_rotate), "--event-time", "history", "--loglevel", "warning",
+               "--metrics-port", "0"]
         worker = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
                                   env=dict(os.environ, PWEVENT_SECRET=args.secret))
 
@@ -109,7 +110,7 @@ def run(args: argparse.Namespace) -> int:
         dead = asyncio.run(read_topic(bootstrap, built.dead_letters_topic, limit=10.0))
         if worker.poll() is not None and len(releases) < expected:
             print("pwevent demo: the collector stopped early; its log:\n"
-                  + _log_excerpt(workdir / "worker.log"), file=sys.stderr)
+                  + log_excerpt(workdir / "worker.log"), file=sys.stderr)
     summary = {"mechanism": args.mechanism, "slots_expected": expected,
                "slots_released": len(releases), "reports_sent": sent.get("reports", 0),
                "reports_rejected": len(dead), **score(releases, devices),

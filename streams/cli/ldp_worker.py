@@ -68,4 +68,4 @@ def run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=args.loglevel.upper(),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("aiokafka").setLevel(logging.WARNING)
-    return run_job(job)
+    return run_job(job, args.metrics_host, args.metrics_port)

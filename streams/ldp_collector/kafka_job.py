@@ -130,13 +130,13 @@ class LdpJob:
     async def run(self, stop: asyncio.Event) -> None:
         """Collect until ``stop`` is set; the topics are created if missing."""
         s = self.settings
-        await create_topics(s.broker, topic_specs(s.prefix, s.partitions, s.replication))
-        released = released_slots(await read_topic(s.broker, s.releases_topic), s.stream)
         consumer = AIOKafkaConsumer(bootstrap_servers=s.broker, group_id=s.group,
                                     enable_auto_commit=False, auto_offset_reset="earliest",
                                     max_poll_records=POLL_RECORDS, **client_options())
         producer = AIOKafkaProducer(bootstrap_servers=s.broker, acks="all",
                                     enable_idempotence=True, **client_options())
+        await create_topics(s.broker, topic_specs(s.prefix, s.partitions, s.replication))
+        released = released_slots(await read_topic(s.broker, s.releases_topic), s.stream)
         await consumer.start()
         try:
             await producer.start()
@@ -234,9 +234,13 @@ class LdpJob:
         return due
 
 
-def run_job(settings: LdpJobSettings) -> int:
-    """Run a collector until SIGTERM or Ctrl-C; 0 when it stopped so."""
+def run_job(settings: LdpJobSettings, metrics_host: str = "127.0.0.1",
+            metrics_port: int = 0) -> int:
+    """Run a collector until SIGTERM or Ctrl-C, its metrics on ``metrics_host:metrics_port``
+    (port 0: none); 0 when it stopped so."""
     import signal
+
+    from streams.ldp_collector.metrics import MetricsServer
 
     async def main() -> None:
         stop = asyncio.Event()
@@ -244,7 +248,12 @@ def run_job(settings: LdpJobSettings) -> int:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
         job = LdpJob(settings)
-        await job.run(stop)
+        server = MetricsServer(job, metrics_host, metrics_port)
+        await server.start()
+        try:
+            await job.run(stop)
+        finally:
+            await server.stop()
         log.info("stopped: %s", dict(job.counters))
 
     asyncio.run(main())

@@ -355,6 +355,7 @@ async def build_every_client(bootstrap: str, tmp_path: Path) -> None:
     from streams.kafka.producer import RawProducer
     from streams.kafka.topics import Topics, create_topics, describe_topics
     from streams.ldp_client.kafka import ReportProducer
+    from streams.ldp_collector.kafka_job import LdpJob, LdpJobSettings
     from streams.releases.client import aiter_releases, read_start_record
 
     topics = Topics(prefix="settings")
@@ -384,6 +385,8 @@ async def build_every_client(bootstrap: str, tmp_path: Path) -> None:
         kafka_errors.authentication_failure(bootstrap, KafkaConnectionError("x"), 2),
         rekeyer.follow(bootstrap, "group"),
         ReportProducer(bootstrap, "settings").__aenter__(),
+        LdpJob(LdpJobSettings(bootstrap, "settings", "s", "lbu", 2, 0, 1000, 0, 1.0, 2,
+                              b"x")).run(asyncio.Event()),
     ]
     for attempt in attempts:
         with contextlib.suppress(Exception):

@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 import numpy as np
@@ -19,6 +20,7 @@ from brokers import broker_fixture
 from jobkit import SECRET, produce, stop_worker
 from ldp_collector.ldp_collector_kit import ORIGIN_MS, SLOT_MS, client_reports
 
+from local_kafka.embedded import free_port
 from streams.job.partitions.key_hashing import key_partitions
 from streams.job.partitions.watermarks import watermark_record
 from streams.kafka.offsets import records_to_end
@@ -36,14 +38,15 @@ USERS = 60
 SLOTS = 6
 
 
-def _worker(bootstrap: str, prefix: str, log: Path, *, event_time: str = "history",
+def _worker(bootstrap: str, prefix: str, log: Path, *extra: str, event_time: str = "history",
             origin_ms: int = ORIGIN_MS, slot_ms: int = SLOT_MS, start: int = 0,
             ) -> subprocess.Popen:
     cmd = [sys.executable, "-m", "streams.cli", "worker", "--broker", bootstrap,
            "--prefix", prefix, "--partitions", str(PARTITIONS), "--stream", "s",
            "--mechanism", "lbu", "--cells", str(D), "--slot-ms", str(slot_ms),
            "--origin-ms", str(origin_ms), "--ldp-start", str(start), "--ldp-epsilon", "1",
-           "--ldp-window", "4", "--event-time", event_time, "--loglevel", "info"]
+           "--ldp-window", "4", "--event-time", event_time, "--loglevel", "info",
+           "--metrics-port", "0", *extra]
     return subprocess.Popen(cmd, stdout=log.open("ab"), stderr=subprocess.STDOUT,
                             env=dict(os.environ, PWEVENT_SECRET=SECRET))
 
@@ -154,8 +157,9 @@ def test_live_the_workers_watermarks_close_each_slot(broker, tmp_path: Path) -> 
     cells = np.random.default_rng(6).integers(0, D, size=(USERS, 1))
     sent = client_reports("lbu", cells, d=D, start=start, requirements=[(4, 1.0)] * USERS)
     log = tmp_path / "worker.log"
-    proc = _worker(bootstrap, prefix, log, event_time="live", origin_ms=origin,
-                   slot_ms=slot_ms, start=start)
+    port = free_port()
+    proc = _worker(bootstrap, prefix, log, "--metrics-host", "127.0.0.1", "--metrics-port",
+                   str(port), event_time="live", origin_ms=origin, slot_ms=slot_ms, start=start)
     try:
         wait_s = (origin + start * slot_ms) / 1000 - time.time()
         time.sleep(max(0.0, wait_s) + 0.2)
@@ -163,8 +167,18 @@ def test_live_the_workers_watermarks_close_each_slot(broker, tmp_path: Path) -> 
             produce(bootstrap, f"{prefix}.ldp-reports", PARTITIONS, records, partition=p)
         releases = _wait(lambda: (r := _releases(bootstrap, prefix)) and len(r) >= 2 and r,
                          60, proc, log)
+        metrics = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read()
+        ready = urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=5).status
     finally:
         stop_worker(proc)
+    assert ready == 200
+    values = {line.split(" ")[0]: float(line.split(" ")[1]) for line in
+              metrics.decode().splitlines() if line and not line.startswith("#")}
+    assert values["pwevent_ldp_caught_up"] == 1
+    assert values["pwevent_ldp_releases_total"] >= 2
+    assert values["pwevent_ldp_watermarks_written_total"] >= 2 * PARTITIONS
+    assert values["pwevent_ldp_records_total"] >= USERS
+    assert values["pwevent_ldp_holding_behind_ms"] == 0  # every partition gets every mark
     first = orjson.loads(releases[f"s/{start}".encode()][0])
     assert first["reporters"] == USERS and first["start"] == origin + start * slot_ms
     expected, refused = _in_process(_read(bootstrap, f"{prefix}.ldp-reports", PARTITIONS),
@@ -197,7 +211,7 @@ def test_a_replay_through_clients_equals_its_in_process_run(broker, tmp_path: Pa
     # two collectors of the one stream at once: each reads every partition and releases the
     # same bytes, so a reader keeping the first per key sees one release per slot
     cmd = [sys.executable, "-m", "streams.cli", "worker", "--broker", bootstrap, *stream,
-           "--mechanism", "lsp", "--event-time", "history"]
+           "--mechanism", "lsp", "--event-time", "history", "--metrics-port", "0"]
     logs = [tmp_path / "worker-a.log", tmp_path / "worker-b.log"]
     procs = [subprocess.Popen(cmd, stdout=log.open("ab"), stderr=subprocess.STDOUT,
                               env=dict(os.environ, PWEVENT_SECRET=SECRET)) for log in logs]

@@ -115,3 +115,12 @@ def test_release_records_are_keyed_by_stream_and_slot() -> None:
     assert orjson.loads(value) == {"schema": "pwevent-ldp-release/1", "stream": "trips",
                                    "slot": 3, "start": 1180, "end": 1240, "protocol": "lbu",
                                    "reporters": 0, "counts": [0.0], "std": None}
+
+
+def test_every_refusal_is_a_dead_letter_reason_with_a_detail() -> None:
+    from streams.ldp_collector import REASONS
+    from streams.ldp_collector.stream_time import REASON_DETAILS
+    from streams.records.field_formats import Reason
+
+    assert set(REASON_DETAILS) == set(REASONS)
+    assert {*REASONS, "unauthenticated_control", "wrong_partition"} <= {r.value for r in Reason}

@@ -65,6 +65,15 @@ def test_reason_enum_is_fixed() -> None:
         "too_deep",
         "too_large",
         "unprocessable",
+        "malformed",
+        "wrong_key",
+        "wrong_protocol",
+        "wrong_domain",
+        "wrong_requirement",
+        "wrong_oracle",
+        "schedule",
+        "not_after_last",
+        "over_budget",
     )
     assert validator("dead-letters").schema["properties"]["reason"]["enum"] == list(REASONS)
 
