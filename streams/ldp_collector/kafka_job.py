@@ -22,6 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.errors import KafkaError
 
 from streams.job.partitions.watermarks import wall_clock_ms, watermark_record
 from streams.kafka.offsets import read_topic, topic_partitions
@@ -207,9 +208,15 @@ class LdpJob:
             pending.clear()
         ahead = {tp: position[tp.partition] for tp in tps
                  if position[tp.partition] > committed[tp.partition]}
-        if ahead:
+        if not ahead:
+            return
+        try:
             await consumer.commit(ahead)
-            committed.update({tp.partition: offset for tp, offset in ahead.items()})
+        except KafkaError as exc:  # the group's coordinator moving: committed next time
+            log.warning("offsets not committed this time (%r); dead letters past the last "
+                        "commit may be sent again after a restart", exc)
+            return
+        committed.update({tp.partition: offset for tp, offset in ahead.items()})
 
     async def _dead_letter(self, producer: AIOKafkaProducer, tp: TopicPartition, record,
                            refused: Refused) -> asyncio.Future:
