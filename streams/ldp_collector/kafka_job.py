@@ -127,10 +127,13 @@ class LdpJob:
         self.stream: PartitionedCollector | None = None
         #: set once the topic has been read to the end offsets it had at start
         self.caught_up = asyncio.Event()
+        #: time.monotonic() of :meth:`run`'s start and of its first batch of records
+        self.times: dict[str, float] = {}
 
     async def run(self, stop: asyncio.Event) -> None:
         """Collect until ``stop`` is set; the topics are created if missing."""
         s = self.settings
+        self.times["start"] = time.monotonic()
         consumer = AIOKafkaConsumer(bootstrap_servers=s.broker, group_id=s.group,
                                     enable_auto_commit=False, auto_offset_reset="earliest",
                                     max_poll_records=POLL_RECORDS, **client_options())
@@ -169,9 +172,12 @@ class LdpJob:
         pending: list[asyncio.Future] = []
         while not stop.is_set():
             batch = await consumer.getmany(timeout_ms=200)
+            if batch and "first_batch" not in self.times:
+                self.times["first_batch"] = time.monotonic()
             for tp, records in sorted(batch.items()):
-                refused = self.stream.take(tp.partition,
-                                           [(r.key, r.value, r.offset) for r in records])
+                refused = self.stream.take_columns(
+                    tp.partition, [r.key for r in records], [r.value for r in records],
+                    [r.offset for r in records])
                 self.counters["records"] += len(records)
                 by_offset = {r.offset: r for r in records} if refused else {}
                 for f in refused:
@@ -188,8 +194,9 @@ class LdpJob:
                     self.counters["released"] += 1
             if not self.caught_up.is_set() and all(position[p] >= ends[p] for p in ends):
                 self.caught_up.set()
-                log.info("read %s to the offsets it had at start; %d slots closed",
-                         s.reports_topic, self.collector.next_slot - s.start)
+                log.info("read %s to the offsets it had at start in %.1f s; %d slots closed",
+                         s.reports_topic, time.monotonic() - self.times["start"],
+                         self.collector.next_slot - s.start)
             if marked is not None:
                 marked = await self._mark(producer, len(tps), marked, pending)
             if time.monotonic() - last_commit >= s.commit_every_s:

@@ -80,22 +80,27 @@ class PartitionedCollector:
         partition's watermark; one whose signature does not verify is refused
         (``unauthenticated_control``), as is a report on another partition than its key's
         (``wrong_partition``: one user's reports must meet in one partition, in order)."""
+        return self.take_columns(partition, [r[0] for r in records], [r[1] for r in records],
+                                 [r[2] for r in records])
+
+    def take_columns(self, partition: int, keys: Sequence[bytes | None],
+                     values: Sequence[bytes | None], offsets: Sequence[int]) -> list[Refused]:
+        """:meth:`take` of records given as columns: their keys, values and offsets."""
         if not 0 <= partition < self.partitions:
             raise ValueError(f"partition {partition} is not in [0, {self.partitions})")
         refused: list[Refused] = []
-        for start in range(0, len(records), MAX_BATCH):
-            refused += self._take_chunk(partition, records[start:start + MAX_BATCH])
+        for start in range(0, len(keys), MAX_BATCH):
+            end = start + MAX_BATCH
+            refused += self._take_chunk(partition, keys[start:end], values[start:end],
+                                        offsets[start:end])
         return refused
 
-    def _take_chunk(self, partition: int,
-                    records: Sequence[tuple[bytes | None, bytes | None, int]]) -> list[Refused]:
+    def _take_chunk(self, partition: int, keys: Sequence[bytes | None],
+                    values: Sequence[bytes | None], offsets: Sequence[int]) -> list[Refused]:
         refused: list[Refused] = []
-        keys = [r[0] for r in records]
-        values = [r[1] for r in records]
-        offsets = [r[2] for r in records]
-        n = len(records)
-        controls = [i for i, (k, v) in enumerate(zip(keys, values, strict=True))
-                    if k is None and isinstance(v, bytes) and v.startswith(WATERMARK_PREFIX)]
+        n = len(keys)
+        controls = [i for i in [i for i, k in enumerate(keys) if k is None]
+                    if isinstance(values[i], bytes) and values[i].startswith(WATERMARK_PREFIX)]
         passed = np.full(n, self.passed(partition), dtype=np.int64)
         is_report = np.ones(n, dtype=bool)
         for i in controls:
@@ -111,16 +116,26 @@ class PartitionedCollector:
             if mark > self.marks[partition]:
                 self.marks[partition] = mark
                 passed[i + 1:] = self.passed(partition)
-        keyed = np.flatnonzero(is_report & np.array([type(k) is bytes for k in keys], dtype=bool))
+        if all(type(k) is bytes for k in keys):
+            keyed = np.flatnonzero(is_report)
+        else:
+            keyed = np.flatnonzero(is_report & np.fromiter(
+                (type(k) is bytes for k in keys), dtype=bool, count=n))
         if keyed.size:
-            home = key_partitions([keys[i] for i in keyed.tolist()], self.partitions)
+            home = key_partitions(keys if keyed.size == n else [keys[i] for i in keyed.tolist()],
+                                  self.partitions)
             for i in keyed[home != partition].tolist():
                 is_report[i] = False
                 refused.append(Refused(offsets[i], "wrong_partition",
                                        f"the key's partition is not {partition}"))
-        rows = np.flatnonzero(is_report).tolist()
-        for i, reason in self.collector.refused_in_batch(
-                [keys[i] for i in rows], [values[i] for i in rows], passed[rows]):
+        if is_report.all():
+            rows: list[int] | range = range(n)
+            batch_keys, batch_values = list(keys), list(values)
+        else:
+            rows = np.flatnonzero(is_report).tolist()
+            batch_keys, batch_values = [keys[i] for i in rows], [values[i] for i in rows]
+        for i, reason in self.collector.refused_in_batch(batch_keys, batch_values,
+                                                         passed[np.asarray(rows, dtype=int)]):
             refused.append(Refused(offsets[rows[i]], reason, REASON_DETAILS[reason]))
         refused.sort()
         return refused
