@@ -186,6 +186,18 @@ def _keep_serving(url: str, seconds: float | None, quiet: bool) -> None:
         pass
 
 
+def stop_process(proc: subprocess.Popen, timeout: float = 20.0) -> None:
+    """Stop a process this command started, if it still runs: SIGTERM, then SIGKILL after
+    ``timeout`` seconds."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
 def _stop_worker_with(worker: subprocess.Popen, broker: Any, timeout: float = 20.0) -> None:
     """SIGTERM the worker and wait for it; kill it when the embedded ``broker`` (``None``: an
     outside one) is gone, as after a terminal's Ctrl-C, which reaches the broker too: a worker
@@ -310,16 +322,7 @@ def run(args: argparse.Namespace) -> int:  # noqa: C901 - one orchestration, ste
         worker = subprocess.Popen(cmd, stdout=worker_log, stderr=subprocess.STDOUT, env=env,
                                   start_new_session=dashboard)
 
-        def stop_worker() -> None:
-            if worker.poll() is None:
-                worker.send_signal(signal.SIGTERM)
-                try:
-                    worker.wait(20)
-                except subprocess.TimeoutExpired:
-                    worker.kill()
-                    worker.wait()
-
-        stack.callback(stop_worker)
+        stack.callback(stop_process, worker)
         if url is not None:  # once the worker behind the page's metrics runs too
             print(f"dashboard: {url}", flush=True)
         if show:

@@ -9,7 +9,6 @@ import argparse
 import asyncio
 import os
 import secrets
-import signal
 import subprocess
 import sys
 import tempfile
@@ -20,6 +19,7 @@ from pathlib import Path
 import numpy as np
 import orjson
 
+from streams.cli.replay import build_source
 from streams.cli.replay_ldp import produce, settings
 from streams.ldp_client.devices import Devices
 
@@ -44,8 +44,9 @@ def score(releases: dict[int, dict], devices: Devices) -> dict:
 def run(args: argparse.Namespace) -> int:
     """The demo of a local-DP stream; 0 when every slot was released."""
     from local_kafka.embedded import BrokerError, EmbeddedBroker
-    from streams.cli.demo import follow_releases, log_excerpt
+    from streams.cli.demo import follow_releases, log_excerpt, stop_process
     from streams.kafka.offsets import read_topic
+    from streams.kafka.settings import current
     from streams.kafka.topics import create_topics
     from streams.ldp_collector.kafka_job import topic_specs
 
@@ -72,9 +73,10 @@ def run(args: argparse.Namespace) -> int:
         if args.ldp_start is None:
             args.ldp_start = 0
         try:
-            built = settings(args)
+            source = build_source(args)
+            built = settings(args, source)
             asyncio.run(create_topics(bootstrap, topic_specs(args.prefix, args.partitions)))
-        except (ValueError, OSError) as exc:
+        except (ValueError, ImportError, OSError) as exc:
             print(f"pwevent demo: error: {exc}", file=sys.stderr)
             return 2
         log = (workdir / "worker.log").open("wb")
@@ -87,23 +89,14 @@ def run(args: argparse.Namespace) -> int:
                str(args.ldp_window), "--lpu-key", args.lpu_key, "--lpu-rotate",
                str(args.lpu_rotate), "--event-time", "history", "--loglevel", "warning",
                "--metrics-port", "0"]
-        worker = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
-                                  env=dict(os.environ, PWEVENT_SECRET=args.secret))
-
-        def stop() -> None:
-            if worker.poll() is None:
-                worker.send_signal(signal.SIGTERM)
-                try:
-                    worker.wait(20)
-                except subprocess.TimeoutExpired:
-                    worker.kill()
-                    worker.wait()
-
-        stack.callback(stop)
+        # the worker connects as this command does (TLS, SASL), through the environment
+        env = dict(os.environ, PWEVENT_SECRET=args.secret, **current().environment())
+        worker = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
+        stack.callback(stop_process, worker)
         if show:
             print(f"collector started (pid {worker.pid}, {args.mechanism}); "
                   f"{args.users} devices report", flush=True)
-        sent, devices = asyncio.run(produce(args, built, show=show))
+        sent, devices = asyncio.run(produce(args, built, source, show=show))
         expected = sent["last_slot"] - built.start + 1
         releases = asyncio.run(follow_releases(bootstrap, built.releases_topic, expected,
                                                started + args.timeout, show))

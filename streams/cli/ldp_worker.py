@@ -68,4 +68,12 @@ def run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=args.loglevel.upper(),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("aiokafka").setLevel(logging.WARNING)
-    return run_job(job, args.metrics_host, args.metrics_port)
+    from aiokafka.errors import KafkaError
+
+    from streams.kafka.topics import TopicError
+
+    try:
+        return run_job(job, args.metrics_host, args.metrics_port)
+    except (KafkaError, TopicError, OSError) as exc:  # TimeoutError is an OSError
+        print(f"pwevent worker: error: the broker {job.broker}: {exc!r}", file=sys.stderr)
+        return 2

@@ -7,24 +7,27 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
 import os
 import sys
 from collections.abc import Iterator
 from typing import TextIO
 
 import orjson
+from aiokafka.errors import KafkaError
 
 from streams.cli.replay import build_source
 from streams.data.sources import Source
 from streams.job.partitions.key_hashing import key_partitions
 from streams.job.partitions.watermarks import watermark_record
+from streams.kafka.topics import TopicError
 from streams.ldp_client.devices import Devices
 from streams.ldp_collector.kafka_job import LdpJobSettings
 
 Slots = Iterator[tuple[int, list[tuple[bytes, bytes]]]]
 
 
-def settings(args: argparse.Namespace) -> LdpJobSettings:
+def settings(args: argparse.Namespace, source: Source) -> LdpJobSettings:
     """The stream's settings from the flags (the worker's, ``--ldp-start`` 0 by default: the
     replay's first slot from ``--origin-ms``; ``--cells`` by default the dataset's domain);
     ValueError for a wrong one."""
@@ -33,7 +36,7 @@ def settings(args: argparse.Namespace) -> LdpJobSettings:
     given = vars(args)
     args = argparse.Namespace(**{
         **given, "ldp_start": 0 if args.ldp_start is None else args.ldp_start,
-        "cells": given.get("cells") or build_source(args).d, "domain": given.get("domain")})
+        "cells": given.get("cells") or source.d, "domain": given.get("domain")})
     return worker_settings(args, args.broker or "")
 
 
@@ -100,9 +103,10 @@ def run_in_process(args: argparse.Namespace, out: TextIO) -> int:
     """The releases, as JSON lines, of the replay run through the collector in process."""
     from streams.ldp_collector.stream_time import PartitionedCollector
 
-    built = settings(args)
+    source = build_source(args)
+    built = settings(args, source)
     stream = PartitionedCollector(built.collector(), args.partitions, built.secret, built.stream)
-    devices, slots = device_reports(args, built, build_source(args))
+    devices, slots = device_reports(args, built, source)
     offsets = [0] * args.partitions
     refused: list[str] = []
     last = built.start - 1
@@ -127,7 +131,7 @@ def run_in_process(args: argparse.Namespace, out: TextIO) -> int:
     return 0
 
 
-async def produce(args: argparse.Namespace, built: LdpJobSettings,
+async def produce(args: argparse.Namespace, built: LdpJobSettings, source: Source,
                   show: bool = True) -> tuple[dict, Devices]:
     """Send the replay's reports, then its closing watermarks: a summary, and the devices."""
     from streams.kafka.producer import RawProducer
@@ -135,7 +139,7 @@ async def produce(args: argparse.Namespace, built: LdpJobSettings,
     from streams.ldp_collector.kafka_job import topic_specs
 
     await create_topics(built.broker, topic_specs(built.prefix, args.partitions))
-    devices, slots = device_reports(args, built, build_source(args))
+    devices, slots = device_reports(args, built, source)
     producer = RawProducer(built.broker, built.reports_topic, args.partitions)
     await producer.start()
     last, count = built.start - 1, 0
@@ -166,9 +170,15 @@ def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
             return run_in_process(args, out)
         if not args.broker:
             raise ValueError("pwevent replay needs --broker HOST:PORT or PWEVENT_BROKER")
-        sent, _devices = asyncio.run(produce(args, settings(args)))
-    except ValueError as exc:
+        source = build_source(args)
+        # a broker that does not answer is one line below, not the client's retry messages
+        logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
+        sent, _devices = asyncio.run(produce(args, settings(args, source), source))
+    except (ValueError, ImportError) as exc:
         print(f"pwevent replay: error: {exc}", file=sys.stderr)
+        return 2
+    except (KafkaError, TopicError, OSError) as exc:  # TimeoutError is an OSError
+        print(f"pwevent replay: error: the broker {args.broker}: {exc!r}", file=sys.stderr)
         return 2
     out.write(orjson.dumps(sent).decode() + "\n")
     return 0

@@ -139,16 +139,14 @@ class LdpJob:
                                     max_poll_records=POLL_RECORDS, **client_options())
         producer = AIOKafkaProducer(bootstrap_servers=s.broker, acks="all",
                                     enable_idempotence=True, **client_options())
-        await create_topics(s.broker, topic_specs(s.prefix, s.partitions, s.replication))
-        released = released_slots(await read_topic(s.broker, s.releases_topic), s.stream)
-        await consumer.start()
         try:
+            await create_topics(s.broker, topic_specs(s.prefix, s.partitions, s.replication))
+            released = released_slots(await read_topic(s.broker, s.releases_topic), s.stream)
+            await consumer.start()
             await producer.start()
-            try:
-                await self._collect(consumer, producer, released, stop)
-            finally:
-                await producer.stop()
-        finally:
+            await self._collect(consumer, producer, released, stop)
+        finally:  # each closes its connections, started or not
+            await producer.stop()
             await consumer.stop()
 
     async def _collect(self, consumer: AIOKafkaConsumer, producer: AIOKafkaProducer,

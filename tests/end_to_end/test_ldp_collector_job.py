@@ -15,15 +15,13 @@ from pathlib import Path
 
 import numpy as np
 import orjson
-from aiokafka import AIOKafkaConsumer, TopicPartition
 from brokers import broker_fixture
-from jobkit import SECRET, produce, stop_worker
+from jobkit import SECRET, produce, stop_worker, timestamped_records
 from ldp_collector.ldp_collector_kit import ORIGIN_MS, SLOT_MS, client_reports
 
 from local_kafka.embedded import free_port
 from streams.job.partitions.key_hashing import key_partitions
 from streams.job.partitions.watermarks import watermark_record
-from streams.kafka.offsets import records_to_end
 from streams.kafka.topics import create_topics
 from streams.ldp_collector import LdpCollector
 from streams.ldp_collector.kafka_job import topic_specs
@@ -53,19 +51,11 @@ def _worker(bootstrap: str, prefix: str, log: Path, *extra: str, event_time: str
 
 def _read(bootstrap: str, topic: str, partitions: int) -> list[list[tuple]]:
     """Each partition's (key, value, offset), in offset order."""
-    async def go() -> list[list[tuple]]:
-        consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
-        await consumer.start()
-        try:
-            tps = [TopicPartition(topic, p) for p in range(partitions)]
-            consumer.assign(tps)
-            await consumer.seek_to_beginning(*tps)
-            got = await records_to_end(consumer, tps, 30)
-        finally:
-            await consumer.stop()
-        return [[(r.key, r.value, r.offset) for r in got[tp]] for tp in tps]
-
-    return asyncio.run(go())
+    parts: list[list[tuple]] = [[] for _ in range(partitions)]
+    for key, value, partition, offset, _time in timestamped_records(bootstrap, topic,
+                                                                     partitions):
+        parts[partition].append((key, value, offset))
+    return parts
 
 
 def _releases(bootstrap: str, prefix: str) -> dict[bytes, list[bytes]]:

@@ -43,3 +43,24 @@ def test_a_replay_is_repeated_bit_for_bit_with_its_nonce(protocol: str) -> None:
     assert first == again
     other, _ = _replay("--mechanism", protocol, "--nonce", "n2")
     assert other != first
+
+
+def _worker(*argv: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "streams.cli", "worker", "--mechanism", "lbu",
+                           "--metrics-port", "0", *argv], capture_output=True, text=True,
+                          timeout=120, env=dict(os.environ, PWEVENT_SECRET="s"))
+
+
+def test_the_collector_refuses_a_missing_start_and_an_absent_broker_in_one_line() -> None:
+    from local_kafka.embedded import free_port
+
+    missing = _worker("--broker", "127.0.0.1:1")
+    assert missing.returncode == 2
+    assert missing.stderr.strip().splitlines() == [
+        "pwevent worker: error: --mechanism lbu needs --ldp-start SLOT, the stream's first slot "
+        "its clients are configured with (docs/app-developers.md)"]
+    absent = _worker("--broker", f"127.0.0.1:{free_port()}", "--ldp-start", "0")
+    assert absent.returncode == 2
+    errors = [line for line in absent.stderr.splitlines() if line.startswith("pwevent")]
+    assert len(errors) == 1 and errors[0].startswith("pwevent worker: error: the broker")
+    assert "Traceback" not in absent.stderr and "Unclosed" not in absent.stderr
