@@ -6,8 +6,9 @@ each slot's debiased counts with their standard deviations.
     dead = collector.offer(key, value, timestamp_ms)  # None, or DeadLetter(reason, value)
     release = collector.close(collector.next_slot)
 
-The estimates are :mod:`mechanisms.local.collector`'s. Reading the reports' topic on Kafka is not
-wired yet.
+The estimates are :mod:`mechanisms.local.collector`'s. On Kafka, :mod:`.stream_time` applies
+the event-time rule over the topic's partitions and :mod:`.kafka_job` reads and writes the topics
+(``pwevent worker --mechanism lbu|lsp|lpu|plbu``).
 """
 
 from streams.ldp_collector.checks import REASONS, Stream
