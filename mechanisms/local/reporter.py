@@ -23,6 +23,7 @@ from mechanisms.local.oracles import (
     pack_bits,
     plbu_uses_grr,
 )
+from mechanisms.local.rounds import MAX_ROUND_SLOT, ROUND_PROTOCOLS, Decision, virtual_slot
 from mechanisms.local.schedule import PROTOCOLS, report_budget, reports_at
 from mechanisms.local.wire import MAX_CELLS, MAX_SLOT, check_text, encode_report
 from mechanisms.local.words import WordSource
@@ -72,7 +73,7 @@ class ReportConfig:
 
     @property
     def eps(self) -> float:
-        """The budget one report spends."""
+        """The budget one report spends (a dissimilarity report's for lbd/lba)."""
         return report_budget(self.protocol, self.w, self.E)
 
     @property
@@ -83,12 +84,17 @@ class ReportConfig:
 
 
 class Reporter:
-    """One user's reports under ``config``, its ledger and its words."""
+    """One user's reports under ``config``, its ledger and its words.
+
+    The two-round protocols (lbd, lba) keep the ledger over virtual slots, 2 slot + round - 1,
+    against a window of 2w (:mod:`mechanisms.local.rounds`): :meth:`report` sends round 1, asked
+    by the previous slot's decision, and :meth:`answer` round 2, asked by the slot's own."""
 
     def __init__(self, config: ReportConfig, words: WordSource, client: str) -> None:
         """A reporter with an empty ledger; ``client`` names the library in every report."""
         self.config, self.words, self.client = config, words, check_text("client", client)
-        self.ledger = ClientLedger(config.w, config.E)
+        self.rounds = config.protocol in ROUND_PROTOCOLS
+        self.ledger = ClientLedger(2 * config.w if self.rounds else config.w, config.E)
         eps = config.eps
         self.eps, self.oracle = eps, config.oracle
         self.threshold = (grr_keep_threshold(eps, config.d) if self.oracle == "grr"
@@ -100,27 +106,76 @@ class Reporter:
         return reports_at(c.protocol, slot, start=c.start, w=c.w, key=c.lpu_key, user=c.user,
                           rotate=c.rotate)
 
-    def report(self, slot: int, value: int | None) -> bytes | None:
+    def report(self, slot: int, value: int | None,
+               decision: Decision | None = None) -> bytes | None:
         """The report of ``value`` (a cell, or None: no value) at ``slot``, or None when the
         user does not report there; :class:`~mechanisms.local.ledger.LedgerRefusal` when the
-        ledger refuses it (nothing drawn, nothing spent)."""
+        ledger refuses it (nothing drawn, nothing spent). For lbd/lba this is the dissimilarity
+        report, asked at the stream's first slot and by ``decision``, the previous slot's, after
+        it (without it, none is sent)."""
         c = self.config
-        if not is_integer(slot) or not 0 <= slot <= MAX_SLOT:
-            raise ValueError(f"slot must be an integer in [0, {MAX_SLOT}], got {slot!r}")
-        if value is not None and (not is_integer(value) or not 0 <= value < c.d):
-            raise ValueError(f"value must be a cell in [0, {c.d}) or None, got {value!r}")
-        slot = int(slot)
+        slot, value = self._check(slot, value)
         if value is None or not self.due(slot):
             return None
-        value = int(value)
-        self.ledger.check(slot, self.eps)
+        if not self.rounds:
+            if decision is not None:
+                raise ValueError(f"{c.protocol} has one round a slot: it takes no decision")
+            return self._send(slot, value, self.eps, slot, None)
+        if slot > c.start:
+            if decision is None:
+                return None
+            self._check_decision(decision, slot - 1)
+            if decision.next == 0:
+                return None
+            if decision.next != self.eps:
+                raise ValueError(f"the decision asks a dissimilarity budget of "
+                                 f"{decision.next!r}, not the stream's E/(2w) = {self.eps!r}")
+        return self._send(slot, value, self.eps, virtual_slot(slot, 1), 1)
+
+    def answer(self, decision: Decision, value: int | None) -> bytes | None:
+        """The publication report (lbd/lba round 2) of ``value`` at the budget ``decision`` names
+        for its slot, or None when it names none or there is no value;
+        :class:`~mechanisms.local.ledger.LedgerRefusal` when the ledger refuses it."""
+        c = self.config
+        if not self.rounds:
+            raise ValueError(f"{c.protocol} has one round a slot: nothing to answer")
+        if not isinstance(decision, Decision):
+            raise ValueError(f"a decision must be a Decision, got {type(decision).__name__}")
+        slot, value = self._check(decision.slot, value)
+        self._check_decision(decision, slot)
+        if value is None or decision.eps == 0 or slot < c.start:
+            return None
+        if not decision.eps <= c.E / 2:
+            raise ValueError(f"the decision asks {decision.eps!r}, over E/2 = {c.E / 2!r}")
+        return self._send(slot, value, decision.eps, virtual_slot(slot, 2), 2)
+
+    def _check(self, slot: object, value: object) -> tuple[int, int | None]:
+        c = self.config
+        top = MAX_ROUND_SLOT if self.rounds else MAX_SLOT
+        if not is_integer(slot) or not 0 <= slot <= top:  # type: ignore[operator]
+            raise ValueError(f"slot must be an integer in [0, {top}], got {slot!r}")
+        if value is not None and (not is_integer(value) or not 0 <= value < c.d):  # type: ignore[operator]
+            raise ValueError(f"value must be a cell in [0, {c.d}) or None, got {value!r}")
+        return int(slot), None if value is None else int(value)  # type: ignore[arg-type]
+
+    def _check_decision(self, decision: Decision, slot: int) -> None:
+        if not isinstance(decision, Decision):
+            raise ValueError(f"a decision must be a Decision, got {type(decision).__name__}")
+        if decision.protocol != self.config.protocol or decision.slot != slot:
+            raise ValueError(f"the decision is for {decision.protocol} slot {decision.slot}, "
+                             f"not {self.config.protocol} slot {slot}")
+
+    def _send(self, slot: int, value: int, eps: float, at: int, round_: int | None) -> bytes:
+        """Randomise ``value`` at budget ``eps``, spent at ledger slot ``at``: the report."""
+        c = self.config
+        self.ledger.check(at, eps)
         if self.oracle == "grr":
             payload: bytes | int = grr_cell(value, c.d, self.threshold,
                                             lambda: int(self.words.take(1)[0]))
         else:
-            bits = oue_bits(value, c.d, self.threshold, self.words.take(c.d))
-            payload = pack_bits(bits)
-        self.ledger.commit(slot, self.eps)
-        return encode_report(c.protocol, c.user, slot, self.eps, c.E, c.w, c.d, payload,
-                             self.client)
+            threshold = self.threshold if eps == self.eps else oue_threshold(eps)
+            payload = pack_bits(oue_bits(value, c.d, threshold, self.words.take(c.d)))
+        self.ledger.commit(at, eps)
+        return encode_report(c.protocol, c.user, slot, eps, c.E, c.w, c.d, payload,
+                             self.client, round_)
 

@@ -1,4 +1,4 @@
-"""When a user of a one-round protocol reports, and with what budget (docs/ldp-reports.md).
+"""When a user reports, and with what budget (docs/ldp-reports.md).
 
 Slots are the job's (``slot = (time - origin) // slot_ms``); ``start`` is the stream's first
 slot, where the evaluation's slot 1 lies. The protocols follow the evaluation
@@ -16,6 +16,9 @@ slot, where the evaluation's slot 1 lies. The protocols follow the evaluation
   epoch's first block, so no window holds two reports (about (w - 1)/(2 w R) of the blocks
   are skipped).
 - ``plbu``: every slot, the user's own E_i/w_i.
+- ``lbd``, ``lba`` (two rounds a slot, :mod:`mechanisms.local.rounds`): every slot a
+  dissimilarity report at E/(2w); a publication report at the budget the collector's decision
+  for the slot names, when it names one.
 """
 
 from __future__ import annotations
@@ -24,17 +27,22 @@ import hashlib
 import hmac
 from typing import Final
 
-PROTOCOLS: Final = ("lbu", "lsp", "lpu", "plbu")
+#: The protocols with two rounds a slot, the second at the budget the collector decides.
+ROUND_PROTOCOLS: Final = ("lbd", "lba")
+PROTOCOLS: Final = ("lbu", "lsp", "lpu", "plbu", *ROUND_PROTOCOLS)
 #: The protocols whose w and E are the stream's, the same for every user.
-HOMOGENEOUS: Final = ("lbu", "lsp", "lpu")
+HOMOGENEOUS: Final = ("lbu", "lsp", "lpu", *ROUND_PROTOCOLS)
 #: The domain-separation prefix of LPU's group hash.
 LPU_HASH_PREFIX: Final = b"pwevent-lpu-v1"
 
 
 def report_budget(protocol: str, w: int, E: float) -> float:  # noqa: N803 - the papers' name
-    """The budget one report spends: E/w (``lbu``, ``plbu``) or E (``lsp``, ``lpu``)."""
+    """The budget one report spends: E/w (``lbu``, ``plbu``), E (``lsp``, ``lpu``) or, for a
+    dissimilarity report, E/(2w) (``lbd``, ``lba``)."""
     if protocol in ("lbu", "plbu"):
         return float(E) / float(w)
+    if protocol in ROUND_PROTOCOLS:
+        return float(E) / (2.0 * float(w))
     if protocol in ("lsp", "lpu"):
         return float(E)
     raise ValueError(f"unknown protocol {protocol!r}; choose from {PROTOCOLS}")
@@ -58,7 +66,7 @@ def reports_at(protocol: str, slot: int, *, start: int, w: int, key: str = "", u
     """Whether the protocol has the user report at ``slot`` (never before ``start``)."""
     if slot < start:
         return False
-    if protocol in ("lbu", "plbu"):
+    if protocol in ("lbu", "plbu", *ROUND_PROTOCOLS):
         return True
     offset = slot - start
     if protocol == "lsp":

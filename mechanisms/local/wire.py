@@ -6,11 +6,13 @@ Keys in this order, no spaces::
     {"v":1,"protocol":"lbu","user":"alice","slot":1042,"eps":0.1,"E":1,"w":10,"d":8,
      "oracle":"oue","bits":"a5","client":"pwevent-ldp-python/0.1.0"}
 
-GRR reports carry ``"cell":3`` in place of ``"bits"``. Numbers are written as JavaScript's
-``String(x)`` writes them (the shortest digits that read back to the same double, plain from
-1e-6 to 1e21, else with an exponent: ``1e-7``, ``1.5e+21``); strings escape ``"``, ``\\`` and
-U+0000..U+001F (as ``\\u00xx``) and nothing else. :func:`parse_report` is the reading side the
-collector uses: it checks a record against the same rules, whatever client wrote it.
+GRR reports carry ``"cell":3`` in place of ``"bits"``. The two-round protocols (``lbd``,
+``lba``: :mod:`mechanisms.local.rounds`) write ``"round":1`` or ``"round":2`` after ``"slot"``.
+Numbers are written as JavaScript's ``String(x)`` writes them (the shortest digits that read back to
+the same double, plain from 1e-6 to 1e21, else with an exponent: ``1e-7``, ``1.5e+21``); strings
+escape ``"``, ``\\`` and U+0000..U+001F (as ``\\u00xx``) and nothing else. :func:`parse_report` is
+the reading side the collector uses: it checks a record against the same rules, whatever client
+wrote it.
 """
 
 from __future__ import annotations
@@ -30,7 +32,10 @@ MAX_TEXT_BYTES: Final = 256
 MAX_CELLS: Final = 65536
 #: The largest slot (JavaScript's largest exact integer).
 MAX_SLOT: Final = 2**53 - 1
-_PROTOCOLS: Final = ("lbu", "lsp", "lpu", "plbu")
+#: The largest slot of a two-round report (its virtual slot, 2 slot + 1, stays exact).
+MAX_ROUND_SLOT: Final = 2**52 - 1
+_PROTOCOLS: Final = ("lbu", "lsp", "lpu", "plbu", "lbd", "lba")
+_ROUNDS: Final = ("lbd", "lba")
 
 
 def format_number(x: float) -> str:
@@ -85,21 +90,25 @@ def check_text(what: str, text: object) -> str:
 
 
 def encode_report(protocol: str, user: str, slot: int, eps: float, E: float,  # noqa: N803
-                  w: int, d: int, payload: bytes | int, client: str) -> bytes:
-    """One report's bytes: ``payload`` is OUE's packed bits (bytes) or GRR's cell (int)."""
+                  w: int, d: int, payload: bytes | int, client: str,
+                  round_: int | None = None) -> bytes:
+    """One report's bytes: ``payload`` is OUE's packed bits (bytes) or GRR's cell (int);
+    ``round_`` (1 or 2) for the two-round protocols, None for the others."""
     if isinstance(payload, bytes):
         tail = f'"oracle":"oue","bits":"{payload.hex()}"'
     else:
         tail = f'"oracle":"grr","cell":{int(payload)}'
+    rounds = "" if round_ is None else f'"round":{int(round_)},'
     return (f'{{"v":{WIRE_VERSION},"protocol":"{protocol}","user":{format_string(user)},'
-            f'"slot":{int(slot)},"eps":{format_number(eps)},"E":{format_number(E)},'
+            f'"slot":{int(slot)},{rounds}"eps":{format_number(eps)},"E":{format_number(E)},'
             f'"w":{int(w)},"d":{int(d)},{tail},"client":{format_string(client)}}}'
             ).encode()
 
 
 @dataclass(frozen=True)
 class ParsedReport:
-    """A report as the collector reads it: ``bits`` (OUE, a bool array of d) or ``cell`` (GRR)."""
+    """A report as the collector reads it: ``bits`` (OUE, a bool array of d) or ``cell`` (GRR);
+    ``round`` is 1 or 2 for the two-round protocols, 0 for the others."""
 
     protocol: str
     user: str
@@ -112,6 +121,7 @@ class ParsedReport:
     bits: object | None
     cell: int | None
     client: str
+    round: int = 0
 
 
 def _integer(record: dict, key: str, low: int, high: int) -> int:
@@ -131,7 +141,9 @@ def _positive(record: dict, key: str, high: float) -> float:
 def parse_report(data: bytes) -> ParsedReport:
     """Read and check one report's bytes; ValueError says what is wrong. Unknown keys are
     refused (version 1 has none), and so are budgets inconsistent with the protocol
-    (``eps`` must be E/w for ``lbu``/``plbu``, E for ``lsp``/``lpu``)."""
+    (``eps`` must be E/w for ``lbu``/``plbu``, E for ``lsp``/``lpu``, E/(2w) in round 1 of
+    ``lbd``/``lba`` and at most E/2 in their round 2, whose exact budget the collector's decision
+    names)."""
     record = json.loads(data)
     if not isinstance(record, dict):
         raise ValueError("a report is a JSON object")
@@ -143,13 +155,19 @@ def parse_report(data: bytes) -> ParsedReport:
     oracle = record.get("oracle")
     keys = {"v", "protocol", "user", "slot", "eps", "E", "w", "d", "oracle", "client"}
     keys.add("bits" if oracle == "oue" else "cell")
+    if protocol in _ROUNDS:
+        keys.add("round")
     if oracle not in ("oue", "grr") or set(record) != keys:
         raise ValueError(f"a report has exactly the keys {sorted(keys)}, got {sorted(record)}")
     user, client = check_text("user", record["user"]), check_text("client", record["client"])
-    slot = _integer(record, "slot", 0, MAX_SLOT)
+    slot = _integer(record, "slot", 0, MAX_ROUND_SLOT if protocol in _ROUNDS else MAX_SLOT)
     w, d = _integer(record, "w", 1, 2**31 - 1), _integer(record, "d", 1, MAX_CELLS)
     eps, E = _positive(record, "eps", MAX_EPS), _positive(record, "E", MAX_EPS * w)
-    if eps != (E / w if protocol in ("lbu", "plbu") else E):
+    round_ = _integer(record, "round", 1, 2) if protocol in _ROUNDS else 0
+    if round_ == 2:
+        if not eps <= E / 2:
+            raise ValueError(f"a publication report spends at most E/2 = {E / 2!r}, not {eps!r}")
+    elif eps != (E / w if protocol in ("lbu", "plbu") else E / (2 * w) if round_ else E):
         raise ValueError(f"eps {eps!r} is not what {protocol} spends with E = {E!r}, w = {w}")
     bits, cell = None, None
     if oracle == "oue":
@@ -159,4 +177,4 @@ def parse_report(data: bytes) -> ParsedReport:
         bits = unpack_bits(bytes.fromhex(text), d)
     else:
         cell = _integer(record, "cell", 0, d - 1)
-    return ParsedReport(protocol, user, slot, eps, E, w, d, oracle, bits, cell, client)
+    return ParsedReport(protocol, user, slot, eps, E, w, d, oracle, bits, cell, client, round_)

@@ -9,7 +9,9 @@ ledger rule (:class:`mechanisms.local.ClientLedger`); a report that rule refuses
 and so is a record no client writes (``malformed``) or one keyed by another user than its own
 (``wrong_key``). The collector's watermark records (keyless ``{"watermark", "mac"}``, which
 only move time and carry nothing of a user) are counted apart. A user whose ``E`` or ``w``
-changed is checked as its client is: its history under the new requirement.
+changed is checked as its client is: its history under the new requirement. A two-round
+report (lbd, lba) is checked on its client's time line: round r of slot t at the virtual slot
+2t + r - 1, windows of 2w (:mod:`mechanisms.local.rounds`), which cover every w real slots.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from dataclasses import dataclass, field
 import orjson
 
 from mechanisms.local import ClientLedger, LedgerRefusal, parse_report
+from mechanisms.local.rounds import virtual_slot
 from streams.job.partitions.watermarks import WATERMARK_PREFIX
 
 
@@ -87,20 +90,22 @@ def audit_spend(records: Iterable[tuple[int, int, bytes | None, bytes | None]]) 
         if key != parsed.user.encode("utf-8"):
             refuse("wrong_key", "the record's key is not its user id", parsed.user, parsed.slot)
             continue
+        at, w = parsed.slot, parsed.w
+        if parsed.round:
+            at, w = virtual_slot(parsed.slot, parsed.round), 2 * parsed.w
         ledger = ledgers.get(parsed.user)
-        if ledger is None or (ledger.w, ledger.E) != (parsed.w, parsed.E):
-            fresh = ClientLedger(parsed.w, parsed.E)
+        if ledger is None or (ledger.w, ledger.E) != (w, parsed.E):
+            fresh = ClientLedger(w, parsed.E)
             if ledger is not None:
                 fresh.load(ledger.dump())
             ledger = fresh
         try:
-            ledger.commit(parsed.slot, parsed.eps)
+            ledger.commit(at, parsed.eps)
         except LedgerRefusal as refusal:
             refuse(refusal.code, str(refusal), parsed.user, parsed.slot)
             continue
         ledgers[parsed.user] = ledger
-        report.largest_share = max(report.largest_share,
-                                   ledger.spent(parsed.slot) / ledger.E)
+        report.largest_share = max(report.largest_share, ledger.spent(at) / ledger.E)
     report.users = len(ledgers)
     return report
 

@@ -1,5 +1,5 @@
-"""``pwevent demo --mechanism lbu|lsp|lpu|plbu``: the local-DP collector end to end on this
-machine. One client per user randomises its reports (:mod:`streams.cli.replay_ldp`), a worker
+"""``pwevent demo --mechanism lbu|lsp|lpu|plbu|lbd|lba``: the local-DP collector end to end on
+this machine. One client per user randomises its reports (:mod:`streams.cli.replay_ldp`), a worker
 collects them from ``<prefix>.ldp-reports`` (:mod:`streams.ldp_collector.kafka_job`), and the
 demo follows ``<prefix>.ldp-releases`` and scores them against what the devices held."""
 
@@ -27,10 +27,11 @@ from streams.ldp_client.devices import Devices
 def score(releases: dict[int, dict], devices: Devices) -> dict:
     """The releases against the true counts of the users who reported: mean absolute error
     per cell, and the share of cells whose 95% bars (counts ± 1.96 std) hold the true count,
-    over the slots with bars."""
+    over the slots with bars (a two-round stream's: those that published a fresh estimate;
+    the others repeat an earlier slot's)."""
     errors, inside, cells = [], 0, 0
     for slot, doc in releases.items():
-        if doc.get("std") is None:
+        if doc.get("std") is None or doc.get("published") is False:
             continue
         true = devices.truth.get(slot, np.zeros(len(doc["counts"]), dtype=np.int64))
         counts, std = np.array(doc["counts"]), np.array(doc["std"])

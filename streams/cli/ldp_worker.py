@@ -1,4 +1,4 @@
-"""``pwevent worker --mechanism lbu|lsp|lpu|plbu``: the local-DP collector on Kafka
+"""``pwevent worker --mechanism lbu|lsp|lpu|plbu|lbd|lba``: the local-DP collector on Kafka
 (:mod:`streams.ldp_collector.kafka_job`)."""
 
 from __future__ import annotations
@@ -14,11 +14,11 @@ from streams.ldp_collector.kafka_job import KAFKA_PROTOCOLS, LdpJobSettings
 #: The flags of the stream a local-DP collector reads: what its clients are configured with.
 LDP_OPTIONS = (
     option("--ldp-start", "local DP: the stream's first slot, the start its clients are "
-           "configured with (required with --mechanism lbu, lsp, lpu or plbu)", type=int,
+           "configured with (required with a local-DP --mechanism)", type=int,
            default=None, metavar="SLOT"),
-    option("--ldp-epsilon", "local DP, lbu, lsp and lpu: the stream's budget E over any "
+    option("--ldp-epsilon", "local DP, all but plbu: the stream's budget E over any "
            "--ldp-window slots (default: %(default)s)", type=float, default=1.0, metavar="E"),
-    option("--ldp-window", "local DP, lbu, lsp and lpu: the stream's window w in slots "
+    option("--ldp-window", "local DP, all but plbu: the stream's window w in slots "
            "(default: %(default)s)", type=int, default=10, metavar="W"),
     option("--lpu-key", "local DP, lpu: the public key of the users' groups (default: empty)",
            default="", metavar="KEY"),

@@ -1,7 +1,8 @@
-"""``pwevent replay --mechanism lbu|lsp|lpu|plbu``: a dataset or recorded file replayed through
-one local-DP client per user (:class:`~streams.ldp_client.devices.Devices`) into
+"""``pwevent replay --mechanism lbu|lsp|lpu|plbu|lbd|lba``: a dataset or recorded file replayed
+through one local-DP client per user (:class:`~streams.ldp_client.devices.Devices`) into
 ``<prefix>.ldp-reports``, then the watermark records that close its last slot; with
-``--in-process``, through the collector in this process, printing its releases."""
+``--in-process``, through the collector in this process, printing its releases. The two-round
+protocols go slot by slot with the collector's decisions (:mod:`streams.cli.replay_rounds`)."""
 
 from __future__ import annotations
 
@@ -67,29 +68,39 @@ def _requirements(source: Source, built: LdpJobSettings):  # type: ignore[no-unt
     return lookup
 
 
+def slot_values(built: LdpJobSettings, source: Source, devices: Devices
+                ) -> Iterator[tuple[int, list[tuple[str, object]]]]:
+    """Slot by slot from the stream's first, the source's (user, value) pairs (records without
+    a user counted as ``no_value`` in the devices' counts)."""
+    for slot, records in source.slot_batches(built.origin_ms, built.slot_ms):
+        if slot < built.start:
+            continue
+        values = []
+        for _key, line in records:
+            try:
+                doc = orjson.loads(line)
+            except orjson.JSONDecodeError:
+                doc = None
+            if isinstance(doc, dict) and doc.get("user") is not None:
+                values.append((str(doc["user"]), doc.get("value")))
+            else:
+                devices.counts["no_value"] += 1
+        yield slot, values
+
+
+def make_devices(args: argparse.Namespace, built: LdpJobSettings, source: Source) -> Devices:
+    """One client per user of the stream (seeded by ``--nonce``, or the CSPRNG)."""
+    return Devices(built.protocol, built.d, built.start, _requirements(source, built),
+                   nonce=args.nonce, lpu_key=built.lpu_key, lpu_rotate=built.lpu_rotate)
+
+
 def device_reports(args: argparse.Namespace, built: LdpJobSettings,
                    source: Source) -> tuple[Devices, Slots]:
     """The devices and, slot by slot, their reports of the source's values."""
-    devices = Devices(built.protocol, built.d, built.start, _requirements(source, built),
-                      nonce=args.nonce, lpu_key=built.lpu_key, lpu_rotate=built.lpu_rotate)
-
-    def slots() -> Slots:
-        for slot, records in source.slot_batches(built.origin_ms, built.slot_ms):
-            if slot < built.start:
-                continue
-            values = []
-            for _key, line in records:
-                try:
-                    doc = orjson.loads(line)
-                except orjson.JSONDecodeError:
-                    doc = None
-                if isinstance(doc, dict) and doc.get("user") is not None:
-                    values.append((str(doc["user"]), doc.get("value")))
-                else:
-                    devices.counts["no_value"] += 1
-            yield slot, devices.reports(slot, values)
-
-    return devices, slots()
+    devices = make_devices(args, built, source)
+    slots = ((slot, devices.reports(slot, values))
+             for slot, values in slot_values(built, source, devices))
+    return devices, slots
 
 
 def closing_marks(built: LdpJobSettings, last: int, partitions: int) -> list[tuple[None, bytes]]:
@@ -105,6 +116,10 @@ def run_in_process(args: argparse.Namespace, out: TextIO) -> int:
 
     source = build_source(args)
     built = settings(args, source)
+    if built.collector().rounds:
+        from streams.cli.replay_rounds import run_in_process as rounds_in_process
+
+        return rounds_in_process(args, built, source, out)
     stream = PartitionedCollector(built.collector(), args.partitions, built.secret, built.stream)
     devices, slots = device_reports(args, built, source)
     offsets = [0] * args.partitions
@@ -139,6 +154,10 @@ async def produce(args: argparse.Namespace, built: LdpJobSettings, source: Sourc
     from streams.ldp_collector.kafka_job import topic_specs
 
     await create_topics(built.broker, topic_specs(built.prefix, args.partitions))
+    if built.collector().rounds:
+        from streams.cli.replay_rounds import produce as produce_rounds
+
+        return await produce_rounds(args, built, source, show)
     devices, slots = device_reports(args, built, source)
     producer = RawProducer(built.broker, built.reports_topic, args.partitions)
     await producer.start()

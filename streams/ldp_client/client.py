@@ -8,6 +8,7 @@ import os
 import numpy as np
 
 from mechanisms.local import LedgerRefusal, ReportConfig, Reporter, WordSource
+from mechanisms.local.rounds import Decision
 from streams.job.slot_clock import SlotClock
 
 #: The library's name and version, written into every report.
@@ -60,10 +61,18 @@ class LdpClient:
         """Whether the user reports at ``slot`` (when it has a value there)."""
         return self.reporter.due(slot)
 
-    def report(self, slot: int, value: int | None) -> bytes | None:
+    def report(self, slot: int, value: int | None,
+               decision: Decision | None = None) -> bytes | None:
         """The randomised report of cell ``value`` at ``slot``, or None (not due, or no value);
-        LedgerRefusal when the budget does not allow it, or the slot is not after the last."""
-        return self.reporter.report(slot, value)
+        LedgerRefusal when the budget does not allow it, or the slot is not after the last.
+        For lbd/lba this is the dissimilarity round, asked by ``decision``, the previous slot's
+        (none needed at the stream's first slot; without it, no report)."""
+        return self.reporter.report(slot, value, decision)
+
+    def answer(self, decision: Decision, value: int | None) -> bytes | None:
+        """lbd/lba: the publication report of ``value`` at the budget ``decision`` names for
+        its slot, or None (none named, or no value); LedgerRefusal as :meth:`report`."""
+        return self.reporter.answer(decision, value)
 
     def state(self) -> dict:
         """The ledger as JSON-ready data, for the app to keep between runs."""

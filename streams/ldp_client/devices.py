@@ -1,9 +1,12 @@
 """Many devices at once, for replays: one :class:`~streams.ldp_client.client.LdpClient` per
 user, each randomising its own reports as an app's client would (``pwevent replay --mechanism
-lbu|lsp|lpu|plbu``).
+lbu|lsp|lpu|plbu|lbd|lba``).
 
     devices = Devices("lbu", d=8, start=0, requirement=lambda user: (10, 1.0))
     records = devices.reports(slot, [(user, cell), ...])  # [(key, value)] to ldp-reports
+
+A two-round stream's devices take the decisions: ``reports(slot, values, decision)`` with the
+previous slot's, ``answers(decision, values)`` with the slot's own.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from collections.abc import Callable, Iterable
 import numpy as np
 
 from mechanisms.local import CounterWords, LedgerRefusal, ReportConfig
+from mechanisms.local.rounds import Decision
 from streams.ldp_client.client import LdpClient, SystemWords
 
 
@@ -48,11 +52,12 @@ class Devices:
             client = self.clients[user] = LdpClient(config, words=words)
         return client
 
-    def reports(self, slot: int, values: Iterable[tuple[str, object]]) -> list[tuple[bytes,
-                                                                                      bytes]]:
+    def reports(self, slot: int, values: Iterable[tuple[str, object]],
+                decision: Decision | None = None) -> list[tuple[bytes, bytes]]:
         """Each user's report at ``slot`` of its value (a cell index), as (key, value) records
         of ``<prefix>.ldp-reports``; users without a report there are counted in
-        :attr:`counts`."""
+        :attr:`counts`. A two-round stream's dissimilarity round answers ``decision``, the
+        previous slot's."""
         out = []
         for user, value in values:
             if type(value) is not int or not 0 <= value < self.d:
@@ -63,7 +68,7 @@ class Devices:
                 self.counts["not_due"] += 1
                 continue
             try:
-                data = client.report(slot, value)
+                data = client.report(slot, value, decision)
             except LedgerRefusal:
                 self.counts["refused"] += 1
                 continue
@@ -71,4 +76,22 @@ class Devices:
                 self.counts["reports"] += 1
                 out.append((user.encode("utf-8"), data))
                 self.truth.setdefault(slot, np.zeros(self.d, dtype=np.int64))[value] += 1
+        return out
+
+    def answers(self, decision: Decision, values: Iterable[tuple[str, object]]
+                ) -> list[tuple[bytes, bytes]]:
+        """A two-round stream's publication reports: each user's answer to ``decision`` with
+        its value at the decision's slot (:meth:`reports`' records and counts)."""
+        out = []
+        for user, value in values:
+            if type(value) is not int or not 0 <= value < self.d:
+                continue  # counted by reports at the slot
+            try:
+                data = self._client(user).answer(decision, value)
+            except LedgerRefusal:
+                self.counts["refused"] += 1
+                continue
+            if data is not None:
+                self.counts["reports"] += 1
+                out.append((user.encode("utf-8"), data))
         return out

@@ -30,6 +30,7 @@ from mechanisms.local import (
     plbu_uses_grr,
     portable_exp,
 )
+from mechanisms.local.rounds import Decision, encode_decision, parse_decision
 
 PATH = Path(__file__).resolve().parents[2] / "clients" / "vectors" / "ldp-vectors.json"
 CLIENT = "vectors"
@@ -121,7 +122,7 @@ CLIENT_CASES = [
 ]
 
 BAD_CONFIGS = [
-    {"protocol": "lbd", "user": "u", "d": 4, "w": 2, "E": 1.0},
+    {"protocol": "lpd", "user": "u", "d": 4, "w": 2, "E": 1.0},
     {"protocol": "lbu", "user": "", "d": 4, "w": 2, "E": 1.0},
     {"protocol": "lbu", "user": "u" * 257, "d": 4, "w": 2, "E": 1.0},
     {"protocol": "lbu", "user": "u", "d": 0, "w": 2, "E": 1.0},
@@ -135,6 +136,96 @@ BAD_CONFIGS = [
     {"protocol": "lbu", "user": "u", "d": 4, "w": 2, "E": 1.0, "start": -1},
     {"protocol": "lpu", "user": "u", "d": 4, "w": 2, "E": 1.0, "lpu_key": "k", "rotate": -1},
 ]
+
+
+def decision(protocol: str, slot: int, eps: float, nxt: float) -> str:
+    """A decision's text, for the round clients' steps."""
+    return encode_decision(Decision("app", protocol, slot, eps, nxt)).decode()
+
+
+#: Two-round clients: (name, config, steps); a step is (round, slot, value, the decision's text
+#: or None): round 1 takes the previous slot's decision, round 2 its slot's.
+ROUND_CASES = [
+    ("lbd", {"protocol": "lbd", "user": "olivia", "d": 6, "w": 3, "E": 1.2, "start": 4},
+     [(1, 4, 2, None), (2, 4, 2, decision("lbd", 4, 0.3, 0.2)),
+      (1, 5, 5, decision("lbd", 4, 0.3, 1.2 / 6)), (2, 5, 5, decision("lbd", 5, 0, 1.2 / 6)),
+      (1, 6, None, decision("lbd", 5, 0, 1.2 / 6)), (2, 6, 1, decision("lbd", 6, 0.15, 0.2)),
+      (1, 7, 0, None), (1, 8, 3, decision("lbd", 7, 0.075, 1.2 / 6)),
+      (2, 8, 3, decision("lbd", 8, 0.075, 1.2 / 6)), (1, 3, 1, None)]),
+    ("lba: a nullified slot, a refused answer", {"protocol": "lba", "user": "peggy", "d": 4,
+                                                "w": 2, "E": 1.0, "start": 0},
+     [(1, 0, 1, None), (2, 0, 1, decision("lba", 0, 0.5, 0)),
+      (1, 1, 2, decision("lba", 0, 0.5, 0)), (2, 1, 2, decision("lba", 1, 0, 0.25)),
+      (1, 2, 3, decision("lba", 1, 0, 0.25)), (2, 2, 3, decision("lba", 2, 0.5, 0.25)),
+      (1, 3, 0, decision("lba", 2, 0.5, 0.25)), (2, 3, 0, decision("lba", 3, 0.5, 0.25))]),
+    ("lbd: decisions that do not fit", {"protocol": "lbd", "user": "quinn", "d": 3, "w": 2,
+                                        "E": 1.0},
+     [(1, 0, 0, None), (2, 0, 0, decision("lba", 0, 0.25, 0.25)),
+      (2, 0, 0, decision("lbd", 0, 0.75, 0.25)), (1, 1, 1, decision("lbd", 0, 0, 0.5)),
+      (1, 1, 1, decision("lbd", 1, 0, 0.25)), (1, 2, 1, decision("lbd", 0, 0, 0.25)),
+      (2, 0, 2, decision("lbd", 0, 0.25, 0.25)), (1, 1, 1, decision("lbd", 0, 0.25, 0.25)),
+      (2, 0, 1, decision("lbd", 0, 0.25, 0.25)), (1, 1, 2, None),
+      (1, 2**52, 1, decision("lbd", 2**52 - 1, 0, 0.25)),
+      (2, 2**52 - 1, 1, decision("lbd", 2**52 - 1, 0.25, 0.25)),
+      (2, 2**52, 1, decision("lbd", 2**52, 0.25, 0.25))]),
+]
+
+DECISION_TEXTS = [
+    decision("lbd", 7, 0.025, 0.05), decision("lba", 0, 0, 0),
+    '{"v":1,"stream":"zo\u00eb","protocol":"lba","slot":9007199254740991,"eps":500,"next":1e-7}',
+    '{"v":2,"stream":"app","protocol":"lbd","slot":1,"eps":0,"next":0}',
+    '{"v":1,"stream":"app","protocol":"lbu","slot":1,"eps":0,"next":0}',
+    '{"v":1,"stream":"app","protocol":"lbd","slot":-1,"eps":0,"next":0}',
+    '{"v":1,"stream":"app","protocol":"lbd","slot":1,"eps":-0.5,"next":0}',
+    '{"v":1,"stream":"app","protocol":"lbd","slot":1,"eps":500.5,"next":0}',
+    '{"v":1,"stream":"","protocol":"lbd","slot":1,"eps":0,"next":0}',
+    '{"v":1,"protocol":"lbd","stream":"app","slot":1,"eps":0,"next":0}',
+    '{"v":1,"stream":"app","protocol":"lbd","slot":1,"eps":0}',
+    '{"v":1,"stream":"app","protocol":"lbd","slot":1.5,"eps":0,"next":0}',
+    '{"v":1,"stream":"app","protocol":"lbd","slot":1,"eps":"0","next":0}',
+    '[1]',
+]
+
+
+def decision_cases() -> list[dict]:
+    """Decision texts and what a client reads from each (None: refused)."""
+    cases = []
+    for text in DECISION_TEXTS:
+        try:
+            d = parse_decision(text.encode())
+            read: dict | None = {"stream": d.stream, "protocol": d.protocol, "slot": d.slot,
+                                 "eps": d.eps, "next": d.next}
+        except ValueError:
+            read = None
+        cases.append({"text": text, "read": read})
+    return cases
+
+
+def run_round_client(name: str, config: dict, steps: list) -> dict:
+    """One two-round client case: its config, seed and each step's outcome (``error``: the
+    client refused the decision as not fitting the step)."""
+    seed = f"client:{name}"
+    words = CounterWords(seed)
+    reporter = Reporter(ReportConfig(**config), words, CLIENT)
+    out = []
+    for round_, slot, value, text in steps:
+        step: dict = {"round": round_, "slot": slot, "value": value, "decision": text}
+        given = None if text is None else parse_decision(text.encode())
+        try:
+            if round_ == 1:
+                data = reporter.report(slot, value, given)
+            else:
+                assert given is not None and given.slot == slot
+                data = reporter.answer(given, value)
+            step["report"] = None if data is None else data.decode("utf-8")
+        except LedgerRefusal as exc:
+            step["refused"] = exc.code
+        except ValueError:
+            step["error"] = True
+        step["spends"] = reporter.ledger.dump()
+        step["words"] = words.drawn
+        out.append(step)
+    return {"name": name, "config": config, "seed": seed, "client": CLIENT, "steps": out}
 
 
 def rotating_user(w: int, key: str) -> str:
@@ -194,6 +285,8 @@ def build() -> dict:
         "grr_draws": grr_draws(),
         "bad_configs": BAD_CONFIGS,
         "clients": [run_client(*case) for case in CLIENT_CASES],
+        "decisions": decision_cases(),
+        "round_clients": [run_round_client(*case) for case in ROUND_CASES],
     }
 
 

@@ -23,6 +23,7 @@ REASONS: Final = (
     "duplicate_in_slot",  # the user already has a report kept for this slot
     "not_after_last",  # the user's ledger: not after its last kept report's slot
     "over_budget",  # the user's ledger: the window ending at the slot would spend over E
+    "unasked_round",  # lbd, lba: a round the decisions did not ask, or at another budget
 )
 
 

@@ -23,6 +23,12 @@ import numpy as np
 
 from mechanisms.local import ClientLedger, LedgerRefusal, ParsedReport
 from mechanisms.local.collector import SlotEstimate
+from mechanisms.local.rounds import (
+    ROUND_PROTOCOLS,
+    Outcome,
+    RoundPlanner,
+    dissimilarity_budget,
+)
 from streams.job.slot_clock import SlotClock
 from streams.ldp_collector.checks import Refusal, Stream, read_record
 from streams.ldp_collector.keeping import ledger_regime, previous_max
@@ -64,12 +70,28 @@ class LdpCollector:
         self.batch_cells = 1 << 24
         self.stream = Stream(protocol, d, start, E, w, lpu_key, lpu_rotate)
         self.clock = SlotClock(int(slot_ms), int(origin_ms))
-        self.next_slot = start
+        #: two rounds a slot (lbd, lba): slots are virtual, 2 slot + round - 1, the decisions
+        #: taken so far by slot (:mod:`mechanisms.local.rounds`)
+        self.rounds = protocol in ROUND_PROTOCOLS
+        self.planner = RoundPlanner(protocol, w, E, d, start) if self.rounds else None  # type: ignore[arg-type]
+        self.decisions: dict[int, Outcome] = {}
+        self.round_reporters = 0  # the last asked dissimilarity round's
+        self.next_slot = 2 * start if self.rounds else start
         self.watermark: int | None = None
         self.ledgers: dict[str, ClientLedger] = {}
         #: plbu users whose ledger holds spends of an earlier requirement
         self.mixed: set[str] = set()
         self.open: dict[int, OpenSlot] = {}
+
+    @property
+    def next_release(self) -> int:
+        """The slot whose release comes next."""
+        return self.next_slot // 2 if self.rounds else self.next_slot
+
+    @property
+    def passed_slot(self) -> int:
+        """The last slot whose end the collector has closed (a two-round stream's round 1)."""
+        return (self.next_slot + 1) // 2 - 1 if self.rounds else self.next_slot - 1
 
     def offer(self, key: bytes | None, value: bytes | None,
               timestamp_ms: int | None = None) -> DeadLetter | None:
@@ -78,6 +100,9 @@ class LdpCollector:
         :attr:`watermark` (the latest seen), which :meth:`close_until` may be given."""
         if timestamp_ms is not None and (self.watermark is None or timestamp_ms > self.watermark):
             self.watermark = int(timestamp_ms)
+        if self.rounds:  # rounds are checked against the decisions on the batch path
+            dead = self.offer_batch([key], [value])
+            return dead[0] if dead else None
         try:
             self._keep(read_record(self.stream, key, value))
         except Refusal as refusal:
@@ -121,15 +146,76 @@ class LdpCollector:
 
     def refused_in_batch(self, keys: list, values: list,
                          passed: np.ndarray | None = None) -> list[tuple[int, str]]:
-        """:meth:`offer_batch`'s refusals as (position in the batch, reason), in order."""
+        """:meth:`offer_batch`'s refusals as (position in the batch, reason), in order. A
+        two-round stream may not read the whole batch (:meth:`read_until_held`): ValueError
+        then."""
+        refused, held = self.read_until_held(keys, values, passed)
+        if held is not None:
+            raise ValueError(f"record {held} answers a round not decided yet: read the batch "
+                             "with read_until_held")
+        return refused
+
+    def read_until_held(self, keys: list, values: list, passed: np.ndarray | None = None
+                        ) -> tuple[list[tuple[int, str]], int | None]:
+        """Read the batch up to its first report that answers a round not decided yet (a
+        two-round stream's publication round of a slot whose dissimilarity round has not
+        closed, or a dissimilarity round the previous slot's decision has not named yet): the
+        refusals before it as (position, reason), in order, and its position (None: the whole
+        batch was read). The records from there on are read again once the round is decided."""
         reports, refused = read_batch(self.stream, keys, values)
+        held, first = None, None
         if passed is not None:
-            behind = reports.slot < np.asarray(passed, dtype=np.int64)[reports.index]
+            first = np.asarray(passed, dtype=np.int64)[reports.index]
+            # a partition past slot P has passed round 1 of P - 1 (virtual slot 2P - 2)
+            behind = reports.slot < (np.where(first >= 0, 2 * first - 1, first) if self.rounds
+                                     else first)
             refused += [(i, "late") for i in reports.index[behind].tolist()]
-            reports = reports.take(np.flatnonzero(~behind))
+            reports, first = reports.take(np.flatnonzero(~behind)), first[~behind]
+        if self.rounds:
+            closed = reports.slot < self.next_slot
+            refused += [(i, "late") for i in reports.index[closed].tolist()]
+            reports = reports.take(np.flatnonzero(~closed))
+            first = None if first is None else first[~closed]
+            reports, unasked, held = self._asked(reports, first)
+            refused += unasked
+            if held is not None:
+                refused = [r for r in refused if r[0] < held]
         refused += self._keep_batch(reports)
         refused.sort()
-        return refused
+        return refused, held
+
+    def _asked(self, reports: Reports, passed: np.ndarray | None
+               ) -> tuple[Reports, list[tuple[int, str]], int | None]:
+        """A two-round stream's reports that answer a round its decisions asked (the rest:
+        ``unasked_round``), up to the first whose round is not decided yet but whose
+        partition has passed the slot that decides it (its position: it waits there). A
+        report whose deciding slot its partition has not passed (``passed``, per report: the
+        first slot it has not; None: no partitions) cannot answer a decision: unasked."""
+        start = self.stream.start
+        decided = self.planner.slot  # type: ignore[union-attr] - the first slot not decided
+        slot, round2 = reports.slot // 2, reports.slot % 2 == 1
+        # round 1 of t answers decision t - 1 (none at the first slot), round 2 decision t
+        deciding = np.where(round2, slot, slot - 1)
+        waiting = (deciding >= decided) & (round2 | (slot > start))
+        possible = waiting & (deciding < passed) if passed is not None else waiting & False
+        held = None
+        if possible.any():
+            cut = int(np.argmax(possible))
+            held = int(reports.index[cut])
+            reports = reports.take(np.arange(cut))
+            slot, round2, deciding, waiting = (slot[:cut], round2[:cut], deciding[:cut],
+                                               waiting[:cut])
+        asked = np.empty(slot.size)
+        for t in set(deciding.tolist()):
+            outcome = self.decisions.get(t)
+            at = deciding == t
+            asked[at & round2] = 0.0 if outcome is None else outcome.eps
+            first = dissimilarity_budget(self.stream.w, self.stream.E)  # type: ignore[arg-type]
+            asked[at & ~round2] = (first if t == start - 1
+                                   else 0.0 if outcome is None else outcome.next)
+        ok = (asked > 0) & (reports.eps == asked) & ~waiting
+        unasked = [(i, "unasked_round") for i in reports.index[~ok].tolist()]
+        return reports.take(np.flatnonzero(ok)), unasked, held
 
     def _keep_batch(self, reports: Reports) -> list[tuple[int, str]]:
         """Keep what :meth:`_keep` would of ``reports``, taken in order; the refused ones'
@@ -156,7 +242,10 @@ class LdpCollector:
         last = np.array([ledger.spends[-1][0] if ledger is not None and ledger.spends else -1
                          for ledger in held], dtype=np.int64)
         requirements = list(zip(windows, totals, budgets, strict=True))
-        regimes = {req: ledger_regime(*req) for req in set(requirements)}
+        # a two-round stream's users answer only the rounds its ledger asked, and those fit a
+        # user who answers every round (mechanisms.local.rounds): no ledger can refuse them
+        regimes = {req: "free" if self.rounds else ledger_regime(*req)
+                   for req in set(requirements)}
         regime = np.array([regimes[req] or "" for req in requirements]) if len(regimes) > 1 \
             else np.full(len(users), next(iter(regimes.values())) or "")
         simple &= regime != ""
@@ -175,8 +264,7 @@ class LdpCollector:
                 self._keep(r.report(row, self.stream.protocol))
             except Refusal as refusal:
                 refused.append((int(r.index[row]), refusal.reason))
-        self._commit(r.take(rows[kept]), code[rows[kept]], users, held, windows, totals,
-                     budgets)
+        self._commit(r.take(rows[kept]), code[rows[kept]], users, held, windows, totals)
         for row in rows[~kept].tolist():
             slot = self.open.get(int(r.slot[row]))
             duplicate = slot is not None and r.users[row] in slot.users
@@ -185,27 +273,29 @@ class LdpCollector:
         return refused
 
     def _commit(self, kept: Reports, code: np.ndarray, users: list[str],
-                held: list[ClientLedger | None], windows: list[int], totals: list[float],
-                budgets: list[float]) -> None:
+                held: list[ClientLedger | None], windows: list[int],
+                totals: list[float]) -> None:
         """Record ``kept`` (sorted by user ``code``, each user's in slot order) in the users'
         ledgers, as :meth:`ClientLedger.commit` would one by one, and in their slots; user
         ``k`` is ``users[k]``, its ledger ``held[k]`` (None: none yet), its requirement
-        (``windows[k]``, ``totals[k]``), each report spending ``budgets[k]``."""
+        (``windows[k]``, ``totals[k]``), each report spending its own budget."""
         if not kept.users:
             return
-        slots = kept.slot.tolist()
+        slots, spent = kept.slot.tolist(), kept.eps.tolist()
         bounds = (np.flatnonzero(np.diff(code)) + 1).tolist()
         starts = [0, *bounds]
         for a, b, k in zip(starts, [*bounds, len(slots)], code[starts].tolist(), strict=True):
-            ledger, w, eps = held[k], windows[k], budgets[k]
+            ledger, w = held[k], windows[k]
             if ledger is None:
                 ledger = self.ledgers[users[k]] = ClientLedger(w, totals[k])
             cut = slots[b - 1] - w  # the spends a window ending at the last slot reaches
             spends = ledger.spends[bisect_right(ledger.spends, cut, key=itemgetter(0)):]
             if b - a == 1:
-                spends.append((slots[a], eps))
+                spends.append((slots[a], spent[a]))
             else:
-                spends += [(s, eps) for s in slots[max(a, b - w):b] if s > cut]
+                first = max(a, b - w)
+                spends += [(s, e) for s, e in zip(slots[first:b], spent[first:b], strict=True)
+                           if s > cut]
             ledger.spends = spends
         add_reports(self._open, kept)
 
@@ -253,6 +343,8 @@ class LdpCollector:
         frequency times reporters) and ``std`` (per cell, the counts' standard deviation; None
         when the slot carries no information: no reports, or budgets too small to tell cells
         apart). Later reports for it are ``late``."""
+        if self.rounds:
+            raise ValueError("a two-round stream closes its rounds with close_round")
         if slot != self.next_slot:
             raise ValueError(f"slots close in order: the next is {self.next_slot}, not {slot}")
         estimate = self.estimate(slot)
@@ -268,7 +360,53 @@ class LdpCollector:
             "std": [float(x) for x in std] if informative else None,
         }
 
+    def close_round(self, virtual: int) -> dict:
+        """Close round ``virtual % 2 + 1`` of slot ``virtual // 2`` of a two-round stream (it
+        must be :attr:`next_slot`). Round 1 gives the slot's decision, ``{"decision": slot,
+        "eps", "next"}`` (:class:`~mechanisms.local.rounds.Outcome`'s budgets); round 2 the
+        slot's release, :meth:`close`'s fields and ``published`` (a fresh estimate), with
+        ``estimated_at`` (the slot the released frequencies were estimated at, None before
+        the first). Its ``reporters`` are the slot's dissimilarity round's (the last asked
+        one's where the slot asked none), the counts the last estimate's frequencies times
+        them."""
+        if not self.rounds:
+            raise ValueError("a one-round stream closes its slots with close")
+        if virtual != self.next_slot:
+            raise ValueError(f"rounds close in order: the next is {self.next_slot}, not "
+                             f"{virtual}")
+        planner = self.planner
+        assert planner is not None
+        estimate = self.estimate(virtual)
+        self.open.pop(virtual, None)
+        self.next_slot = virtual + 1
+        slot = virtual // 2
+        if virtual % 2 == 0:
+            if planner.asked > 0:
+                self.round_reporters = estimate.reporters
+            outcome = self.decisions[slot] = planner.decide(estimate)
+            self.decisions.pop(slot - 2, None)
+            return {"decision": slot, "eps": outcome.eps, "next": outcome.next}
+        published = self.decisions[slot].eps > 0 and estimate.reporters > 0
+        if published:
+            planner.publish(slot, estimate)
+        n = self.round_reporters
+        std = n * np.sqrt(planner.last_variance)
+        informative = planner.estimated_at is not None and n > 0 and bool(np.isfinite(std).all())
+        return {
+            "slot": slot,
+            "protocol": self.stream.protocol,
+            "reporters": n,
+            "counts": [float(x) for x in planner.last * n],
+            "std": [float(x) for x in std] if informative else None,
+            "published": published,
+            "estimated_at": planner.estimated_at,
+        }
+
     def close_until(self, time_ms: int) -> list[dict]:
-        """Close, in order, every open slot that ends at or before ``time_ms`` (a watermark)."""
+        """Close, in order, every open slot that ends at or before ``time_ms`` (a watermark):
+        their releases; a two-round stream's rounds, round 1 of slot t when t ends and round 2
+        when t + 1 does (:meth:`close_round`: decisions and releases, in that order)."""
         last = self.clock.last_closed(int(time_ms))
+        if self.rounds:
+            return [self.close_round(v) for v in range(self.next_slot, 2 * last + 1)]
         return [self.close(s) for s in range(self.next_slot, last + 1)]

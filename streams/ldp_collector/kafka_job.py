@@ -1,15 +1,18 @@
-"""The local-DP collector on Kafka: ``pwevent worker --mechanism lbu|lsp|lpu|plbu``
+"""The local-DP collector on Kafka: ``pwevent worker --mechanism lbu|lsp|lpu|plbu|lbd|lba``
 (docs/ldp-reports.md, "The collector on Kafka").
 
 It reads every partition of ``<prefix>.ldp-reports`` from its first offset, keeps what the
 protocol allows (:class:`~streams.ldp_collector.collector.LdpCollector`), closes slots by the
 watermark records in the topic (:mod:`.stream_time`) and writes each slot's release to
-``<prefix>.ldp-releases`` and each refused record to ``<prefix>.dead-letters``. Live, it writes
-the watermark records itself once a slot's end plus the lateness has passed on its clock.
+``<prefix>.ldp-releases`` and each refused record to ``<prefix>.dead-letters``. A two-round
+stream's (lbd, lba) decisions go to ``<prefix>.ldp-decisions``, which its clients read. Live, it
+writes the watermark records itself once a slot's end plus the lateness has passed on its
+clock.
 
 Its state is a function of the topic's records, partition by partition, so a restart (or a
 second instance) rebuilds it by reading the topic again: it releases the same bytes, and sends
-only the releases the topic lacks and the dead letters past the offsets it committed.
+only the releases and decisions the topics lack and the dead letters past the offsets it
+committed.
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ from streams.records.input_formats import DEAD_LETTER_PAYLOAD_BYTES
 log = logging.getLogger("pwevent.ldp")
 
 #: The protocols the collector runs on Kafka.
-KAFKA_PROTOCOLS = ("lbu", "lsp", "lpu", "plbu")
+KAFKA_PROTOCOLS = ("lbu", "lsp", "lpu", "plbu", "lbd", "lba")
 #: The most records one poll of the consumer returns.
 POLL_RECORDS = 20_000
 
@@ -83,6 +86,11 @@ class LdpJobSettings:
         return f"{self.prefix}.ldp-releases"
 
     @property
+    def decisions_topic(self) -> str:
+        """The topic of a two-round stream's decisions: ``<prefix>.ldp-decisions``."""
+        return f"{self.prefix}.ldp-decisions"
+
+    @property
     def dead_letters_topic(self) -> str:
         """The job's dead-letter topic: ``<prefix>.dead-letters``."""
         return Topics(prefix=self.prefix).dead_letters
@@ -95,12 +103,14 @@ class LdpJobSettings:
 
 def topic_specs(prefix: str, partitions: int, replication: int = 1) -> list[TopicSpec]:
     """The collector's topics: the reports (``partitions``; kept for good, since a restart
-    reads them again), the releases (one partition, kept for good) and the dead letters."""
+    reads them again), the releases and the decisions (one partition each, kept for good) and
+    the dead letters."""
     durable = {"min.insync.replicas": str(min_insync_replicas(replication))}
     kept = {"cleanup.policy": "delete", "retention.ms": "-1", **durable}
     dead = Topics(prefix=prefix, replication=replication).spec("dead-letters")
     return [TopicSpec("ldp-reports", f"{prefix}.ldp-reports", partitions, replication, kept),
-            TopicSpec("ldp-releases", f"{prefix}.ldp-releases", 1, replication, kept), dead]
+            TopicSpec("ldp-releases", f"{prefix}.ldp-releases", 1, replication, kept),
+            TopicSpec("ldp-decisions", f"{prefix}.ldp-decisions", 1, replication, kept), dead]
 
 
 def released_slots(records: list[tuple[bytes | None, bytes]], stream: str) -> set[int]:
@@ -142,15 +152,16 @@ class LdpJob:
         try:
             await create_topics(s.broker, topic_specs(s.prefix, s.partitions, s.replication))
             released = released_slots(await read_topic(s.broker, s.releases_topic), s.stream)
+            decided = released_slots(await read_topic(s.broker, s.decisions_topic), s.stream)
             await consumer.start()
             await producer.start()
-            await self._collect(consumer, producer, released, stop)
+            await self._collect(consumer, producer, released, decided, stop)
         finally:  # each closes its connections, started or not
             await producer.stop()
             await consumer.stop()
 
     async def _collect(self, consumer: AIOKafkaConsumer, producer: AIOKafkaProducer,
-                       released: set[int], stop: asyncio.Event) -> None:
+                       released: set[int], decided: set[int], stop: asyncio.Event) -> None:
         s = self.settings
         tps = await topic_partitions(consumer, s.reports_topic, wait=30)
         if not tps:
@@ -165,7 +176,7 @@ class LdpJob:
                  sum(ends.values()), len(released))
         position = {tp.partition: 0 for tp in tps}
         # live, the slots that ended while no collector ran are marked at once
-        marked = self.collector.next_slot - 1 if s.event_time == "live" else None
+        marked = self.collector.passed_slot if s.event_time == "live" else None
         last_commit = time.monotonic()
         pending: list[asyncio.Future] = []
         while not stop.is_set():
@@ -181,20 +192,35 @@ class LdpJob:
                 for f in refused:
                     self.counters[f"dead:{f.reason}"] += 1
                     if f.offset >= committed[tp.partition]:
-                        pending.append(await self._dead_letter(producer, tp, by_offset[f.offset],
-                                                               f))
+                        record = by_offset[f.offset]
+                        pending.append(await self._dead_letter(producer, tp, record.key,
+                                                               record.value, f))
                 position[tp.partition] = records[-1].offset + 1
-            for key, value in self.stream.ready():
-                slot = int(key.rsplit(b"/", 1)[1])
-                if slot not in released:
-                    pending.append(await producer.send(s.releases_topic, value, key=key))
-                    released.add(slot)
-                    self.counters["released"] += 1
+            out = self.stream.advance()
+            for waited in out.refused:
+                self.counters[f"dead:{waited.refused.reason}"] += 1
+                if waited.refused.offset >= committed[waited.partition]:
+                    pending.append(await self._dead_letter(
+                        producer, TopicPartition(s.reports_topic, waited.partition),
+                        waited.key, waited.value, waited.refused))
+            for topic, records, sent, counter in (
+                    (s.decisions_topic, out.decisions, decided, "decided"),
+                    (s.releases_topic, out.releases, released, "released")):
+                for key, value in records:
+                    slot = int(key.rsplit(b"/", 1)[1])
+                    if slot not in sent:
+                        pending.append(await producer.send(topic, value, key=key))
+                        sent.add(slot)
+                        self.counters[counter] += 1
+            for p in position:  # records waiting for a decision are not read yet
+                first = self.stream.first_waiting(p)
+                if first is not None:
+                    position[p] = min(position[p], first)
             if not self.caught_up.is_set() and all(position[p] >= ends[p] for p in ends):
                 self.caught_up.set()
                 log.info("read %s to the offsets it had at start in %.1f s; %d slots closed",
                          s.reports_topic, time.monotonic() - self.times["start"],
-                         self.collector.next_slot - s.start)
+                         self.collector.next_release - s.start)
             if marked is not None:
                 marked = await self._mark(producer, len(tps), marked, pending)
             if time.monotonic() - last_commit >= s.commit_every_s:
@@ -223,12 +249,13 @@ class LdpJob:
             return
         committed.update({tp.partition: offset for tp, offset in ahead.items()})
 
-    async def _dead_letter(self, producer: AIOKafkaProducer, tp: TopicPartition, record,
+    async def _dead_letter(self, producer: AIOKafkaProducer, tp: TopicPartition,
+                           key: bytes | None, value: bytes | None,
                            refused: Refused) -> asyncio.Future:
-        key = record.key if record.key is None else record.key[:DEAD_LETTER_PAYLOAD_BYTES]
-        value = dead_letter(tp.topic, tp.partition, record.offset, record.key, record.value,
-                            refused.reason, refused.detail)
-        return await producer.send(self.settings.dead_letters_topic, value, key=key)
+        letter = dead_letter(tp.topic, tp.partition, refused.offset, key, value,
+                             refused.reason, refused.detail)
+        key = key if key is None else key[:DEAD_LETTER_PAYLOAD_BYTES]
+        return await producer.send(self.settings.dead_letters_topic, letter, key=key)
 
     async def _mark(self, producer: AIOKafkaProducer, partitions: int, marked: int,
                     pending: list[asyncio.Future]) -> int:

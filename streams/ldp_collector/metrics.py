@@ -43,13 +43,19 @@ class _Snapshot:
         for key, value in sorted(counters.items()):
             if key.startswith("dead:"):
                 dead.add_metric([key[5:]], value)
-        yield from (records, released, marks, dead)
+        decided = CounterMetricFamily("pwevent_ldp_decisions", "decisions sent (lbd, lba)")
+        decided.add_metric([], counters["decided"])
+        yield from (records, released, decided, marks, dead)
         stream = job.stream
         if stream is None:
             return
         next_slot = GaugeMetricFamily("pwevent_ldp_next_slot", "the next slot to close")
-        next_slot.add_metric([], stream.collector.next_slot)
-        yield next_slot
+        next_slot.add_metric([], stream.collector.next_release)
+        waiting = GaugeMetricFamily("pwevent_ldp_waiting_records", "records that wait for a "
+                                    "decision (lbd, lba), per partition", labels=["partition"])
+        for p, (keys, _values, _offsets) in enumerate(stream.waiting):
+            waiting.add_metric([str(p)], len(keys))
+        yield from (next_slot, waiting)
         partition, mark = stream.holding()
         holding = GaugeMetricFamily("pwevent_ldp_holding_partition", "the partition whose "
                                     "watermark holds the stream back (the smallest)")

@@ -15,19 +15,22 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from contextlib import suppress
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Final
 
 import numpy as np
 import orjson
 
 from mechanisms.local import MAX_EPS, ParsedReport, plbu_uses_grr, reports_at
-from mechanisms.local.wire import MAX_SLOT, check_text
+from mechanisms.local.rounds import ROUND_PROTOCOLS, virtual_slot
+from mechanisms.local.wire import MAX_ROUND_SLOT, MAX_SLOT, check_text
 from streams.ldp_collector.checks import Refusal, Stream, read_record
 
 _OUE_KEYS: Final = ("v", "protocol", "user", "slot", "eps", "E", "w", "d", "oracle", "bits",
                     "client")
 _GRR_KEYS: Final = _OUE_KEYS[:9] + ("cell", "client")
+#: A two-round report's keys: ``round`` after ``slot``.
+_ROUND_KEYS: Final = _OUE_KEYS[:4] + ("round",) + _OUE_KEYS[4:]
 #: Lowercase hex digit -> its value; anything else 16.
 _HEX: Final = np.full(256, 16, dtype=np.uint8)
 _HEX[np.frombuffer(b"0123456789abcdef", dtype=np.uint8)] = np.arange(16, dtype=np.uint8)
@@ -37,7 +40,11 @@ _HEX[np.frombuffer(b"0123456789abcdef", dtype=np.uint8)] = np.arange(16, dtype=n
 class Reports:
     """Accepted reports as columns: their positions in the batch (increasing), users, slots,
     budgets, requirements, oracle (``grr``: True for GRR), OUE bits ((n, d), zero rows for GRR),
-    GRR cells (-1 for OUE) and clients."""
+    GRR cells (-1 for OUE) and clients.
+
+    A two-round stream's reports are on the clients' ledger's time line: ``slot`` is the
+    virtual slot 2 slot + round - 1 and ``w`` twice the stream's
+    (:mod:`mechanisms.local.rounds`)."""
 
     index: np.ndarray
     users: list[str]
@@ -58,7 +65,8 @@ class Reports:
                        self.bits[rows], self.cell[rows], [self.clients[i] for i in pick])
 
     def report(self, row: int, protocol: str) -> ParsedReport:
-        """Row ``row`` as :func:`mechanisms.local.parse_report` gives it."""
+        """Row ``row`` as :func:`mechanisms.local.parse_report` gives it (a two-round report
+        with its virtual slot and doubled window, as it is kept)."""
         grr = bool(self.grr[row])
         return ParsedReport(protocol, self.users[row], int(self.slot[row]), float(self.eps[row]),
                             float(self.E[row]), int(self.w[row]), self.bits.shape[1],
@@ -86,9 +94,12 @@ def _concat(parts: list[Reports], d: int) -> Reports:
 
 
 def _from_parsed(rows: list[tuple[int, ParsedReport]], d: int) -> Reports:
-    """Reports ``read_record`` gave, at their positions."""
+    """Reports ``read_record`` gave, at their positions (a two-round report at its virtual
+    slot, with the doubled window)."""
     if not rows:
         return _empty(d)
+    rows = [(i, r if not r.round else replace(r, slot=virtual_slot(r.slot, r.round), w=2 * r.w))
+            for i, r in rows]
     bits = np.zeros((len(rows), d), dtype=bool)
     for k, (_, r) in enumerate(rows):
         if r.oracle == "oue":
@@ -198,7 +209,7 @@ def _bits(texts: Sequence, d: int) -> tuple[np.ndarray, np.ndarray]:
 def _parse(stream: Stream, keys: Sequence, values: Sequence) -> tuple[list[tuple], list[int]]:
     """The records orjson reads as objects with the wire's keys in order, as (position, key,
     is GRR, field values...); the positions of the others."""
-    shapes = {_OUE_KEYS: False}
+    shapes = {_ROUND_KEYS if stream.protocol in ROUND_PROTOCOLS else _OUE_KEYS: False}
     if stream.protocol == "plbu":
         shapes[_GRR_KEYS] = True
     docs = None
@@ -227,13 +238,16 @@ def _screen(stream: Stream, rows: list[tuple]) -> tuple[Reports, list[int]]:
     d = stream.d
     if not rows:
         return _empty(d), []
+    rounds = stream.protocol in ROUND_PROTOCOLS
+    columns = list(zip(*rows, strict=True))
+    round_of = columns.pop(7) if rounds else ()
     (index, keys, grr, v, protocol, users, slot, eps, E, w, dd, oracle, payload,  # noqa: N806
-     client) = zip(*rows, strict=True)
+     client) = columns
     n = len(index)
     grr_rows = np.array(grr, dtype=bool)
     ok = _equal(v, 1) & _equal(protocol, stream.protocol) & _equal(dd, d)
     ok &= _users(keys, users) & _texts(client)
-    slots, good = _integers(slot, 0, MAX_SLOT)
+    slots, good = _integers(slot, 0, MAX_ROUND_SLOT if rounds else MAX_SLOT)
     ok &= good & (slots >= stream.start)
     ws, good = _integers(w, 1, 2**31 - 1)
     ok &= good
@@ -241,8 +255,12 @@ def _screen(stream: Stream, rows: list[tuple]) -> tuple[Reports, list[int]]:
     ok &= good & (epss > 0) & (epss <= MAX_EPS)
     Es, good = _numbers(E)  # noqa: N806
     ok &= good & (Es > 0) & (Es <= MAX_EPS * ws)
-    spent = Es / ws if stream.protocol in ("lbu", "plbu") else Es
-    ok &= epss == spent
+    if rounds:
+        round_no, good = _integers(round_of, 1, 2)
+        ok &= good
+        ok &= np.where(round_no == 1, epss == Es / (2 * ws), epss <= Es / 2)
+    else:
+        ok &= epss == (Es / ws if stream.protocol in ("lbu", "plbu") else Es)
     if stream.protocol != "plbu":
         ok &= (ws == stream.w) & (Es == stream.E)
     if stream.protocol == "lsp":
@@ -270,6 +288,8 @@ def _screen(stream: Stream, rows: list[tuple]) -> tuple[Reports, list[int]]:
             ok[i] = reports_at("lpu", int(slots[i]), start=stream.start, w=int(ws[i]),
                                key=stream.lpu_key, user=users[i], rotate=stream.lpu_rotate)
     positions = np.array(index, dtype=np.int64)
+    if rounds:
+        slots, ws = 2 * slots + round_no - 1, 2 * ws
     accepted = Reports(positions, list(users), slots, epss, Es, ws, grr_rows, bits, cells,
                        list(client)).take(np.flatnonzero(ok))
     return accepted, positions[~ok].tolist()

@@ -14,10 +14,14 @@ Both follow from each partition's records in offset order alone, never from the 
 a consumer interleaves the partitions: a replay of the topic, after a crash or by another
 instance, keeps and refuses the same reports and releases the same bytes.
 
+A two-round stream (lbd, lba) also writes a decision record per slot, and a report answering a
+round that is not decided yet, on a partition that has passed the slot that decides it, waits
+there: its partition is read on once the decision is taken (:meth:`PartitionedCollector.advance`),
+so what is kept still follows from each partition's order alone.
+
     stream = PartitionedCollector(collector, partitions=4, secret=b"...", stream="s")
     refused = stream.take(partition, [(key, value, offset), ...])  # [(offset, reason, ...)]
-    for key, value in stream.ready():  # the release records of the slots that closed
-        ...
+    out = stream.advance()  # the release and decision records of the slots that closed
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from typing import NamedTuple
 import numpy as np
 import orjson
 
+from mechanisms.local.rounds import Decision, encode_decision
 from streams.job.partitions.key_hashing import key_partitions
 from streams.job.partitions.watermarks import WATERMARK_PREFIX, watermark_of
 from streams.ldp_collector.collector import MAX_BATCH, LdpCollector
@@ -47,6 +52,25 @@ class Refused(NamedTuple):
     detail: str
 
 
+class Waited(NamedTuple):
+    """A record refused once it had waited for a decision: its partition, the refusal, its key
+    and value."""
+
+    partition: int
+    refused: Refused
+    key: bytes | None
+    value: bytes | None
+
+
+class Advanced(NamedTuple):
+    """What :meth:`PartitionedCollector.advance` closed: release records and decision records
+    (key, value) in slot order, and the refusals among the records that had waited."""
+
+    releases: list[tuple[bytes, bytes]]
+    decisions: list[tuple[bytes, bytes]]
+    refused: list[Waited]
+
+
 class PartitionedCollector:
     """An :class:`LdpCollector` fed the partitions of its topic one batch at a time, with the
     rule of this module: per-partition watermarks, slots closed at the smallest."""
@@ -61,6 +85,8 @@ class PartitionedCollector:
         self.partitions, self.secret, self.stream = partitions, secret, stream
         #: per partition, the largest watermark its records carried (NO_MARK: none)
         self.marks = np.full(partitions, NO_MARK, dtype=np.int64)
+        #: per partition, the records waiting for a decision (keys, values, offsets)
+        self.waiting: list[tuple[list, list, list]] = [([], [], []) for _ in range(partitions)]
 
     def passed(self, partition: int) -> int:
         """The first slot ``partition`` has not passed."""
@@ -88,21 +114,35 @@ class PartitionedCollector:
         """:meth:`take` of records given as columns: their keys, values and offsets."""
         if not 0 <= partition < self.partitions:
             raise ValueError(f"partition {partition} is not in [0, {self.partitions})")
+        queue = self.waiting[partition]
+        if queue[0]:  # the partition waits for a decision: these records wait behind
+            for column, more in zip(queue, (keys, values, offsets), strict=True):
+                column.extend(more)
+            return []
         refused: list[Refused] = []
         for start in range(0, len(keys), MAX_BATCH):
             end = start + MAX_BATCH
-            refused += self._take_chunk(partition, keys[start:end], values[start:end],
-                                        offsets[start:end])
+            got, held = self._take_chunk(partition, keys[start:end], values[start:end],
+                                         offsets[start:end])
+            refused += got
+            if held is not None:
+                rest = start + held
+                for column, more in zip(queue, (keys, values, offsets), strict=True):
+                    column.extend(more[rest:])
+                break
         return refused
 
     def _take_chunk(self, partition: int, keys: Sequence[bytes | None],
-                    values: Sequence[bytes | None], offsets: Sequence[int]) -> list[Refused]:
+                    values: Sequence[bytes | None], offsets: Sequence[int]
+                    ) -> tuple[list[Refused], int | None]:
+        """Read one chunk: its refusals, and where it stopped to wait (None: read whole)."""
         refused: list[Refused] = []
         n = len(keys)
         controls = [i for i in [i for i, k in enumerate(keys) if k is None]
                     if isinstance(values[i], bytes) and values[i].startswith(WATERMARK_PREFIX)]
         passed = np.full(n, self.passed(partition), dtype=np.int64)
         is_report = np.ones(n, dtype=bool)
+        before, moved = int(self.marks[partition]), []
         for i in controls:
             try:
                 mark = watermark_of((None, values[i], partition), self.secret, self.stream)
@@ -115,6 +155,7 @@ class PartitionedCollector:
             is_report[i] = False
             if mark > self.marks[partition]:
                 self.marks[partition] = mark
+                moved.append((i, mark))
                 passed[i + 1:] = self.passed(partition)
         if all(type(k) is bytes for k in keys):
             keyed = np.flatnonzero(is_report)
@@ -134,21 +175,57 @@ class PartitionedCollector:
         else:
             rows = np.flatnonzero(is_report).tolist()
             batch_keys, batch_values = [keys[i] for i in rows], [values[i] for i in rows]
-        for i, reason in self.collector.refused_in_batch(batch_keys, batch_values,
-                                                         passed[np.asarray(rows, dtype=int)]):
+        got, held = self.collector.read_until_held(batch_keys, batch_values,
+                                                   passed[np.asarray(rows, dtype=int)])
+        for i, reason in got:
             refused.append(Refused(offsets[rows[i]], reason, REASON_DETAILS[reason]))
+        stop = None
+        if held is not None:  # the records from there on wait, watermarks among them
+            stop = rows[held]
+            refused = [r for r in refused if r.offset < offsets[stop]]
+            self.marks[partition] = max([before] + [m for i, m in moved if i < stop])
         refused.sort()
-        return refused
+        return refused, stop
+
+    def advance(self) -> Advanced:
+        """Close every round and slot whose end every partition's watermark has passed, read
+        on the partitions that waited for the decisions taken, and again while anything
+        moves: the release and decision records in slot order, and the refusals among the
+        records that had waited."""
+        collector = self.collector
+        origin, length = collector.clock.origin, collector.clock.length
+        releases, decisions, refused = [], [], []
+        while True:
+            low = int(self.marks.min())
+            closed = [] if low == NO_MARK else collector.close_until(low)
+            for out in closed:
+                if "decision" in out:
+                    decisions.append(decision_record(self.stream, collector.stream.protocol,
+                                                     out))
+                else:
+                    releases.append(release_record(self.stream, origin, length, out))
+            moved = False
+            for p, (keys, values, offsets) in enumerate(self.waiting):
+                if keys and closed:
+                    self.waiting[p] = ([], [], [])
+                    at = {offset: i for i, offset in enumerate(offsets)}
+                    refused += [Waited(p, r, keys[at[r.offset]], values[at[r.offset]])
+                                for r in self.take_columns(p, keys, values, offsets)]
+                    moved |= len(self.waiting[p][0]) < len(keys)
+            if not closed and not moved:
+                return Advanced(releases, decisions, refused)
+
+    def first_waiting(self, partition: int) -> int | None:
+        """The offset of ``partition``'s first record waiting for a decision (None: none)."""
+        offsets = self.waiting[partition][2]
+        return offsets[0] if offsets else None
 
     def ready(self) -> list[tuple[bytes, bytes]]:
-        """Close every slot whose end every partition's watermark has passed: their release
-        records (key, value), in slot order."""
-        low = int(self.marks.min())
-        if low == NO_MARK:
-            return []
-        collector = self.collector
-        return [release_record(self.stream, collector.clock.origin, collector.clock.length,
-                               release) for release in collector.close_until(low)]
+        """:meth:`advance`'s release records, for a one-round stream (which never waits and
+        takes no decisions)."""
+        if self.collector.rounds:
+            raise ValueError("a two-round stream writes decisions too: use advance()")
+        return self.advance().releases
 
 
 #: What each refusal of the collector means, for a dead letter's detail.
@@ -164,6 +241,7 @@ REASON_DETAILS = {
     "duplicate_in_slot": "the user has a report kept for this slot",
     "not_after_last": "before the user's last kept report",
     "over_budget": "the user's window would spend over its budget",
+    "unasked_round": "a round its stream's decisions did not ask, or at another budget",
 }
 
 
@@ -177,3 +255,11 @@ def release_record(stream: str, origin_ms: int, slot_ms: int,
     doc = {"schema": RELEASE_SCHEMA, "stream": stream, "slot": slot, "start": start,
            "end": start + slot_ms, **{k: v for k, v in release.items() if k != "slot"}}
     return f"{stream}/{slot}".encode(), orjson.dumps(doc)
+
+
+def decision_record(stream: str, protocol: str, outcome: dict) -> tuple[bytes, bytes]:
+    """The record of one slot's decision on ``<prefix>.ldp-decisions``: key ``<stream>/<slot>``,
+    value :func:`~mechanisms.local.rounds.encode_decision`'s bytes."""
+    slot = int(outcome["decision"])
+    decision = Decision(stream, protocol, slot, outcome["eps"], outcome["next"])
+    return f"{stream}/{slot}".encode(), encode_decision(decision)

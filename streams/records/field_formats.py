@@ -74,6 +74,7 @@ class Reason(StrEnum):
     SCHEDULE = "schedule"
     NOT_AFTER_LAST = "not_after_last"
     OVER_BUDGET = "over_budget"
+    UNASKED_ROUND = "unasked_round"
 
 
 USER: Final = OneOf(

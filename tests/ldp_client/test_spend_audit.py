@@ -95,3 +95,32 @@ def test_the_command_reads_the_topic_and_exits_on_what_it_finds():
     assert status == 1
     assert [(v["user"], v["slot"], v["reason"]) for v in doc["violations"]] == [
         ("u3", 11, "not_after_last")]
+
+
+def test_two_round_clients_are_audited_on_their_own_time_line():
+    from mechanisms.local.rounds import Decision
+
+    w, E = 3, 1.2
+    clients = [LdpClient(ReportConfig("lbd", f"u{i}", d=4, w=w, E=E)) for i in range(4)]
+    reports: list[tuple[str, bytes]] = []
+    previous = None
+    for slot in range(10):  # a publication round at E/4 every other slot: within E/2 a window
+        decision = Decision("s", "lbd", slot, E / 4 if slot % 2 else 0.0, E / (2 * w))
+        for c in clients:
+            for data in (c.report(slot, 1, previous), c.answer(decision, 2)):
+                if data is not None:
+                    reports.append((c.reporter.config.user, data))
+        previous = decision
+    report = audit_spend(records(reports))
+    assert report.violations == [] and report.protocols == {"lbd": 4 * 15}
+    assert abs(report.largest_share - 1.0) < 1e-9  # E/2 of round 1, E/2 of round 2 at most
+    # a device that answers a forged decision past its ledger cannot send it; one that lost its
+    # ledger can, and the audit finds it where its window overspends
+    lost = LdpClient(ReportConfig("lbd", "u0", d=4, w=w, E=E))
+    extra = lost.answer(Decision("s", "lbd", 9, E / 2, E / (2 * w)), 3)
+    found = audit_spend(records([*reports, ("u0", extra)])).violations
+    assert [(v.user, v.slot, v.reason) for v in found] == [("u0", 9, "not_after_last")]
+    overspent = LdpClient(ReportConfig("lbd", "u0", d=4, w=w, E=E, start=10))
+    late = overspent.answer(Decision("s", "lbd", 10, E / 2, E / (2 * w)), 3)
+    found = audit_spend(records([*reports, ("u0", late)])).violations
+    assert [(v.user, v.slot, v.reason) for v in found] == [("u0", 10, "over_budget")]

@@ -8,6 +8,7 @@ import pytest
 from ldp_collector_kit import LPU_KEY, ORIGIN_MS, SLOT_MS
 
 from mechanisms.local import CounterWords, encode_report, lpu_phase, pack_bits
+from mechanisms.local.rounds import Decision
 from streams.ldp_client import LdpClient, ReportConfig
 from streams.ldp_collector import REASONS, DeadLetter, LdpCollector
 
@@ -169,9 +170,14 @@ def test_every_reason_is_reached_and_nothing_raises() -> None:
     dead += c.offer_all([(b"bob", lowered, None)])
     c.close(1)
     dead += c.offer_all([(b"bob", client("bob", "plbu", start=1).report(1, 1), None)])  # late
+    rounds = LdpCollector("lbd", D, origin_ms=ORIGIN_MS, slot_ms=SLOT_MS, start=1, E=E, w=W)
+    undecided = Decision("s", "lbd", 1, E / 2, E / (2 * W))
+    dead += rounds.offer_all([(b"bob", client("bob", "lbd", start=1).answer(undecided, 0),
+                               None)])  # unasked_round
     assert [d.reason for d in dead] == [
         "malformed", "wrong_key", "wrong_protocol", "wrong_domain", "wrong_oracle", "schedule",
-        "wrong_requirement", "duplicate_in_slot", "not_after_last", "over_budget", "late"]
+        "wrong_requirement", "duplicate_in_slot", "not_after_last", "over_budget", "late",
+        "unasked_round"]
     assert set(REASONS) == {d.reason for d in dead}
 
 
@@ -183,7 +189,7 @@ def test_parameters_and_empty_slots() -> None:
     with pytest.raises(ValueError, match="lpu_key"):
         LdpCollector("lpu", D, origin_ms=0, slot_ms=1, start=0, E=1.0, w=2)
     with pytest.raises(ValueError, match="protocol"):
-        LdpCollector("lbd", D, origin_ms=0, slot_ms=1, start=0, E=1.0, w=2)
+        LdpCollector("lpd", D, origin_ms=0, slot_ms=1, start=0, E=1.0, w=2)
     c = lbu_collector()
     assert c.offer(b"alice", GOOD, ORIGIN_MS + 11 * SLOT_MS + 5) is None
     assert c.watermark == ORIGIN_MS + 11 * SLOT_MS + 5

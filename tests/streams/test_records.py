@@ -74,6 +74,7 @@ def test_reason_enum_is_fixed() -> None:
         "schedule",
         "not_after_last",
         "over_budget",
+        "unasked_round",
     )
     assert validator("dead-letters").schema["properties"]["reason"]["enum"] == list(REASONS)
 

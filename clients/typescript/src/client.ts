@@ -1,4 +1,9 @@
-/** One user's client: the protocol's schedule, ledger and randomised reports. */
+/**
+ * One user's client: the protocol's schedule, ledger and randomised reports. The two-round
+ * protocols (lbd, lba) keep the ledger over virtual slots, 2 slot + round - 1, against a window
+ * of 2w (rounds.ts): report() sends round 1, asked by the previous slot's decision, and answer()
+ * round 2, asked by the slot's own.
+ */
 
 import { ClientLedger, LedgerRefusal, type Spend } from "./ledger.js";
 import {
@@ -10,7 +15,8 @@ import {
   plbuUsesGrr,
   type WordSource,
 } from "./oracles.js";
-import { PROTOCOLS, type Protocol, reportBudget, Schedule } from "./schedule.js";
+import { Decision, MAX_ROUND_SLOT, virtualSlot } from "./rounds.js";
+import { isRoundProtocol, PROTOCOLS, type Protocol, reportBudget, Schedule } from "./schedule.js";
 import { checkInteger, checkText, formatString, MAX_CELLS, MAX_SLOT, WIRE_VERSION } from "./wire.js";
 import { CryptoWords } from "./words.js";
 
@@ -21,8 +27,8 @@ export const TOPIC = "ldp-reports";
 
 /**
  * What a client needs: the protocol, the user id, the domain's d cells, the window w and budget
- * E (the stream's for lbu/lsp/lpu, the user's own for plbu), the stream's first slot, and LPU's
- * public key and rotation (epochs of `rotate` blocks; 0: one group for good).
+ * E (the stream's for lbu/lsp/lpu/lbd/lba, the user's own for plbu), the stream's first slot,
+ * and LPU's public key and rotation (epochs of `rotate` blocks; 0: one group for good).
  */
 export interface ReportConfig {
   protocol: Protocol;
@@ -35,7 +41,10 @@ export interface ReportConfig {
   rotate?: number;
 }
 
-/** The ledger as JSON-ready data, for the app to keep between runs. */
+/**
+ * The ledger as JSON-ready data, for the app to keep between runs (for lbd/lba the spends'
+ * slots are virtual slots, 2 slot + round - 1).
+ */
 export interface LedgerState {
   protocol: Protocol;
   user: string;
@@ -85,17 +94,25 @@ export function checkConfig(config: ReportConfig): Required<ReportConfig> {
 /**
  * One user's client: `report(slot, value)` gives the report's bytes, or null when the user does
  * not report at that slot (or has no value); it throws a LedgerRefusal rather than overspend.
+ * For lbd/lba, `report(slot, value, decision)` sends the dissimilarity round (round 1), asked
+ * at the stream's first slot and by the previous slot's decision after it, and
+ * `answer(decision, value)` the publication round (round 2) at the budget the slot's decision
+ * names.
  */
 export class LdpClient {
   readonly config: Required<ReportConfig>;
   readonly ledger: ClientLedger;
+  /** The budget one report spends (a dissimilarity report's for lbd/lba: E/(2w)). */
   readonly eps: number;
   readonly oracle: "oue" | "grr";
+  /** Whether the protocol has two rounds a slot (lbd, lba). */
+  readonly rounds: boolean;
   private readonly words: WordSource;
   private readonly schedule: Schedule;
   private readonly threshold: number;
   private readonly head: string;
-  private readonly middle: string;
+  private readonly epsText: string;
+  private readonly rest: string;
   private readonly tail: string;
   private readonly encoder = new TextEncoder();
 
@@ -108,10 +125,12 @@ export class LdpClient {
     this.oracle = c.protocol === "plbu" && plbuUsesGrr(this.eps, c.d) ? "grr" : "oue";
     this.threshold = this.oracle === "grr" ? grrKeepThreshold(this.eps, c.d) : oueThreshold(this.eps);
     this.schedule = new Schedule(c.protocol, c.start, c.w, c.lpuKey, c.user, c.rotate);
-    this.ledger = new ClientLedger(c.w, c.E);
+    this.rounds = isRoundProtocol(c.protocol);
+    this.ledger = new ClientLedger(this.rounds ? 2 * c.w : c.w, c.E);
     this.head = `{"v":${WIRE_VERSION},"protocol":"${c.protocol}","user":${formatString(c.user)},"slot":`;
-    this.middle =
-      `,"eps":${String(this.eps)},"E":${String(c.E)},"w":${c.w},"d":${c.d},` +
+    this.epsText = String(this.eps);
+    this.rest =
+      `,"E":${String(c.E)},"w":${c.w},"d":${c.d},` +
       (this.oracle === "grr" ? `"oracle":"grr","cell":` : `"oracle":"oue","bits":"`);
     this.tail = (this.oracle === "grr" ? "" : '"') + `,"client":${formatString(client)}}`;
     if (options.state !== undefined) this.loadState(options.state);
@@ -123,29 +142,98 @@ export class LdpClient {
   }
 
   /** The report's JSON text, or null; see report(). */
-  reportText(slot: number, value: number | null | undefined): string | null {
+  reportText(slot: number, value: number | null | undefined, decision?: Decision | null): string | null {
     const c = this.config;
-    checkInteger("slot", slot, 0, MAX_SLOT);
+    checkInteger("slot", slot, 0, this.rounds ? MAX_ROUND_SLOT : MAX_SLOT);
     if (value === null || value === undefined) return null;
     checkInteger("value", value, 0, c.d - 1);
     if (!this.schedule.due(slot)) return null;
-    this.ledger.check(slot, this.eps);
-    const payload =
-      this.oracle === "grr"
-        ? String(grrCell(value, c.d, this.threshold, this.words))
-        : oueHex(value, c.d, this.threshold, this.words);
-    this.ledger.commit(slot, this.eps);
-    return this.head + slot + this.middle + payload + this.tail;
+    const given = decision !== null && decision !== undefined;
+    if (!this.rounds) {
+      if (given) throw new TypeError(`${c.protocol} has one round a slot: it takes no decision`);
+      return this.send(slot, value, this.eps, slot, 0);
+    }
+    if (slot > c.start) {
+      if (!given) return null;
+      this.checkDecision(decision, slot - 1);
+      if (decision.next === 0) return null;
+      if (decision.next !== this.eps) {
+        throw new RangeError(
+          `the decision asks a dissimilarity budget of ${decision.next}, not the stream's E/(2w) = ${this.eps}`,
+        );
+      }
+    }
+    return this.send(slot, value, this.eps, virtualSlot(slot, 1), 1);
   }
 
   /**
    * The randomised report of cell `value` at `slot` as UTF-8 bytes, or null (not due, or no
    * value); throws LedgerRefusal when the budget does not allow it or the slot is not after
    * the last report's. Produce it keyed by `userKey()`.
+   *
+   * For lbd/lba this is the dissimilarity report (round 1): sent at the stream's first slot,
+   * and after it only when `decision`, the previous slot's (slot - 1), names a dissimilarity
+   * round (its `next`, which must be E/(2w), or 0: none). Without that decision (missed) nothing
+   * is sent. The other protocols take no decision.
    */
-  report(slot: number, value: number | null | undefined): Uint8Array | null {
-    const text = this.reportText(slot, value);
+  report(slot: number, value: number | null | undefined, decision?: Decision | null): Uint8Array | null {
+    const text = this.reportText(slot, value, decision);
     return text === null ? null : this.encoder.encode(text);
+  }
+
+  /** The publication report's JSON text, or null; see answer(). */
+  answerText(decision: Decision, value: number | null | undefined): string | null {
+    const c = this.config;
+    if (!this.rounds) throw new TypeError(`${c.protocol} has one round a slot: nothing to answer`);
+    if (typeof decision !== "object" || decision === null) {
+      throw new TypeError(`a decision must be a Decision, got ${decision === null ? "null" : typeof decision}`);
+    }
+    const slot = checkInteger("slot", decision.slot, 0, MAX_ROUND_SLOT);
+    if (value !== null && value !== undefined) checkInteger("value", value, 0, c.d - 1);
+    this.checkDecision(decision, slot);
+    if (value === null || value === undefined || decision.eps === 0 || slot < c.start) return null;
+    if (!(decision.eps <= c.E / 2)) {
+      throw new RangeError(`the decision asks ${decision.eps}, over E/2 = ${c.E / 2}`);
+    }
+    return this.send(slot, value, decision.eps, virtualSlot(slot, 2), 2);
+  }
+
+  /**
+   * The publication report (lbd/lba round 2) of cell `value` as UTF-8 bytes, at the budget
+   * `decision` names for its slot, or null when it names none (eps 0), there is no value or the
+   * slot is before the stream's first; throws LedgerRefusal when the ledger does not allow it,
+   * and an argument error for a one-round protocol, a decision of another protocol or one
+   * asking more than E/2.
+   */
+  answer(decision: Decision, value: number | null | undefined): Uint8Array | null {
+    const text = this.answerText(decision, value);
+    return text === null ? null : this.encoder.encode(text);
+  }
+
+  private checkDecision(decision: unknown, slot: number): asserts decision is Decision {
+    if (!(decision instanceof Decision)) {
+      throw new TypeError("a decision must be a Decision (new Decision(...) or parseDecision(...))");
+    }
+    if (decision.protocol !== this.config.protocol || decision.slot !== slot) {
+      throw new RangeError(
+        `the decision is for ${decision.protocol} slot ${decision.slot}, not ${this.config.protocol} slot ${slot}`,
+      );
+    }
+  }
+
+  /** Randomise `value` at budget `eps`, spent at ledger slot `at`: the report's text. */
+  private send(slot: number, value: number, eps: number, at: number, round: number): string {
+    const c = this.config;
+    this.ledger.check(at, eps);
+    const threshold = eps === this.eps ? this.threshold : oueThreshold(eps);
+    const payload =
+      this.oracle === "grr"
+        ? String(grrCell(value, c.d, threshold, this.words))
+        : oueHex(value, c.d, threshold, this.words);
+    this.ledger.commit(at, eps);
+    const roundKey = round === 0 ? "" : `,"round":${round}`;
+    const epsText = eps === this.eps ? this.epsText : String(eps);
+    return this.head + slot + roundKey + `,"eps":` + epsText + this.rest + payload + this.tail;
   }
 
   /** The Kafka key of this user's reports: the user id in UTF-8. */

@@ -16,8 +16,26 @@ export {
   WORD,
 } from "./oracles.js";
 export type { WordSource } from "./oracles.js";
-export { lpuPhase, PROTOCOLS, reportBudget, Schedule } from "./schedule.js";
-export type { Protocol } from "./schedule.js";
+export {
+  Decision,
+  DECISION_VERSION,
+  decisionText,
+  dissimilarityBudget,
+  encodeDecision,
+  MAX_ROUND_SLOT,
+  parseDecision,
+  virtualSlot,
+} from "./rounds.js";
+export {
+  HOMOGENEOUS,
+  isRoundProtocol,
+  lpuPhase,
+  PROTOCOLS,
+  reportBudget,
+  ROUND_PROTOCOLS,
+  Schedule,
+} from "./schedule.js";
+export type { Protocol, RoundProtocol } from "./schedule.js";
 export { hmacSha256, sha256 } from "./sha256.js";
 export { checkText, formatString, MAX_CELLS, MAX_SLOT } from "./wire.js";
 export { CounterWords, CryptoWords } from "./words.js";

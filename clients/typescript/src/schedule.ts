@@ -1,14 +1,34 @@
-/** When a user of LBU, LSP, LPU or PLBU reports, with what budget; LPU's keyed group hash. */
+/**
+ * When a user reports, with what budget; LPU's keyed group hash. LBD and LBA (two rounds a slot,
+ * rounds.ts) report a dissimilarity round every slot from the stream's first, at E/(2w), and a
+ * publication round at the budget the collector's decision names.
+ */
 
 import { hmacSha256 } from "./sha256.js";
 
-export const PROTOCOLS = ["lbu", "lsp", "lpu", "plbu"] as const;
+/** The protocols with two rounds a slot, the second at the budget the collector decides. */
+export const ROUND_PROTOCOLS = ["lbd", "lba"] as const;
+export type RoundProtocol = (typeof ROUND_PROTOCOLS)[number];
+export const PROTOCOLS = ["lbu", "lsp", "lpu", "plbu", ...ROUND_PROTOCOLS] as const;
 export type Protocol = (typeof PROTOCOLS)[number];
+/** The protocols whose w and E are the stream's, the same for every user. */
+export const HOMOGENEOUS = ["lbu", "lsp", "lpu", ...ROUND_PROTOCOLS] as const;
 const PREFIX = "pwevent-lpu-v1";
 
-/** The budget one report spends: E/w (lbu, plbu) or E (lsp, lpu). */
+/** Whether `protocol` has two rounds a slot (lbd, lba). */
+export function isRoundProtocol(protocol: unknown): protocol is RoundProtocol {
+  return protocol === "lbd" || protocol === "lba";
+}
+
+/**
+ * The budget one report spends: E/w (lbu, plbu), E (lsp, lpu) or, for a dissimilarity report,
+ * E/(2w) (lbd, lba).
+ */
 export function reportBudget(protocol: Protocol, w: number, E: number): number {
-  return protocol === "lbu" || protocol === "plbu" ? E / w : E;
+  if (protocol === "lbu" || protocol === "plbu") return E / w;
+  if (isRoundProtocol(protocol)) return E / (2 * w);
+  if (protocol === "lsp" || protocol === "lpu") return E;
+  throw new RangeError(`unknown protocol ${String(protocol)}; choose from ${PROTOCOLS.join(", ")}`);
 }
 
 /**
@@ -54,7 +74,7 @@ export class Schedule {
   /** Whether the user reports at `slot` (never before the stream's first slot). */
   due(slot: number): boolean {
     if (slot < this.start) return false;
-    if (this.protocol === "lbu" || this.protocol === "plbu") return true;
+    if (this.protocol === "lbu" || this.protocol === "plbu" || isRoundProtocol(this.protocol)) return true;
     const offset = slot - this.start;
     const w = this.w;
     if (this.protocol === "lsp") return offset % w === 0;

@@ -1,4 +1,8 @@
-/** The wire format's text rules (docs/ldp-reports.md): JSON strings and limits. */
+/**
+ * The wire format's text rules (docs/ldp-reports.md): JSON strings and limits. A report's keys
+ * are, in this order, v, protocol, user, slot, round (lbd and lba only: 1 or 2), eps, E, w, d,
+ * oracle, bits (OUE) or cell (GRR), client; numbers as String(x) writes them.
+ */
 
 /** The largest user id, LPU key or client name, in UTF-8 bytes. */
 export const MAX_TEXT_BYTES = 256;

@@ -8,6 +8,8 @@ import { test } from "node:test";
 import {
   checkConfig,
   CounterWords,
+  decisionText,
+  encodeDecision,
   formatString,
   grrCell,
   grrKeepThreshold,
@@ -16,6 +18,7 @@ import {
   LedgerRefusal,
   lpuPhase,
   oueThreshold,
+  parseDecision,
   plbuUsesGrr,
   portableExp,
   sha256,
@@ -95,6 +98,57 @@ test("clients: reports, refusals, ledgers and words drawn", () => {
       assert.equal(words.drawn, step.words, where);
     }
   }
+});
+
+test("decisions: read, refused, and written back byte for byte", () => {
+  assert.ok(vectors.decisions.length > 0);
+  for (const { text, read } of vectors.decisions) {
+    const bytes = new TextEncoder().encode(text);
+    if (read === null) {
+      assert.throws(() => parseDecision(bytes), (e) => !(e instanceof LedgerRefusal), text);
+      assert.throws(() => parseDecision(text), (e) => !(e instanceof LedgerRefusal), text);
+      continue;
+    }
+    for (const data of [bytes, text]) {
+      const d = parseDecision(data);
+      assert.deepEqual({ stream: d.stream, protocol: d.protocol, slot: d.slot, eps: d.eps, next: d.next }, read, text);
+      assert.equal(decisionText(d), text);
+      assert.deepEqual(encodeDecision(d), bytes);
+    }
+  }
+});
+
+test("round clients: both rounds' reports, refusals, errors, ledgers and words drawn", () => {
+  assert.ok(vectors.round_clients.length > 0);
+  const outcomes = new Set();
+  for (const c of vectors.round_clients) {
+    const words = new CounterWords(c.seed);
+    const client = new LdpClient(configOf(c.config), { words, client: c.client });
+    c.steps.forEach((step, i) => {
+      const where = `${c.name} step ${i} (round ${step.round}, slot ${step.slot})`;
+      const decision = step.decision === null ? null : parseDecision(step.decision);
+      if (decision !== null) assert.equal(decisionText(decision), step.decision, where);
+      if (step.round === 2) assert.equal(decision.slot, step.slot, where);
+      const run = () =>
+        step.round === 1 ? client.report(step.slot, step.value, decision) : client.answer(decision, step.value);
+      if (step.refused !== undefined) {
+        outcomes.add("refused");
+        assert.throws(run, (e) => e instanceof LedgerRefusal && e.code === step.refused, where);
+      } else if (step.error === true) {
+        outcomes.add("error");
+        assert.throws(run, (e) => !(e instanceof LedgerRefusal), where);
+      } else {
+        assert.ok("report" in step, where);
+        const bytes = run();
+        outcomes.add(bytes === null ? "none" : "report");
+        assert.equal(bytes === null ? null : new TextDecoder().decode(bytes), step.report, where);
+      }
+      assert.deepEqual(client.ledger.dump(), step.spends, where);
+      assert.deepEqual(client.state().spends, step.spends, where);
+      assert.equal(words.drawn, step.words, where);
+    });
+  }
+  assert.deepEqual([...outcomes].sort(), ["error", "none", "refused", "report"]);
 });
 
 test("SHA-256 and HMAC-SHA256 agree with node:crypto", () => {

@@ -15,12 +15,15 @@ public final class ClientLedger {
   /** One report's slot and budget. */
   public record Spend(long slot, double eps) {}
 
-  private final int w;
+  private final long w;
   private final double budget;
   private List<Spend> spends = new ArrayList<>();
 
-  /** An empty ledger of window {@code w} and budget {@code E}. */
-  public ClientLedger(int w, double budget) {
+  /**
+   * An empty ledger of window {@code w} and budget {@code E}: a long, since the two-round
+   * protocols keep theirs over 2w virtual slots (w up to 2^31 - 1).
+   */
+  public ClientLedger(long w, double budget) {
     this.w = w;
     this.budget = budget;
   }

@@ -2,12 +2,19 @@ package org.pwevent.ldp;
 
 import java.nio.charset.StandardCharsets;
 import java.util.List;
+import java.util.Objects;
 
 /**
  * One user's client: {@link #report(long, Integer)} gives the randomised report's UTF-8 bytes,
  * or null when the user does not report at that slot (or has no value), and throws a
  * {@link LedgerRefusal} rather than spend over the user's budget. Not thread-safe: one client
  * per user, used from one thread at a time.
+ *
+ * <p>The two-round protocols (lbd, lba) keep the ledger over virtual slots, 2 slot + round - 1,
+ * against a window of 2w ({@link Decision}): {@link #report(long, Integer, Decision)} sends
+ * round 1 (the dissimilarity report at E/(2w)), at the stream's first slot and where the previous
+ * slot's decision asks for it, and {@link #answer(Decision, Integer)} round 2 (the publication
+ * report) at the budget the slot's decision names.
  */
 public final class LdpClient {
   /** The library's name and version, written into every report. */
@@ -19,11 +26,13 @@ public final class LdpClient {
   private final WordSource words;
   private final ClientLedger ledger;
   private final Schedule schedule;
+  private final boolean rounds;
   private final double eps;
   private final boolean grr;
   private final long threshold;
   private final String head;
   private final String middle;
+  private final String rest;
   private final String tail;
 
   /** A client drawing from the platform's CSPRNG. */
@@ -36,17 +45,18 @@ public final class LdpClient {
     this.config = config;
     this.words = words;
     Wire.checkText("client", client);
+    rounds = config.rounds();
     eps = config.eps();
     grr = config.protocol().equals("plbu") && Oracles.plbuUsesGrr(eps, config.d());
     threshold = grr ? Oracles.grrKeepThreshold(eps, config.d()) : Oracles.oueThreshold(eps);
     schedule = new Schedule(config.protocol(), config.start(), config.w(), config.lpuKey(),
         config.user(), config.rotate());
-    ledger = new ClientLedger(config.w(), config.budget());
+    ledger = new ClientLedger(rounds ? 2L * config.w() : config.w(), config.budget());
     head = "{\"v\":" + Wire.VERSION + ",\"protocol\":\"" + config.protocol() + "\",\"user\":"
         + Wire.formatString(config.user()) + ",\"slot\":";
-    middle = ",\"eps\":" + Wire.formatNumber(eps) + ",\"E\":" + Wire.formatNumber(config.budget())
-        + ",\"w\":" + config.w() + ",\"d\":" + config.d() + ","
-        + (grr ? "\"oracle\":\"grr\",\"cell\":" : "\"oracle\":\"oue\",\"bits\":\"");
+    rest = ",\"E\":" + Wire.formatNumber(config.budget()) + ",\"w\":" + config.w() + ",\"d\":"
+        + config.d() + "," + (grr ? "\"oracle\":\"grr\",\"cell\":" : "\"oracle\":\"oue\",\"bits\":\"");
+    middle = ",\"eps\":" + Wire.formatNumber(eps) + rest;
     tail = (grr ? "" : "\"") + ",\"client\":" + Wire.formatString(client) + "}";
   }
 
@@ -77,7 +87,12 @@ public final class LdpClient {
 
   /** The report's JSON text, or null; see {@link #report(long, Integer)}. */
   public String reportText(long slot, Integer value) {
-    Wire.checkRange("slot", slot, 0, Wire.MAX_SLOT);
+    return reportText(slot, value, null);
+  }
+
+  /** The report's JSON text, or null; see {@link #report(long, Integer, Decision)}. */
+  public String reportText(long slot, Integer value, Decision decision) {
+    Wire.checkRange("slot", slot, 0, rounds ? Wire.MAX_ROUND_SLOT : Wire.MAX_SLOT);
     if (value == null) {
       return null;
     }
@@ -85,26 +100,114 @@ public final class LdpClient {
     if (!schedule.due(slot)) {
       return null;
     }
-    ledger.check(slot, eps);
-    StringBuilder out = new StringBuilder(head.length() + middle.length() + tail.length() + 40)
-        .append(head).append(slot).append(middle);
-    if (grr) {
-      out.append(Oracles.grrCell(value, config.d(), threshold, words));
-    } else {
-      Oracles.oueHex(value, config.d(), threshold, words, out);
+    if (!rounds) {
+      if (decision != null) {
+        throw new IllegalArgumentException(
+            config.protocol() + " has one round a slot: it takes no decision");
+      }
+      return send(slot, value, eps, slot, 0);
     }
-    ledger.commit(slot, eps);
-    return out.append(tail).toString();
+    if (slot > config.start()) {
+      if (decision == null) {
+        return null;
+      }
+      checkDecision(decision, slot - 1);
+      if (decision.next() == 0.0) {
+        return null;
+      }
+      if (decision.next() != eps) {
+        throw new IllegalArgumentException("the decision asks a dissimilarity budget of "
+            + decision.next() + ", not the stream's E/(2w) = " + eps);
+      }
+    }
+    return send(slot, value, eps, Decision.virtualSlot(slot, 1), 1);
   }
 
   /**
    * The randomised report of cell {@code value} at {@code slot} as UTF-8 bytes, or null (not
    * due, or no value); throws {@link LedgerRefusal} when the budget does not allow it or the slot
-   * is not after the last report's. Produce it keyed by {@link #userKey()}.
+   * is not after the last report's. Produce it keyed by {@link #userKey()}. For lbd and lba this
+   * is {@code report(slot, value, null)}: the dissimilarity report of the stream's first slot.
    */
   public byte[] report(long slot, Integer value) {
-    String text = reportText(slot, value);
+    return report(slot, value, null);
+  }
+
+  /**
+   * As {@link #report(long, Integer)}; for lbd and lba the dissimilarity report (round 1, at
+   * E/(2w)): sent at the stream's first slot (the decision is not read there), and after it only
+   * when {@code decision}, the previous slot's, asks for one (null without a decision, or when
+   * it names no dissimilarity round). IllegalArgumentException for a decision of another
+   * protocol or slot, or asking another budget than E/(2w), and for any decision given to a
+   * one-round protocol.
+   */
+  public byte[] report(long slot, Integer value, Decision decision) {
+    String text = reportText(slot, value, decision);
     return text == null ? null : text.getBytes(StandardCharsets.UTF_8);
+  }
+
+  /** The answer's JSON text, or null; see {@link #answer(Decision, Integer)}. */
+  public String answerText(Decision decision, Integer value) {
+    if (!rounds) {
+      throw new IllegalArgumentException(
+          config.protocol() + " has one round a slot: nothing to answer");
+    }
+    Objects.requireNonNull(decision, "decision");
+    long slot = Wire.checkRange("slot", decision.slot(), 0, Wire.MAX_ROUND_SLOT);
+    if (value != null) {
+      Wire.checkRange("value", value, 0, config.d() - 1);
+    }
+    checkDecision(decision, slot);
+    if (value == null || decision.eps() == 0.0 || slot < config.start()) {
+      return null;
+    }
+    if (!(decision.eps() <= config.budget() / 2)) {
+      throw new IllegalArgumentException(
+          "the decision asks " + decision.eps() + ", over E/2 = " + config.budget() / 2);
+    }
+    return send(slot, value, decision.eps(), Decision.virtualSlot(slot, 2), 2);
+  }
+
+  /**
+   * The publication report (round 2 of lbd and lba) of cell {@code value} at the budget
+   * {@code decision} names for its slot, as UTF-8 bytes; null when the decision names none
+   * (eps 0), there is no value, or the slot lies before the stream's first. Throws
+   * {@link LedgerRefusal} when the ledger refuses it, and IllegalArgumentException for a
+   * one-round protocol, a decision of another protocol or one asking more than E/2.
+   */
+  public byte[] answer(Decision decision, Integer value) {
+    String text = answerText(decision, value);
+    return text == null ? null : text.getBytes(StandardCharsets.UTF_8);
+  }
+
+  private void checkDecision(Decision decision, long slot) {
+    if (!decision.protocol().equals(config.protocol()) || decision.slot() != slot) {
+      throw new IllegalArgumentException("the decision is for " + decision.protocol() + " slot "
+          + decision.slot() + ", not " + config.protocol() + " slot " + slot);
+    }
+  }
+
+  /** Randomise {@code value} at {@code budget}, spent at ledger slot {@code at}: the report. */
+  private String send(long slot, int value, double budget, long at, int round) {
+    ledger.check(at, budget);
+    StringBuilder out = new StringBuilder(head.length() + middle.length() + tail.length() + 60)
+        .append(head).append(slot);
+    if (round > 0) {
+      out.append(",\"round\":").append(round);
+    }
+    if (budget == eps) {
+      out.append(middle);
+    } else {
+      out.append(",\"eps\":").append(Wire.formatNumber(budget)).append(rest);
+    }
+    if (grr) {
+      out.append(Oracles.grrCell(value, config.d(), threshold, words));
+    } else {
+      long t = budget == eps ? threshold : Oracles.oueThreshold(budget);
+      Oracles.oueHex(value, config.d(), t, words, out);
+    }
+    ledger.commit(at, budget);
+    return out.append(tail).toString();
   }
 
   /** The Kafka key of this user's reports: the user id in UTF-8. */

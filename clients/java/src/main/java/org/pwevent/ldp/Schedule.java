@@ -3,11 +3,19 @@ package org.pwevent.ldp;
 import java.nio.ByteBuffer;
 import java.nio.charset.StandardCharsets;
 import java.security.GeneralSecurityException;
+import java.util.List;
 import javax.crypto.Mac;
 import javax.crypto.spec.SecretKeySpec;
 
-/** Where a protocol has a user report, with what budget; LPU's keyed group hash. */
+/**
+ * Where a protocol has a user report, with what budget; LPU's keyed group hash. The two-round
+ * protocols (lbd, lba: {@link Decision}) have a dissimilarity report every slot from the
+ * stream's first, at E/(2w), and a publication report at the budget the collector's decision for
+ * the slot names, when it names one.
+ */
 public final class Schedule {
+  /** The protocols with two rounds a slot, the second at the budget the collector decides. */
+  public static final List<String> ROUND_PROTOCOLS = List.of("lbd", "lba");
   private static final byte[] PREFIX = "pwevent-lpu-v1".getBytes(StandardCharsets.UTF_8);
   private final String protocol;
   private final long start;
@@ -29,9 +37,26 @@ public final class Schedule {
     this.rotate = rotate;
   }
 
-  /** The budget one report spends: E/w (lbu, plbu) or E (lsp, lpu). */
+  /**
+   * The budget one report spends: E/w (lbu, plbu), E (lsp, lpu) or, for a dissimilarity report,
+   * E/(2w) (lbd, lba); IllegalArgumentException for an unknown protocol.
+   */
   public static double reportBudget(String protocol, int w, double budget) {
-    return protocol.equals("lbu") || protocol.equals("plbu") ? budget / (double) w : budget;
+    if (protocol.equals("lbu") || protocol.equals("plbu")) {
+      return budget / (double) w;
+    }
+    if (isRounds(protocol)) {
+      return budget / (2.0 * (double) w);
+    }
+    if (protocol.equals("lsp") || protocol.equals("lpu")) {
+      return budget;
+    }
+    throw new IllegalArgumentException("unknown protocol " + protocol);
+  }
+
+  /** Whether {@code protocol} has two rounds a slot (lbd, lba). */
+  public static boolean isRounds(String protocol) {
+    return ROUND_PROTOCOLS.contains(protocol);
   }
 
   /**
@@ -61,7 +86,7 @@ public final class Schedule {
     if (slot < start) {
       return false;
     }
-    if (protocol.equals("lbu") || protocol.equals("plbu")) {
+    if (protocol.equals("lbu") || protocol.equals("plbu") || isRounds(protocol)) {
       return true;
     }
     long offset = slot - start;

@@ -14,6 +14,8 @@ public final class Wire {
   public static final int MAX_CELLS = 65536;
   /** The largest slot (JavaScript's largest exact integer). */
   public static final long MAX_SLOT = (1L << 53) - 1;
+  /** The largest slot of a two-round report: its virtual slot, 2 slot + 1, stays exact. */
+  public static final long MAX_ROUND_SLOT = (1L << 52) - 1;
 
   private Wire() {}
 

@@ -1,12 +1,16 @@
 package org.pwevent.ldp;
 
+import static org.junit.jupiter.api.Assertions.assertArrayEquals;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertNotNull;
 import static org.junit.jupiter.api.Assertions.assertNull;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
+import java.nio.charset.StandardCharsets;
+import java.util.List;
 import java.util.Map;
+import java.util.Random;
 import org.junit.jupiter.api.Test;
 
 /** The client with the platform's CSPRNG: reports, the ledger, kept state. */
@@ -60,5 +64,136 @@ class ClientTest {
     assertThrows(IllegalArgumentException.class, () -> client.report(-1, 0));
     assertEquals(1, LdpClient.slotOf(1_000_999, 1_000_000, 500));
     assertEquals("pwevent.ldp-reports", LdpClient.topicName("pwevent"));
+  }
+
+  private static final String CANONICAL =
+      "{\"v\":1,\"stream\":\"app\",\"protocol\":\"lbd\",\"slot\":1042,\"eps\":0.025,\"next\":0.05}";
+
+  @Test
+  void decisionsEncodeAndParseAsThePythonReference() {
+    Decision d = new Decision("app", "lbd", 1042, 0.025, 0.05);
+    assertEquals(CANONICAL, d.text());
+    assertArrayEquals(CANONICAL.getBytes(StandardCharsets.UTF_8), d.encode());
+    assertEquals(d, Decision.parse(CANONICAL));
+    assertEquals(d, Decision.parse(d.encode()));
+    assertEquals("{\"v\":1,\"stream\":\"a\\\"\\u0001\u00e9\",\"protocol\":\"lba\",\"slot\":0,\"eps\":500,"
+        + "\"next\":1e-7}", new Decision("a\"\u0001\u00e9", "lba", 0, 500, 1e-7).text());
+    // JSON's freedoms, as json.loads reads them: whitespace, escapes, a repeated key's last value
+    assertEquals(new Decision("app\ud83d\ude00", "lbd", 7, 100.0, 0.0), Decision.parse(
+        " {\"v\" : 1,\"stream\":\"\\u0061pp\\ud83d\\ude00\",\"protocol\":\"lb\\u0064\",\"slot\":7,"
+            + "\"eps\":[1,{\"x\":null}],\"next\":0,\"eps\":1E2}\r\n"));
+    byte[] bom = ("\ufeff" + CANONICAL).getBytes(StandardCharsets.UTF_8);
+    assertEquals(d, Decision.parse(bom)); // utf-8-sig, as json.loads reads bytes
+    String[] refused = {
+      "{\"v\":1.0,\"stream\":\"app\",\"protocol\":\"lbd\",\"slot\":1,\"eps\":0,\"next\":0}",
+      "{\"v\":true,\"stream\":\"app\",\"protocol\":\"lbd\",\"slot\":1,\"eps\":0,\"next\":0}",
+      "{\"v\":1,\"stream\":\"app\",\"protocol\":\"lbd\",\"slot\":1e0,\"eps\":0,\"next\":0}",
+      "{\"v\":1,\"stream\":\"app\",\"protocol\":\"lbd\",\"slot\":9007199254740992,\"eps\":0,\"next\":0}",
+      "{\"v\":1,\"stream\":\"app\",\"protocol\":\"lbd\",\"slot\":1,\"eps\":NaN,\"next\":0}",
+      "{\"v\":1,\"stream\":\"app\",\"protocol\":\"lbd\",\"slot\":1,\"eps\":1e400,\"next\":0}",
+      "{\"v\":1,\"stream\":\"app\",\"protocol\":\"lbd\",\"slot\":1,\"eps\":501,\"next\":0}",
+      "{\"v\":1,\"stream\":\"app\",\"protocol\":\"lbd\",\"slot\":1,\"eps\":0,\"next\":true}",
+      "{\"v\":1,\"stream\":\"\\ud83d\",\"protocol\":\"lbd\",\"slot\":1,\"eps\":0,\"next\":0}",
+      "{\"v\":1,\"stream\":\"a\u0001\",\"protocol\":\"lbd\",\"slot\":1,\"eps\":0,\"next\":0}",
+      "{\"v\":1,\"stream\":\"" + "x".repeat(257) + "\",\"protocol\":\"lbd\",\"slot\":1,\"eps\":0,\"next\":0}",
+      "{\"v\":1,\"stream\":\"app\",\"protocol\":\"lbd\",\"slot\":01,\"eps\":0,\"next\":0}",
+      "{\"v\":1,\"stream\":\"app\",\"protocol\":\"lbd\",\"slot\":1,\"eps\":0,\"next\":0,}",
+      "{\"v\":1,\"stream\":\"app\",\"protocol\":\"lbd\",\"slot\":1,\"eps\":0,\"next\":0,\"x\":0}",
+      "{\"v\":1,\"stream\":\"app\",\"protocol\":\"lbd\",\"slot\":1,\"eps\":0,\"next\":0} x",
+      "\ufeff\ufeff" + CANONICAL, "\ud800" + CANONICAL, "[1]", "", "{}",
+    };
+    for (String text : refused) {
+      assertThrows(IllegalArgumentException.class, () -> Decision.parse(text), text);
+    }
+    byte[] notUtf8 = CANONICAL.replace("app", "a\u00e9p").getBytes(StandardCharsets.UTF_8);
+    notUtf8[notUtf8.length / 3] = (byte) 0xc0;
+    assertThrows(IllegalArgumentException.class, () -> Decision.parse(notUtf8));
+    assertThrows(IllegalArgumentException.class, () -> new Decision("app", "lbu", 1, 0, 0));
+    assertThrows(IllegalArgumentException.class, () -> new Decision("", "lbd", 1, 0, 0));
+    assertThrows(IllegalArgumentException.class, () -> new Decision("app", "lbd", -1, 0, 0));
+    assertThrows(IllegalArgumentException.class, () -> new Decision("app", "lbd", 1, -0.5, 0));
+    assertThrows(IllegalArgumentException.class, () -> new Decision("app", "lbd", 1, 0, Double.NaN));
+    assertEquals(21, Decision.virtualSlot(10, 2));
+    assertEquals(0.25, Decision.dissimilarityBudget(2, 1.0));
+  }
+
+  @Test
+  @SuppressWarnings("unchecked")
+  void twoRoundsAskedByDecisions() {
+    ReportConfig config = new ReportConfig("lbd", "u", 4, 2, 1.0, 10);
+    assertTrue(config.rounds());
+    assertEquals(0.25, config.eps());
+    LdpClient client = new LdpClient(config);
+    assertNull(client.report(9, 1)); // before the stream's first slot
+    Map<String, Object> first = (Map<String, Object>) Json.parse(client.reportText(10, 1));
+    assertEquals(List.of("v", "protocol", "user", "slot", "round", "eps", "E", "w", "d", "oracle",
+        "bits", "client"), List.copyOf(first.keySet()));
+    assertEquals(1L, first.get("round"));
+    assertEquals(0.25, first.get("eps"));
+    Decision at10 = new Decision("app", "lbd", 10, 0.5, 0.25);
+    Map<String, Object> second = (Map<String, Object>) Json.parse(client.answerText(at10, 3));
+    assertEquals(2L, second.get("round"));
+    assertEquals(0.5, second.get("eps"));
+    assertEquals(List.of(new ClientLedger.Spend(20, 0.25), new ClientLedger.Spend(21, 0.5)),
+        client.state());
+    assertNull(client.report(11, 1)); // after the first slot, only when a decision asks
+    assertThrows(IllegalArgumentException.class, () -> client.report(11, 1, new Decision("app", "lbd", 9, 0.5, 0.25)));
+    assertThrows(IllegalArgumentException.class,
+        () -> client.report(11, 1, new Decision("app", "lba", 10, 0.5, 0.25)));
+    assertThrows(IllegalArgumentException.class,
+        () -> client.report(11, 1, new Decision("app", "lbd", 10, 0.5, 0.3)));
+    assertNull(client.report(11, 1, new Decision("app", "lbd", 10, 0.5, 0.0)));
+    assertNull(client.report(11, null, new Decision("app", "lba", 3, 0, 0))); // no value: unread
+    assertNotNull(client.report(11, 1, at10));
+    Decision at11 = new Decision("app", "lbd", 11, 0.5, 0.25);
+    assertNull(client.answer(at11, null));
+    assertNull(client.answer(new Decision("app", "lbd", 11, 0.0, 0.25), 2));
+    assertNull(client.answer(new Decision("app", "lbd", 9, 0.5, 0.25), 2)); // before the start
+    assertThrows(IllegalArgumentException.class, () -> client.answer(new Decision("app", "lbd", 11, 0.75, 0.25), 2));
+    assertThrows(IllegalArgumentException.class, () -> client.answer(at11, 4));
+    // round 2 of slot 11 would make the 2w = 4 virtual slots (19, 23] spend 1.5 > E
+    assertEquals("over_budget", assertThrows(LedgerRefusal.class, () -> client.answer(at11, 2)).code());
+    assertEquals(3, client.state().size());
+
+    LdpClient once = new LdpClient(new ReportConfig("lbu", "u", 4, 2, 1.0, 0));
+    assertThrows(IllegalArgumentException.class, () -> once.report(0, 1, at10));
+    assertNull(once.report(0, null, at10));
+    assertThrows(IllegalArgumentException.class, () -> once.answer(at10, 1));
+  }
+
+  @Test
+  void forgedDecisionsNeverOverspend() {
+    Random random = new Random(5);
+    int w = 3;
+    double budget = 1.2;
+    LdpClient client = new LdpClient(new ReportConfig("lba", "u", 5, w, budget, 0));
+    double asked = Decision.dissimilarityBudget(w, budget);
+    double[] spent = new double[2 * 400 + 2];
+    Decision previous = null;
+    for (long slot = 0; slot < 400; slot++) {
+      try {
+        client.report(slot, random.nextInt(5), previous);
+      } catch (LedgerRefusal refused) {
+        assertEquals("over_budget", refused.code());
+      }
+      double eps = random.nextInt(3) == 0 ? 0.0 : random.nextDouble() * budget / 2;
+      Decision decision = new Decision("app", "lba", slot, eps, random.nextBoolean() ? asked : 0.0);
+      try {
+        client.answer(decision, random.nextInt(5));
+      } catch (LedgerRefusal refused) {
+        assertEquals("over_budget", refused.code());
+      }
+      for (ClientLedger.Spend s : client.state()) {
+        spent[(int) s.slot()] = s.eps();
+      }
+      previous = decision;
+    }
+    for (int end = 0; end < spent.length; end++) {
+      double total = 0;
+      for (int at = Math.max(0, end - 2 * w + 1); at <= end; at++) {
+        total += spent[at];
+      }
+      assertTrue(total <= budget * ClientLedger.SLACK, "window ending at " + end);
+    }
   }
 }

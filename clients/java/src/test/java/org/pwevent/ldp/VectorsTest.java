@@ -1,5 +1,6 @@
 package org.pwevent.ldp;
 
+import static org.junit.jupiter.api.Assertions.assertDoesNotThrow;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertNull;
 import static org.junit.jupiter.api.Assertions.assertThrows;
@@ -13,6 +14,7 @@ import java.util.List;
 import java.util.Map;
 import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.function.Executable;
 
 /** The shared vectors (clients/vectors/ldp-vectors.json), reproduced in Java. */
 class VectorsTest {
@@ -149,6 +151,73 @@ class VectorsTest {
             assertNull(bytes, where);
           } else {
             assertEquals(step.get("report"), new String(bytes, StandardCharsets.UTF_8), where);
+          }
+        }
+        assertEquals(spends(step.get("spends")), client.state(), where);
+        assertEquals(whole(step.get("words")), words.drawn(), where);
+      }
+    }
+  }
+
+  @Test
+  @SuppressWarnings("unchecked")
+  void decisions() {
+    for (Map<String, Object> c : section("decisions")) {
+      String text = (String) c.get("text");
+      byte[] bytes = text.getBytes(StandardCharsets.UTF_8);
+      Map<String, Object> read = (Map<String, Object>) c.get("read");
+      if (read == null) {
+        assertThrows(IllegalArgumentException.class, () -> Decision.parse(text), text);
+        assertThrows(IllegalArgumentException.class, () -> Decision.parse(bytes), text);
+        continue;
+      }
+      Decision expected = new Decision((String) read.get("stream"), (String) read.get("protocol"),
+          whole(read.get("slot")), num(read.get("eps")), num(read.get("next")));
+      assertEquals(expected, Decision.parse(text), text);
+      assertEquals(expected, Decision.parse(bytes), text);
+    }
+  }
+
+  @Test
+  @SuppressWarnings("unchecked")
+  void roundClients() {
+    for (Map<String, Object> c : section("round_clients")) {
+      CounterWords words = new CounterWords((String) c.get("seed"));
+      LdpClient client = new LdpClient(config((Map<String, Object>) c.get("config")), words,
+          (String) c.get("client"));
+      int i = 0;
+      for (Object o : (List<Object>) c.get("steps")) {
+        Map<String, Object> step = (Map<String, Object>) o;
+        int round = integer(step.get("round"));
+        long slot = whole(step.get("slot"));
+        String where = c.get("name") + " step " + i++ + " round " + round + " slot " + slot;
+        Integer value = step.get("value") == null ? null : integer(step.get("value"));
+        String text = (String) step.get("decision");
+        Decision decision = text == null ? null : Decision.parse(text);
+        if (decision != null) {
+          assertEquals(text, decision.text(), where); // the vectors write them canonically
+        }
+        Executable call;
+        Object[] out = new Object[1];
+        if (round == 1) {
+          call = () -> out[0] = client.report(slot, value, decision);
+        } else {
+          assertEquals(2, round, where);
+          assertEquals(slot, decision.slot(), where);
+          call = () -> out[0] = client.answer(decision, value);
+        }
+        if (step.containsKey("refused")) {
+          LedgerRefusal refusal = assertThrows(LedgerRefusal.class, call, where);
+          assertEquals(step.get("refused"), refusal.code(), where);
+        } else if (step.containsKey("error")) {
+          assertEquals(Boolean.TRUE, step.get("error"), where);
+          assertThrows(IllegalArgumentException.class, call, where);
+        } else {
+          assertDoesNotThrow(call, where);
+          if (step.get("report") == null) {
+            assertNull(out[0], where);
+          } else {
+            assertEquals(step.get("report"), new String((byte[]) out[0], StandardCharsets.UTF_8), where);
           }
         }
         assertEquals(spends(step.get("spends")), client.state(), where);

@@ -1,0 +1,112 @@
+"""``pwevent worker --mechanism lbd|lba`` on both brokers: two rounds a slot, the decisions on
+``<prefix>.ldp-decisions``. A replay through clients answers them slot by slot while the worker
+is SIGKILLed and restarted; the releases and decisions equal the replay run in process, once per
+slot; the reports audit clean; a demo scores its bars."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import orjson
+from brokers import broker_fixture
+from jobkit import SECRET, stop_worker, timestamped_records
+
+from mechanisms.local.rounds import parse_decision
+
+broker = broker_fixture()
+
+PARTITIONS = 4
+SLOTS = 14
+STREAM = ["--partitions", str(PARTITIONS), "--stream", "s", "--cells", "2",
+          "--slot-ms", "60000", "--origin-ms", "0", "--ldp-start", "0", "--ldp-epsilon", "4",
+          "--ldp-window", "4"]
+
+
+def _cli(*argv: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "streams.cli", *argv], capture_output=True,
+                          text=True, timeout=timeout, env=dict(os.environ, PWEVENT_SECRET=SECRET))
+
+
+def _worker(bootstrap: str, prefix: str, mechanism: str, log: Path) -> subprocess.Popen:
+    cmd = [sys.executable, "-m", "streams.cli", "worker", "--broker", bootstrap, "--prefix",
+           prefix, *STREAM, "--mechanism", mechanism, "--event-time", "history",
+           "--loglevel", "info", "--metrics-port", "0"]
+    return subprocess.Popen(cmd, stdout=log.open("ab"), stderr=subprocess.STDOUT,
+                            env=dict(os.environ, PWEVENT_SECRET=SECRET))
+
+
+def _by_key(bootstrap: str, topic: str) -> dict[bytes, list[bytes]]:
+    out: dict[bytes, list[bytes]] = {}
+    for key, value, _p, _offset, _time in timestamped_records(bootstrap, topic, 1):
+        out.setdefault(key, []).append(value)
+    return out
+
+
+def test_a_replay_answering_decisions_survives_a_sigkill_and_equals_in_process(
+        broker, tmp_path: Path) -> None:
+    bootstrap, prefix, mechanism = broker.bootstrap, "rounds", "lba"
+    replay = ["replay", "--mechanism", mechanism, "--prefix", prefix, *STREAM, "--dataset",
+              "sin", "--users", "300", "--slots", str(SLOTS), "--nonce", "rounds-1"]
+    local = _cli(*replay, "--in-process")
+    assert local.returncode == 0, local.stderr
+    expected = [orjson.loads(line) for line in local.stdout.splitlines()]
+    assert [d["slot"] for d in expected] == list(range(SLOTS))
+    assert 2 <= sum(d["published"] for d in expected) < SLOTS
+    log = tmp_path / "worker.log"
+    worker = _worker(bootstrap, prefix, mechanism, log)
+    sender = subprocess.Popen([sys.executable, "-m", "streams.cli", *replay, "--broker",
+                               bootstrap], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              env=dict(os.environ, PWEVENT_SECRET=SECRET))
+    try:
+        deadline = time.monotonic() + 120
+        while len(_by_key(bootstrap, f"{prefix}.ldp-decisions")) < SLOTS // 2:
+            assert time.monotonic() < deadline and worker.poll() is None, log.read_text()[-3000:]
+            time.sleep(0.3)
+        worker.send_signal(signal.SIGKILL)  # mid-replay: the replay waits for its decision
+        worker.wait(timeout=30)
+        worker = _worker(bootstrap, prefix, mechanism, log)
+        out, err = sender.communicate(timeout=240)
+        assert sender.returncode == 0, err.decode()[-3000:]
+        summary = orjson.loads(out)
+        assert summary["last_slot"] == SLOTS - 1 and summary.get("refused", 0) == 0
+        deadline = time.monotonic() + 60
+        while len(_by_key(bootstrap, f"{prefix}.ldp-releases")) < SLOTS:
+            assert time.monotonic() < deadline and worker.poll() is None, log.read_text()[-3000:]
+            time.sleep(0.3)
+    finally:
+        if sender.poll() is None:
+            sender.kill()
+            sender.wait()
+        stop_worker(worker)
+    releases = _by_key(bootstrap, f"{prefix}.ldp-releases")
+    assert all(len(set(v)) == 1 for v in releases.values())  # a repeat is the same bytes
+    assert [orjson.loads(releases[f"s/{d['slot']}".encode()][0]) for d in expected] == expected
+    decisions = _by_key(bootstrap, f"{prefix}.ldp-decisions")
+    assert all(len(set(v)) == 1 for v in decisions.values())
+    read = {parse_decision(v[0]).slot: parse_decision(v[0]) for v in decisions.values()}
+    assert sorted(read) == list(range(SLOTS + 1))  # the slot after the last is decided too
+    assert [read[d["slot"]].eps > 0 for d in expected] == [d["published"] for d in expected]
+    dead = timestamped_records(bootstrap, f"{prefix}.dead-letters", 1)
+    assert dead == []  # nothing late, nothing unasked: waiting records were read in order
+    audit = _cli("audit", "--ldp", "--broker", bootstrap, "--prefix", prefix, "--json")
+    assert audit.returncode == 0, audit.stdout + audit.stderr
+    assert orjson.loads(audit.stdout)["largest_window_share_of_E"] <= 1 + 1e-9
+    shown = _cli("releases", "--ldp", "--json", "--broker", bootstrap, "--prefix", prefix,
+                 "--stream", "s")
+    assert shown.returncode == 0, shown.stderr
+    assert [orjson.loads(line)["slot"] for line in shown.stdout.splitlines()] == list(
+        range(SLOTS))
+
+
+def test_the_demo_of_a_two_round_stream() -> None:
+    done = _cli("demo", "--mechanism", "lbd", "--users", "400", "--slots", "12",
+                "--ldp-epsilon", "4", "--ldp-window", "4", "--json-summary")
+    assert done.returncode == 0, done.stderr[-3000:]
+    summary = orjson.loads(done.stdout.splitlines()[-1])
+    assert summary["slots_released"] == summary["slots_expected"] == 12
+    assert summary["reports_rejected"] == 0
