@@ -343,6 +343,7 @@ async def build_every_client(bootstrap: str, tmp_path: Path) -> None:
 
     from streams.cli.audit import fetch_topics
     from streams.cli.demo import follow_releases
+    from streams.cli.replay_rounds import DecisionReader
     from streams.job.config import JobConfig
     from streams.job.operations.observe import Observer
     from streams.job.source.mapping import SourceMapping
@@ -387,6 +388,8 @@ async def build_every_client(bootstrap: str, tmp_path: Path) -> None:
         ReportProducer(bootstrap, "settings").__aenter__(),
         LdpJob(LdpJobSettings(bootstrap, "settings", "s", "lbu", 2, 0, 1000, 0, 1.0, 2,
                               b"x")).run(asyncio.Event()),
+        DecisionReader(LdpJobSettings(bootstrap, "settings", "s", "lbd", 2, 0, 1000, 0, 1.0,
+                                      2, b"x")).start(),
     ]
     for attempt in attempts:
         with contextlib.suppress(Exception):
