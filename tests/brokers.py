@@ -1,7 +1,11 @@
 """The two brokers the end-to-end tests run on: the embedded Kafka-protocol broker and Apache Kafka.
 
 A module's ``broker`` fixture made by :func:`broker_fixture` runs each of its tests on both (test
-ids ``[embedded]`` and ``[apache-kafka]``), one broker of each kind per module. Apache Kafka is a
+ids ``[embedded]`` and ``[apache-kafka]``). The brokers are the test process's
+(:class:`SharedBrokers`, the ``shared_brokers`` fixture of ``tests/end_to_end/conftest.py``): one
+of each kind, started when a module first asks for it and stopped when the process ends, so the
+modules a process runs one after another share them, each under topics, groups and prefixes of its
+own. A test that stops, kills or reconfigures a broker starts its own. Apache Kafka is a
 single KRaft node started from the jars ``./setup.sh test`` fetches
 (:class:`local_kafka.apache.ApacheKafka`); without them its tests fail with the line naming
 ``./setup.sh test``, they are never skipped. :func:`restartable` gives either kind on a fixed port
@@ -37,13 +41,32 @@ def running(kind: str) -> Iterator[EmbeddedBroker | ApacheKafka]:
         raise ValueError(f"unknown broker kind {kind!r}")
 
 
+class SharedBrokers:
+    """One running broker of each kind for the test process, started when first asked for."""
+
+    def __init__(self) -> None:
+        self.stack = contextlib.ExitStack()
+        self.started: dict[str, EmbeddedBroker | ApacheKafka] = {}
+
+    def get(self, kind: str) -> EmbeddedBroker | ApacheKafka:
+        """The process's broker of ``kind``, started if it is not yet."""
+        if kind not in self.started:
+            self.started[kind] = self.stack.enter_context(running(kind))
+        return self.started[kind]
+
+    def close(self) -> None:
+        """Stop every broker started, with every process it started."""
+        self.stack.close()
+
+
 def broker_fixture(kinds: tuple[str, ...] = BROKER_KINDS):  # type: ignore[no-untyped-def]
-    """A module-scoped ``broker`` fixture parametrised over ``kinds``."""
+    """A module-scoped ``broker`` fixture parametrised over ``kinds``: the process's shared
+    broker of each kind."""
 
     @pytest.fixture(scope="module", params=kinds)
-    def broker(request: pytest.FixtureRequest) -> Iterator[EmbeddedBroker | ApacheKafka]:
-        with running(request.param) as b:
-            yield b
+    def broker(request: pytest.FixtureRequest,
+               shared_brokers: SharedBrokers) -> EmbeddedBroker | ApacheKafka:
+        return shared_brokers.get(request.param)
 
     return broker
 

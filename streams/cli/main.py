@@ -3,21 +3,24 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import sys
 
-from streams.cli import (
-    audit,
-    dashboard,
-    demo,
-    evaluate,
-    group,
-    plan,
-    releases,
-    replay,
-    topics,
-    worker,
-)
+#: Each sub-command and the module that adds its parser, in the order ``--help`` lists them.
+#: A command line naming one imports that module alone.
+COMMAND_MODULES = {
+    "demo": "streams.cli.demo",
+    "plan": "streams.cli.plan",
+    "evaluate": "streams.cli.evaluate",
+    "replay": "streams.cli.replay",
+    "topics": "streams.cli.topics",
+    "worker": "streams.cli.worker",
+    "group": "streams.cli.group",
+    "audit": "streams.cli.audit",
+    "releases": "streams.cli.releases",
+    "dashboard": "streams.cli.dashboard",
+}
 
 
 def version() -> str:
@@ -43,8 +46,9 @@ KAFKA_COMMANDS = ("demo", "replay", "topics", "worker", "group", "audit", "relea
                   "dashboard")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The top-level parser with every sub-command."""
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The top-level parser with every sub-command, or with ``only`` that one (a command line
+    that names it needs no other: each command's module is imported only to add its parser)."""
     parser = argparse.ArgumentParser(
         prog="pwevent",
         description="Live histograms under personalised w-event differential privacy.",
@@ -56,20 +60,14 @@ def build_parser() -> argparse.ArgumentParser:
                              "(PWEVENT_<OPTION>) and the command line take precedence "
                              "(env PWEVENT_CONFIG; default: none)")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    demo.add_parser(sub)
-    plan.add_parser(sub)
-    evaluate.add_parser(sub)
-    replay.add_parser(sub)
-    topics.add_parser(sub)
-    worker.add_parser(sub)
-    group.add_parser(sub)
-    audit.add_parser(sub)
-    releases.add_parser(sub)
-    dashboard.add_parser(sub)
+    names = [only] if only in COMMAND_MODULES else list(COMMAND_MODULES)
+    for name in names:
+        importlib.import_module(COMMAND_MODULES[name]).add_parser(sub)
     from streams.kafka import settings as kafka_settings
 
     for name in KAFKA_COMMANDS:
-        kafka_settings.add_arguments(sub.choices[name])
+        if name in sub.choices:
+            kafka_settings.add_arguments(sub.choices[name])
     return parser
 
 
@@ -86,12 +84,12 @@ def main(argv: list[str] | None = None) -> int:
     from streams.kafka import settings as kafka_settings
 
     argv = sys.argv[1:] if argv is None else list(argv)
-    parser = build_parser()
     pre = argparse.ArgumentParser(add_help=False)
     pre.add_argument("--config", default=os.environ.get("PWEVENT_CONFIG"))
     known, rest = pre.parse_known_args(argv)
-    commands = _subparsers(parser)
     command = next((a for a in rest if not a.startswith("-")), None)
+    parser = build_parser(command)
+    commands = _subparsers(parser)
     if command in commands:
         try:
             config = cli_defaults.load_config(known.config)
