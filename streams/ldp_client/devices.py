@@ -63,17 +63,11 @@ class Devices:
             if type(value) is not int or not 0 <= value < self.d:
                 self.counts["no_value"] += 1
                 continue
-            client = self._client(user)
-            if not client.due(slot):
+            if not self._client(user).due(slot):
                 self.counts["not_due"] += 1
                 continue
-            try:
-                data = client.report(slot, value, decision)
-            except LedgerRefusal:
-                self.counts["refused"] += 1
-                continue
+            data = self._counted(user, lambda c, v=value: c.report(slot, v, decision))
             if data is not None:
-                self.counts["reports"] += 1
                 out.append((user.encode("utf-8"), data))
                 self.truth.setdefault(slot, np.zeros(self.d, dtype=np.int64))[value] += 1
         return out
@@ -86,12 +80,19 @@ class Devices:
         for user, value in values:
             if type(value) is not int or not 0 <= value < self.d:
                 continue  # counted by reports at the slot
-            try:
-                data = self._client(user).answer(decision, value)
-            except LedgerRefusal:
-                self.counts["refused"] += 1
-                continue
+            data = self._counted(user, lambda c, v=value: c.answer(decision, v))
             if data is not None:
-                self.counts["reports"] += 1
                 out.append((user.encode("utf-8"), data))
         return out
+
+    def _counted(self, user: str, make: Callable[[LdpClient], bytes | None]) -> bytes | None:
+        """The report ``make`` has ``user``'s client write, counted in :attr:`counts`; None
+        when there is none, or when the client's ledger refuses it (``refused``)."""
+        try:
+            data = make(self._client(user))
+        except LedgerRefusal:
+            self.counts["refused"] += 1
+            return None
+        if data is not None:
+            self.counts["reports"] += 1
+        return data
