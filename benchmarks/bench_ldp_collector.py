@@ -6,16 +6,20 @@ of the CSPRNG; making the reports is not timed):
 
 - ``lbu-oue-d8``, ``lbu-oue-d32``: LBU (E = 1, w = 10), OUE over 8 and 32 cells;
 - ``plbu-mixed-d8``: PLBU over 8 cells, the users' (w, E) cycling through four levels whose
-  budgets 0.1, 0.5, 1 and 2 mix OUE and GRR reports.
+  budgets 0.1, 0.5, 1 and 2 mix OUE and GRR reports;
+- ``lbd-oue-d8``: LBD (E = 4, w = 10), two rounds a slot over 8 cells, the clients answering the
+  collector's decisions (made once, untimed; the timed collector takes the same reports slot
+  by slot and decides the same).
 
 Timed, in alternation, best of ``--repeat``: (a) a fresh :class:`streams.ldp_collector.
 LdpCollector` taking every record (``offer_all``) and closing every slot; (b) the central job in
-process (:class:`streams.job.pipeline.InProcessJob`: one partition, ``--event-time history``,
-the users registered beforehand, untimed) fed the same users' central reports, one per user and
-slot, ``{"user", "time", "value"}`` with the same cells, and finishing every slot: ``uniform``
-for LBU, ``pbd`` for PLBU (the central mechanisms at the same requirements). Also timed, as a
+process (:class:`streams.job.pipeline.InProcessJob`: one partition, ``--event-time history``, the
+users registered beforehand, untimed) fed the same users' central reports, one per user and slot,
+``{"user", "time", "value"}`` with the same cells, and finishing every slot: ``uniform`` for LBU,
+``pbd`` for PLBU, ``bd`` for LBD (the central mechanisms at the same requirements). Also timed, as a
 reference, the collector offered the records one by one (``offer``). Printed: microseconds per
-report and the ratio collector/central (the target: at most 2).
+report (a two-round stream's rounds each count) and the ratio collector/central per report (the
+target: at most 2).
 
 Run: ``.venv/bin/python benchmarks/bench_ldp_collector.py [--users 2000] [--slots 10]
 [--repeat 3] [--cases ...] [--json out.json]``.
@@ -38,6 +42,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from mechanisms.local.rounds import Decision  # noqa: E402
 from streams.job.config import JobConfig  # noqa: E402
 from streams.job.pipeline import InProcessJob  # noqa: E402
 from streams.ldp_client import LdpClient, ReportConfig  # noqa: E402
@@ -65,6 +70,7 @@ CASES = {
     "lbu-oue-d8": Case("lbu", 8, ((10, 1.0),), "uniform"),
     "lbu-oue-d32": Case("lbu", 32, ((10, 1.0),), "uniform"),
     "plbu-mixed-d8": Case("plbu", 8, PLBU_LEVELS, "pbd"),
+    "lbd-oue-d8": Case("lbd", 8, ((10, 4.0),), "bd"),
 }
 
 
@@ -103,15 +109,33 @@ def make_reports(case: Case, users: int, slots: int, seed: int) -> tuple[Local, 
     cells = rng.integers(0, case.d, (slots, users)).tolist()
     local: Local = []
     central: Central = []
+    rounds = case.protocol in ("lbd", "lba")
+    deciding = LdpCollector(case.protocol, case.d, origin_ms=ORIGIN_MS, slot_ms=SLOT_MS,
+                            start=START, E=case.levels[0][1], w=case.levels[0][0]) \
+        if rounds else None
+    previous = None
     for t in range(slots):
         slot = START + t
+        if previous is not None:  # the answers to the previous slot's decision
+            answers = [(n.encode(), c.answer(previous, cells[t - 1][i]),
+                        ORIGIN_MS + slot * SLOT_MS + 1)
+                       for i, (n, c) in enumerate(zip(names, clients, strict=True))]
+            answers = [a for a in answers if a[1] is not None]
+            local += answers
+            deciding.offer_all(answers)  # type: ignore[union-attr]
         for i, (name, client) in enumerate(zip(names, clients, strict=True)):
             ms = ORIGIN_MS + slot * SLOT_MS + (i * 7919) % SLOT_MS
-            value = client.report(slot, cells[t][i])
+            value = client.report(slot, cells[t][i], previous) if rounds \
+                else client.report(slot, cells[t][i])
             assert value is not None
             key = name.encode()
             local.append((key, value, ms))
             central.append((key, orjson.dumps({"user": name, "time": ms, "value": cells[t][i]})))
+        if deciding is not None:
+            deciding.offer_all(local[-users:])
+            out = [o for o in deciding.close_until(ORIGIN_MS + (slot + 1) * SLOT_MS)
+                   if "decision" in o][0]
+            previous = Decision("bench", case.protocol, slot, out["eps"], out["next"])
     return local, central
 
 
@@ -145,12 +169,40 @@ def run_collector(case: Case, records: Local, slots: int, one_by_one: bool, chun
     w, E = case.levels[0] if homogeneous else (None, None)
     collector = LdpCollector(case.protocol, case.d, origin_ms=ORIGIN_MS, slot_ms=SLOT_MS,
                              start=START, E=E, w=w)
+    if collector.rounds:  # slot by slot: each slot's records, then its rounds closed
+        dead, out = [], []
+        for part in by_slot(records):
+            closing = ORIGIN_MS + (slot_of(part[-1][2]) + 1) * SLOT_MS
+            if one_by_one:
+                dead += [d for d in (collector.offer(*r) for r in part) if d is not None]
+            else:
+                dead += [d for sub in chunks(part, chunk) for d in collector.offer_all(sub)]
+            out += collector.close_until(closing)
+        assert not dead, dead[:3]
+        return [o for o in out if "decision" not in o]
     if one_by_one:
         dead = [d for d in (collector.offer(*r) for r in records) if d is not None]
     else:
         dead = [d for part in chunks(records, chunk) for d in collector.offer_all(part)]
     assert not dead, dead[:3]
     return [collector.close(s) for s in range(START, START + slots)]
+
+
+def slot_of(ms: int) -> int:
+    """The slot of a timestamp."""
+    return (ms - ORIGIN_MS) // SLOT_MS
+
+
+def by_slot(records: Local) -> list[Local]:
+    """``records`` cut where their timestamps' slot changes (a two-round stream's records are
+    in slot order: the previous slot's answers, then the slot's dissimilarity reports)."""
+    parts: list[Local] = []
+    for record in records:
+        if parts and slot_of(parts[-1][-1][2]) == slot_of(record[2]):
+            parts[-1].append(record)
+        else:
+            parts.append([record])
+    return parts
 
 
 def run_central(case: Case, job: InProcessJob, records: Central, slots: int, chunk: int
@@ -190,10 +242,13 @@ def measure(name: str, case: Case, users: int, slots: int, repeat: int, seed: in
         best["one_by_one"] = min(best["one_by_one"],
                                  timed(lambda: run_collector(case, local, slots, True, chunk)))
     assert releases == slots, f"the central job released {releases} of {slots} slots"
-    return {"case": name, "central_mechanism": case.central, "reports": n, "users": users,
-            "slots": slots, "chunk": chunk, **{f"{k}_us": v / n * 1e6 for k, v in best.items()},
-            "ratio": best["collector"] / best["central"],
-            "ratio_one_by_one": best["one_by_one"] / best["central"]}
+    per = {"collector": n, "one_by_one": n, "central": len(central)}  # reports each took
+    us = {k: v / per[k] * 1e6 for k, v in best.items()}
+    return {"case": name, "central_mechanism": case.central, "reports": n,
+            "central_reports": len(central), "users": users, "slots": slots, "chunk": chunk,
+            **{f"{k}_us": v for k, v in us.items()},
+            "ratio": us["collector"] / us["central"],
+            "ratio_one_by_one": us["one_by_one"] / us["central"]}
 
 
 def main() -> int:
