@@ -139,6 +139,8 @@ class LdpJob:
         self.caught_up = asyncio.Event()
         #: time.monotonic() of :meth:`run`'s start and of its first batch of records
         self.times: dict[str, float] = {}
+        #: the partitions paused while their records wait for a decision (lbd, lba)
+        self.paused: set[int] = set()
 
     async def run(self, stop: asyncio.Event) -> None:
         """Collect until ``stop`` is set; the topics are created if missing."""
@@ -174,7 +176,8 @@ class LdpJob:
         log.info("collecting %s (%s, stream %s) from %d partitions: %d records to read again, "
                  "%d slots released before", s.reports_topic, s.protocol, s.stream, len(tps),
                  sum(ends.values()), len(released))
-        position = {tp.partition: 0 for tp in tps}
+        position = {tp.partition: 0 for tp in tps}  # read up to here (dead letters decided)
+        fetched = dict(position)  # fetched up to here
         # live, the slots that ended while no collector ran are marked at once
         marked = self.collector.passed_slot if s.event_time == "live" else None
         last_commit = time.monotonic()
@@ -195,7 +198,7 @@ class LdpJob:
                         record = by_offset[f.offset]
                         pending.append(await self._dead_letter(producer, tp, record.key,
                                                                record.value, f))
-                position[tp.partition] = records[-1].offset + 1
+                fetched[tp.partition] = records[-1].offset + 1
             out = self.stream.advance()
             for waited in out.refused:
                 self.counters[f"dead:{waited.refused.reason}"] += 1
@@ -212,10 +215,7 @@ class LdpJob:
                         pending.append(await producer.send(topic, value, key=key))
                         sent.add(slot)
                         self.counters[counter] += 1
-            for p in position:  # records waiting for a decision are not read yet
-                first = self.stream.first_waiting(p)
-                if first is not None:
-                    position[p] = min(position[p], first)
+            self._hold(consumer, tps, fetched, position)
             if not self.caught_up.is_set() and all(position[p] >= ends[p] for p in ends):
                 self.caught_up.set()
                 log.info("read %s to the offsets it had at start in %.1f s; %d slots closed",
@@ -227,6 +227,23 @@ class LdpJob:
                 await self._commit(consumer, tps, pending, position, committed)
                 last_commit = time.monotonic()
         await self._commit(consumer, tps, pending, position, committed)
+
+    def _hold(self, consumer: AIOKafkaConsumer, tps: list[TopicPartition],
+              fetched: dict[int, int], position: dict[int, int]) -> None:
+        """Each partition counts as read up to what was fetched, or to its first record that
+        waits for a decision; a partition with waiting records is paused (what was fetched of
+        it waits in memory, no more), and resumed once they are read."""
+        assert self.stream is not None
+        for tp in tps:
+            first = self.stream.first_waiting(tp.partition)
+            position[tp.partition] = fetched[tp.partition] if first is None else first
+            if first is not None:
+                if tp.partition not in self.paused:
+                    consumer.pause(tp)
+                    self.paused.add(tp.partition)
+            elif tp.partition in self.paused:
+                consumer.resume(tp)
+                self.paused.discard(tp.partition)
 
     @staticmethod
     async def _commit(consumer: AIOKafkaConsumer, tps: list[TopicPartition],

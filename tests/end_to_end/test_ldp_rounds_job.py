@@ -1,10 +1,12 @@
 """``pwevent worker --mechanism lbd|lba`` on both brokers: two rounds a slot, the decisions on
 ``<prefix>.ldp-decisions``. A replay through clients answers them slot by slot while the worker
 is SIGKILLed and restarted; the releases and decisions equal the replay run in process, once per
-slot; the reports audit clean; a demo scores its bars."""
+slot; the reports audit clean; a demo scores its bars. With one partition held back, the
+partitions whose reports wait for a decision are paused, and nothing is late."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import subprocess
@@ -14,9 +16,20 @@ from pathlib import Path
 
 import orjson
 from brokers import broker_fixture
-from jobkit import SECRET, stop_worker, timestamped_records
+from jobkit import SECRET, produce, stop_worker, timestamped_records
+from ldp_collector.ldp_collector_kit import (
+    ORIGIN_MS,
+    ROUNDS_START,
+    SLOT_MS,
+    drifting_cells,
+    live_topic,
+)
 
 from mechanisms.local.rounds import parse_decision
+from streams.kafka.topics import create_topics
+from streams.ldp_collector import LdpCollector
+from streams.ldp_collector.kafka_job import LdpJob, LdpJobSettings, topic_specs
+from streams.ldp_collector.stream_time import PartitionedCollector
 
 broker = broker_fixture()
 
@@ -110,3 +123,50 @@ def test_the_demo_of_a_two_round_stream() -> None:
     summary = orjson.loads(done.stdout.splitlines()[-1])
     assert summary["slots_released"] == summary["slots_expected"] == 12
     assert summary["reports_rejected"] == 0
+
+
+def test_partitions_waiting_for_a_decision_are_paused_and_nothing_is_late(broker) -> None:
+    bootstrap, prefix, partitions = broker.bootstrap, "rounds-held", 3
+    secret = SECRET.encode()
+    parts, written = live_topic("lbd", drifting_cells(90, 8, 4, seed=2), 4, 3, 4.0,
+                                partitions=partitions, secret=secret)
+    asyncio.run(create_topics(bootstrap, topic_specs(prefix, partitions)))
+    topic, held = f"{prefix}.ldp-reports", 1
+    for p in range(partitions):
+        if p != held:
+            produce(bootstrap, topic, partitions, [(k, v) for k, v, _o in parts[p]], partition=p)
+    settings = LdpJobSettings(bootstrap, prefix, "s", "lbd", 4, ORIGIN_MS, SLOT_MS,
+                              ROUNDS_START, 4.0, 3, secret, event_time="history",
+                              partitions=partitions)
+    job = LdpJob(settings)
+
+    async def run() -> set[int]:
+        stop = asyncio.Event()
+        task = asyncio.create_task(job.run(stop))
+        deadline = time.monotonic() + 60
+        while job.paused != {p for p in range(partitions) if p != held}:
+            assert time.monotonic() < deadline and not task.done(), job.counters
+            await asyncio.sleep(0.1)
+        paused = set(job.paused)  # the others' next slot waits for decision 0: held has no mark
+        await asyncio.to_thread(produce, bootstrap, topic, partitions,
+                                [(k, v) for k, v, _o in parts[held]], held)
+        while job.counters["released"] < 7 or job.paused:
+            assert time.monotonic() < deadline and not task.done(), job.counters
+            await asyncio.sleep(0.1)
+        stop.set()
+        await task
+        return paused
+
+    paused = asyncio.run(run())
+    assert paused == {0, 2}
+    assert job.counters["decided"] == 8 and not any(k.startswith("dead:") for k in job.counters)
+    decisions = _by_key(bootstrap, f"{prefix}.ldp-decisions")
+    assert [decisions[f"s/{ROUNDS_START + t}".encode()] for t in range(8)] == [[v] for v in written]
+    inner = LdpCollector("lbd", 4, origin_ms=ORIGIN_MS, slot_ms=SLOT_MS, start=ROUNDS_START,
+                         E=4.0, w=3)
+    reference = PartitionedCollector(inner, partitions, secret, "s")
+    for p in range(partitions):
+        assert reference.take(p, parts[p]) == []
+    expected = reference.advance()
+    releases = _by_key(bootstrap, f"{prefix}.ldp-releases")
+    assert {k: v for k, v in releases.items()} == {k: [v] for k, v in expected.releases}

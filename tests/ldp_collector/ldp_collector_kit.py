@@ -1,5 +1,6 @@
 """Shared pieces of the collector's tests: seeded streams of reports made by the Python client
-with deterministic words, and a stand-in generator that replays given draws."""
+with deterministic words, a stand-in generator that replays given draws, and a two-round stream's
+topic as the live system writes it."""
 
 from __future__ import annotations
 
@@ -9,7 +10,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from mechanisms.local import CounterWords, parse_report
+from mechanisms.local.rounds import Decision, parse_decision
+from streams.job.partitions.key_hashing import key_partitions
+from streams.job.partitions.watermarks import watermark_record
 from streams.ldp_client import LdpClient, ReportConfig
+from streams.ldp_collector import LdpCollector
+from streams.ldp_collector.stream_time import PartitionedCollector
 
 ORIGIN_MS = 1_700_000_000_000
 SLOT_MS = 60_000
@@ -90,3 +96,92 @@ class Replay:
         assert p == expected
         assert np.all(out <= np.asarray(n)) and np.all(out >= 0)
         return out
+
+
+#: The first slot of the two-round streams of the tests.
+ROUNDS_START = 3
+
+
+def drifting_cells(users: int, slots: int, d: int, seed: int) -> np.ndarray:
+    """Cells whose distribution jumps twice (so the test publishes), a tenth missing (-1)."""
+    rng = np.random.default_rng(seed)
+    cells = np.empty((users, slots), dtype=np.int64)
+    for t in range(slots):
+        peak = (t // max(slots // 3, 1)) % d
+        weights = np.full(d, 1.0)
+        weights[peak] = 4.0 * d
+        cells[:, t] = rng.choice(d, size=users, p=weights / weights.sum())
+    return np.where(rng.random((users, slots)) < 0.1, -1, cells)
+
+
+class RoundDevices:
+    """One client per user, answering each round as the decisions ask."""
+
+    def __init__(self, protocol: str, cells: np.ndarray, d: int, w: int, E: float) -> None:  # noqa: N803
+        self.cells, self.protocol = cells, protocol
+        self.clients = [LdpClient(ReportConfig(protocol, f"u{i}", d=d, w=w, E=E,
+                                               start=ROUNDS_START),
+                                  words=CounterWords(f"rounds/u{i}"))
+                        for i in range(cells.shape[0])]
+
+    def round1(self, t: int, decision: Decision | None) -> list[Sent]:
+        """The dissimilarity reports at slot ROUNDS_START + t."""
+        return self._sent(t, lambda c, v: c.report(ROUNDS_START + t, v, decision), 1)
+
+    def round2(self, t: int, decision: Decision) -> list[Sent]:
+        """The publication reports answering slot ROUNDS_START + t's decision."""
+        return self._sent(t, lambda c, v: c.answer(decision, v), 2)
+
+    def _sent(self, t: int, send, round_: int) -> list[Sent]:  # noqa: ANN001
+        out = []
+        for i, client in enumerate(self.clients):
+            cell = int(self.cells[i, t])
+            value = send(client, None if cell < 0 else cell)
+            if value is not None:
+                stamp = ORIGIN_MS + (ROUNDS_START + t + round_ - 1) * SLOT_MS + 10
+                out.append(Sent(f"u{i}", ROUNDS_START + t, cell, f"u{i}".encode(), value, stamp))
+        return out
+
+
+def live_topic(protocol: str, cells: np.ndarray, d: int, w: int, E: float,  # noqa: N803
+               partitions: int, secret: bytes, stream: str = "s"
+               ) -> tuple[list[list[tuple]], list[bytes]]:
+    """A topic as the live system writes it: each slot's dissimilarity reports (with the
+    previous slot's publication reports), then every partition's watermark at the slot's end,
+    then the decision. Returns each partition's records, as (key, value, offset), and the
+    decisions written."""
+    inner = LdpCollector(protocol, d, origin_ms=ORIGIN_MS, slot_ms=SLOT_MS, start=ROUNDS_START, E=E,
+                         w=w)
+    collecting = PartitionedCollector(inner, partitions, secret, stream)
+    devices = RoundDevices(protocol, cells, d, w, E)
+    parts: list[list[tuple]] = [[] for _ in range(partitions)]
+    written: list[bytes] = []
+
+    def send(records: list[tuple[bytes, bytes]]) -> None:
+        homes = key_partitions([k for k, _ in records], partitions) if records else []
+        by: dict[int, list] = {}
+        for (key, value), p in zip(records, list(homes), strict=True):
+            by.setdefault(int(p), []).append((key, value, len(parts[int(p)])))
+            parts[int(p)].append((key, value, len(parts[int(p)])))
+        for p, chunk in by.items():
+            assert collecting.take(p, chunk) == []
+
+    previous: Decision | None = None
+    answers: list[Sent] = []
+    for t in range(cells.shape[1]):
+        sent = devices.round1(t, previous)
+        send([(s.key, s.value) for s in answers + sent])
+        for p in range(partitions):
+            mark = (None, watermark_record(ORIGIN_MS + (ROUNDS_START + t + 1) * SLOT_MS, secret,
+                                           stream, p), len(parts[p]))
+            parts[p].append(mark)
+            assert collecting.take(p, [mark]) == []
+        out = collecting.advance()
+        assert out.refused == []
+        written += [v for _, v in out.decisions]
+        previous = parse_decision(out.decisions[-1][1])
+        answers = devices.round2(t, previous)
+    send([(s.key, s.value) for s in answers])
+    return parts, written
+
+

@@ -9,60 +9,29 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from ldp_collector_kit import ORIGIN_MS, SLOT_MS, Replay, Sent, oue_split
+from ldp_collector_kit import (
+    ORIGIN_MS,
+    ROUNDS_START,
+    SLOT_MS,
+    Replay,
+    RoundDevices,
+    Sent,
+    drifting_cells,
+    live_topic,
+    oue_split,
+)
 
 from mechanisms.baselines.ldp_ids import LdpIds
 from mechanisms.local import CounterWords
-from mechanisms.local.rounds import Decision, parse_decision
+from mechanisms.local.rounds import Decision
 from streams.job.partitions.key_hashing import key_partitions
-from streams.job.partitions.watermarks import watermark_record
 from streams.ldp_client import LdpClient, ReportConfig
 from streams.ldp_collector import LdpCollector
 from streams.ldp_collector.stream_time import PartitionedCollector
 
-START = 3
+START = ROUNDS_START
 SECRET = b"rounds-secret"
 STREAM = "s"
-
-
-def drifting_cells(users: int, slots: int, d: int, seed: int) -> np.ndarray:
-    """Cells whose distribution jumps twice (so the test publishes), a tenth missing (-1)."""
-    rng = np.random.default_rng(seed)
-    cells = np.empty((users, slots), dtype=np.int64)
-    for t in range(slots):
-        peak = (t // max(slots // 3, 1)) % d
-        weights = np.full(d, 1.0)
-        weights[peak] = 4.0 * d
-        cells[:, t] = rng.choice(d, size=users, p=weights / weights.sum())
-    return np.where(rng.random((users, slots)) < 0.1, -1, cells)
-
-
-class Devices:
-    """One client per user, answering each round as the decisions ask."""
-
-    def __init__(self, protocol: str, cells: np.ndarray, d: int, w: int, E: float) -> None:  # noqa: N803
-        self.cells, self.protocol = cells, protocol
-        self.clients = [LdpClient(ReportConfig(protocol, f"u{i}", d=d, w=w, E=E, start=START),
-                                  words=CounterWords(f"rounds/u{i}"))
-                        for i in range(cells.shape[0])]
-
-    def round1(self, t: int, decision: Decision | None) -> list[Sent]:
-        """The dissimilarity reports at slot START + t."""
-        return self._sent(t, lambda c, v: c.report(START + t, v, decision), 1)
-
-    def round2(self, t: int, decision: Decision) -> list[Sent]:
-        """The publication reports answering slot START + t's decision."""
-        return self._sent(t, lambda c, v: c.answer(decision, v), 2)
-
-    def _sent(self, t: int, send, round_: int) -> list[Sent]:  # noqa: ANN001
-        out = []
-        for i, client in enumerate(self.clients):
-            cell = int(self.cells[i, t])
-            value = send(client, None if cell < 0 else cell)
-            if value is not None:
-                stamp = ORIGIN_MS + (START + t + round_ - 1) * SLOT_MS + 10
-                out.append(Sent(f"u{i}", START + t, cell, f"u{i}".encode(), value, stamp))
-        return out
 
 
 def decision_of(out: dict, protocol: str) -> Decision:
@@ -74,7 +43,7 @@ def run_in_process(protocol: str, cells: np.ndarray, d: int, w: int, E: float  #
     """Clients and one collector slot by slot: decisions, releases and each slot's reports."""
     collector = LdpCollector(protocol, d, origin_ms=ORIGIN_MS, slot_ms=SLOT_MS, start=START,
                              E=E, w=w)
-    devices = Devices(protocol, cells, d, w, E)
+    devices = RoundDevices(protocol, cells, d, w, E)
     decisions, releases, first, second = [], [], [], []
     previous = None
     for t in range(cells.shape[1]):
@@ -158,47 +127,6 @@ def test_a_round_nobody_asked_is_refused() -> None:
     assert collector.offer(b"u1", again, stamp + SLOT_MS).reason == "duplicate_in_slot"
 
 
-def live_topic(protocol: str, cells: np.ndarray, d: int, w: int, E: float,  # noqa: N803
-               partitions: int) -> tuple[list[list[tuple]], list[bytes]]:
-    """A topic as the live system writes it: each slot's dissimilarity reports (with the
-    previous slot's publication reports), then every partition's watermark at the slot's end,
-    then the decision; a stray publication report for an undecided slot, and one before its
-    partition's watermark. Returns each partition's records and the decisions written."""
-    inner = LdpCollector(protocol, d, origin_ms=ORIGIN_MS, slot_ms=SLOT_MS, start=START, E=E,
-                         w=w)
-    stream = PartitionedCollector(inner, partitions, SECRET, STREAM)
-    devices = Devices(protocol, cells, d, w, E)
-    parts: list[list[tuple]] = [[] for _ in range(partitions)]
-    written: list[bytes] = []
-
-    def send(records: list[tuple[bytes, bytes]]) -> None:
-        homes = key_partitions([k for k, _ in records], partitions) if records else []
-        by: dict[int, list] = {}
-        for (key, value), p in zip(records, list(homes), strict=True):
-            by.setdefault(int(p), []).append((key, value, len(parts[int(p)])))
-            parts[int(p)].append((key, value, len(parts[int(p)])))
-        for p, chunk in by.items():
-            assert stream.take(p, chunk) == []
-
-    previous: Decision | None = None
-    answers: list[Sent] = []
-    for t in range(cells.shape[1]):
-        sent = devices.round1(t, previous)
-        send([(s.key, s.value) for s in answers + sent])
-        for p in range(partitions):
-            mark = (None, watermark_record(ORIGIN_MS + (START + t + 1) * SLOT_MS, SECRET,
-                                           STREAM, p), len(parts[p]))
-            parts[p].append(mark)
-            assert stream.take(p, [mark]) == []
-        out = stream.advance()
-        assert out.refused == []
-        written += [v for _, v in out.decisions]
-        previous = parse_decision(out.decisions[-1][1])
-        answers = devices.round2(t, previous)
-    send([(s.key, s.value) for s in answers])
-    return parts, written
-
-
 def replay(parts: list[list[tuple]], protocol: str, d: int, w: int, E: float,  # noqa: N803
            order: list[tuple[int, int]]) -> tuple[list, list, list]:
     """Read the partitions in chunks in ``order`` ((partition, size), then the rest): the
@@ -233,7 +161,7 @@ def test_waiting_reports_give_one_outcome_however_partitions_interleave(order: l
 
 def _topic() -> tuple[list[list[tuple]], list[bytes]]:
     cells = drifting_cells(60, 8, 4, seed=11)
-    return live_topic("lbd", cells, 4, 3, 4.0, partitions=3)
+    return live_topic("lbd", cells, 4, 3, 4.0, partitions=3, secret=SECRET, stream=STREAM)
 
 
 TOPIC = _topic()
