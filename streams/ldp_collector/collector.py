@@ -197,7 +197,8 @@ class LdpCollector:
         # round 1 of t answers decision t - 1 (none at the first slot), round 2 decision t
         deciding = np.where(round2, slot, slot - 1)
         waiting = (deciding >= decided) & (round2 | (slot > start))
-        possible = waiting & (deciding < passed) if passed is not None else waiting & False
+        possible = waiting & (deciding < passed) if passed is not None \
+            else np.zeros_like(waiting)
         held = None
         if possible.any():
             cut = int(np.argmax(possible))
@@ -205,13 +206,13 @@ class LdpCollector:
             reports = reports.take(np.arange(cut))
             slot, round2, deciding, waiting = (slot[:cut], round2[:cut], deciding[:cut],
                                                waiting[:cut])
+        opening = dissimilarity_budget(self.stream.w, self.stream.E)  # type: ignore[arg-type]
         asked = np.empty(slot.size)
         for t in set(deciding.tolist()):
             outcome = self.decisions.get(t)
             at = deciding == t
             asked[at & round2] = 0.0 if outcome is None else outcome.eps
-            first = dissimilarity_budget(self.stream.w, self.stream.E)  # type: ignore[arg-type]
-            asked[at & ~round2] = (first if t == start - 1
+            asked[at & ~round2] = (opening if t == start - 1
                                    else 0.0 if outcome is None else outcome.next)
         ok = (asked > 0) & (reports.eps == asked) & ~waiting
         unasked = [(i, "unasked_round") for i in reports.index[~ok].tolist()]
