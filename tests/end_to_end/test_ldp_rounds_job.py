@@ -2,7 +2,8 @@
 ``<prefix>.ldp-decisions``. A replay through clients answers them slot by slot while the worker
 is SIGKILLed and restarted; the releases and decisions equal the replay run in process, once per
 slot; the reports audit clean; a demo scores its bars. With one partition held back, the
-partitions whose reports wait for a decision are paused, and nothing is late."""
+partitions whose reports wait for a decision are paused, and nothing is late. Live, devices
+read each decision from the topic and answer it in time."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 import orjson
@@ -25,8 +27,12 @@ from ldp_collector.ldp_collector_kit import (
     live_topic,
 )
 
+from local_kafka.embedded import free_port
 from mechanisms.local.rounds import parse_decision
+from streams.cli.replay_rounds import DecisionReader
+from streams.kafka.producer import RawProducer
 from streams.kafka.topics import create_topics
+from streams.ldp_client import LdpClient, ReportConfig
 from streams.ldp_collector import LdpCollector
 from streams.ldp_collector.kafka_job import LdpJob, LdpJobSettings, topic_specs
 from streams.ldp_collector.stream_time import PartitionedCollector
@@ -170,3 +176,78 @@ def test_partitions_waiting_for_a_decision_are_paused_and_nothing_is_late(broker
     expected = reference.advance()
     releases = _by_key(bootstrap, f"{prefix}.ldp-releases")
     assert {k: v for k, v in releases.items()} == {k: [v] for k, v in expected.releases}
+
+
+def test_live_devices_answer_each_decision_in_time(broker, tmp_path: Path) -> None:
+    """Live: the worker's own watermarks close each round; devices read every decision from the
+    topic and answer it within the next slot, and nothing they send is late or unasked."""
+    bootstrap, prefix, slot_ms, slots = broker.bootstrap, "rounds-live", 1500, 5
+    port = free_port()
+    origin = int(time.time() * 1000) // slot_ms * slot_ms
+    start = 2  # about 2 to 3 s from now
+    log = tmp_path / "worker.log"
+    cmd = [sys.executable, "-m", "streams.cli", "worker", "--broker", bootstrap, "--prefix",
+           prefix, "--partitions", str(PARTITIONS), "--stream", "s", "--cells", "3",
+           "--slot-ms", str(slot_ms), "--origin-ms", str(origin), "--ldp-start", str(start),
+           "--ldp-epsilon", "4", "--ldp-window", "3", "--mechanism", "lba", "--event-time",
+           "live", "--lateness-ms", "100", "--metrics-host", "127.0.0.1", "--metrics-port",
+           str(port)]
+    proc = subprocess.Popen(cmd, stdout=log.open("ab"), stderr=subprocess.STDOUT,
+                            env=dict(os.environ, PWEVENT_SECRET=SECRET))
+    built = LdpJobSettings(bootstrap, prefix, "s", "lba", 3, origin, slot_ms, start, 4.0, 3,
+                           SECRET.encode(), partitions=PARTITIONS)
+    clients = [LdpClient(ReportConfig("lba", f"d{i}", d=3, w=3, E=4.0, start=start))
+               for i in range(40)]
+
+    async def devices() -> list:
+        producer = RawProducer(bootstrap, built.reports_topic, PARTITIONS)
+        reader = DecisionReader(built)
+        await producer.start()
+        await reader.start()
+        seen = []
+        try:
+            previous = None
+            for slot in range(start, start + slots):
+                await asyncio.sleep(max(0.0, (origin + slot * slot_ms) / 1000 - time.time()))
+                records = []
+                for i, client in enumerate(clients):  # the value a device holds: i mod 3
+                    for data in ((client.answer(previous, i % 3) if previous else None),
+                                 client.report(slot, (i + slot) % 3, previous)):
+                        if data is not None:
+                            records.append((f"d{i}".encode(), data))
+                await producer.send_many(records)
+                previous = await reader.decision(slot, timeout_s=30)
+                seen.append(previous)
+        finally:
+            await reader.stop()
+            await producer.stop()
+        return seen
+
+    try:
+        decisions = asyncio.run(devices())
+        topic = f"{prefix}.ldp-releases"
+        releases = _wait_for(lambda: (r := _by_key(bootstrap, topic)) and len(r) >= slots - 1
+                             and r, proc, log)
+        metrics = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read()
+    finally:
+        stop_worker(proc)
+    assert [d.slot for d in decisions] == list(range(start, start + slots))
+    values = {line.split(" ")[0]: float(line.split(" ")[1]) for line in
+              metrics.decode().splitlines() if line and not line.startswith("#")}
+    assert values["pwevent_ldp_decisions_total"] >= slots
+    assert not [k for k in values if k.startswith("pwevent_ldp_refused")]  # nothing late
+    docs = [orjson.loads(v[0]) for v in releases.values()]
+    assert all(d["reporters"] in (0, 40) for d in docs)
+    assert any(d["published"] for d in docs)
+
+
+def _wait_for(test, proc: subprocess.Popen, log: Path, timeout: float = 60):  # type: ignore[no-untyped-def]
+    """What ``test`` gives once it gives something, while the worker runs."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        got = test()
+        if got:
+            return got
+        assert proc.poll() is None, log.read_text()[-3000:]
+        time.sleep(0.3)
+    raise AssertionError(f"timed out; worker log:\n{log.read_text()[-3000:]}")
