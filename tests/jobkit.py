@@ -643,3 +643,16 @@ def rekeyed(records: list[tuple], mapping: object, partitions: int,
                                           (topic_index, p, recs[int(b.index[j])][3])))
                 for j, u in enumerate(b.users)]
     return sorted(out, key=lambda r: orjson.loads(r[1])["time"])
+
+
+def wait_while_running(test, timeout: float, proc: subprocess.Popen, log: Path):  # type: ignore[no-untyped-def]
+    """What ``test`` gives once it gives something truthy, polled while ``proc`` (a worker
+    logging to ``log``) runs; AssertionError with the log's tail if it stops or time runs out."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        got = test()
+        if got:
+            return got
+        assert proc.poll() is None, log.read_text()[-3000:]
+        time.sleep(0.3)
+    raise AssertionError(f"timed out; worker log:\n{log.read_text()[-3000:]}")

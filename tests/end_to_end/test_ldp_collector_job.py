@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import orjson
 from brokers import broker_fixture
-from jobkit import SECRET, produce, stop_worker, timestamped_records
+from jobkit import SECRET, produce, stop_worker, timestamped_records, wait_while_running
 from ldp_collector.ldp_collector_kit import ORIGIN_MS, SLOT_MS, client_reports
 
 from local_kafka.embedded import free_port
@@ -65,16 +65,6 @@ def _releases(bootstrap: str, prefix: str) -> dict[bytes, list[bytes]]:
     return out
 
 
-def _wait(test, timeout: float, proc: subprocess.Popen, log: Path):  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        got = test()
-        if got:
-            return got
-        assert proc.poll() is None, log.read_text()[-3000:]
-        time.sleep(0.5)
-    raise AssertionError(f"timed out; worker log:\n{log.read_text()[-3000:]}")
-
 
 def _in_process(topic: list[list[tuple]], origin_ms: int = ORIGIN_MS, slot_ms: int = SLOT_MS,
                 start: int = 0) -> tuple[dict[bytes, bytes], list[str]]:
@@ -111,15 +101,16 @@ def test_history_with_a_held_back_partition_and_a_sigkill(broker, tmp_path: Path
     log = tmp_path / "worker.log"
     proc = _worker(bootstrap, prefix, log)
     try:
-        dead = _wait(lambda: _read(bootstrap, f"{prefix}.dead-letters", 1)[0], 60, proc, log)
+        dead = wait_while_running(lambda: _read(bootstrap, f"{prefix}.dead-letters", 1)[0], 60,
+                                  proc, log)
         time.sleep(1.5)  # the worker read the five partitions; the sixth holds every slot
         assert _releases(bootstrap, prefix) == {}
         stop_worker(proc, kill=True)
         produce(bootstrap, topic, PARTITIONS, [*parts[held], (None, watermark_record(
             ORIGIN_MS + SLOTS * SLOT_MS, SECRET.encode(), "s", held))], partition=held)
         proc = _worker(bootstrap, prefix, log)
-        releases = _wait(lambda: (r := _releases(bootstrap, prefix)) and len(r) == SLOTS and r,
-                         90, proc, log)
+        releases = wait_while_running(
+            lambda: (r := _releases(bootstrap, prefix)) and len(r) == SLOTS and r, 90, proc, log)
     finally:
         stop_worker(proc)
     expected, refused = _in_process(_read(bootstrap, topic, PARTITIONS))
@@ -155,8 +146,8 @@ def test_live_the_workers_watermarks_close_each_slot(broker, tmp_path: Path) -> 
         time.sleep(max(0.0, wait_s) + 0.2)
         for p, records in _by_partition(sent).items():
             produce(bootstrap, f"{prefix}.ldp-reports", PARTITIONS, records, partition=p)
-        releases = _wait(lambda: (r := _releases(bootstrap, prefix)) and len(r) >= 2 and r,
-                         60, proc, log)
+        releases = wait_while_running(
+            lambda: (r := _releases(bootstrap, prefix)) and len(r) >= 2 and r, 60, proc, log)
         metrics = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read()
         ready = urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=5).status
     finally:
@@ -206,8 +197,9 @@ def test_a_replay_through_clients_equals_its_in_process_run(broker, tmp_path: Pa
     procs = [subprocess.Popen(cmd, stdout=log.open("ab"), stderr=subprocess.STDOUT,
                               env=dict(os.environ, PWEVENT_SECRET=SECRET)) for log in logs]
     try:
-        releases = _wait(lambda: (r := _releases(bootstrap, prefix)) and len(r) == 9 and r,
-                         90, procs[0], logs[0])
+        releases = wait_while_running(
+            lambda: (r := _releases(bootstrap, prefix)) and len(r) == 9 and r, 90, procs[0],
+            logs[0])
         time.sleep(1.0)  # the other may release too, or find the releases there at its start
         releases = _releases(bootstrap, prefix)
     finally:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import orjson
 from brokers import broker_fixture
-from jobkit import SECRET, produce, stop_worker, timestamped_records
+from jobkit import SECRET, produce, stop_worker, timestamped_records, wait_while_running
 from ldp_collector.ldp_collector_kit import (
     ORIGIN_MS,
     ROUNDS_START,
@@ -231,8 +231,8 @@ def test_live_devices_answer_each_decision_in_time(broker, tmp_path: Path) -> No
     try:
         decisions = asyncio.run(devices())
         topic = f"{prefix}.ldp-releases"
-        releases = _wait_for(lambda: (r := _by_key(bootstrap, topic)) and len(r) >= slots - 1
-                             and r, proc, log)
+        releases = wait_while_running(lambda: (r := _by_key(bootstrap, topic))
+                                      and len(r) >= slots - 1 and r, 60, proc, log)
         metrics = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read()
     finally:
         stop_worker(proc)
@@ -245,14 +245,3 @@ def test_live_devices_answer_each_decision_in_time(broker, tmp_path: Path) -> No
     assert all(d["reporters"] in (0, 40) for d in docs)
     assert any(d["published"] for d in docs)
 
-
-def _wait_for(test, proc: subprocess.Popen, log: Path, timeout: float = 60):  # type: ignore[no-untyped-def]
-    """What ``test`` gives once it gives something, while the worker runs."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        got = test()
-        if got:
-            return got
-        assert proc.poll() is None, log.read_text()[-3000:]
-        time.sleep(0.3)
-    raise AssertionError(f"timed out; worker log:\n{log.read_text()[-3000:]}")
