@@ -25,7 +25,7 @@ from mechanisms.local.oracles import (
 )
 from mechanisms.local.rounds import MAX_ROUND_SLOT, ROUND_PROTOCOLS, Decision, virtual_slot
 from mechanisms.local.schedule import PROTOCOLS, report_budget, reports_at
-from mechanisms.local.wire import MAX_CELLS, MAX_SLOT, check_text, encode_report
+from mechanisms.local.wire import MAX_CELLS, MAX_SLOT, check_text, encode_report, oracle_cells
 from mechanisms.local.words import WordSource
 
 
@@ -36,7 +36,8 @@ def is_integer(value: object) -> bool:
 
 @dataclass(frozen=True)
 class ReportConfig:
-    """What a client needs: the protocol, the user, the domain's ``d`` cells, the window ``w``
+    """What a client needs: the protocol, the user, the domain's ``d`` value cells (the oracle
+    runs over ``d + 1``: cell ``d`` is "no value", :func:`oracle_cells`), the window ``w``
     and budget ``E`` (the stream's for lbu/lsp/lpu, the user's own for plbu), the stream's
     first slot ``start``, LPU's public key and rotation (epochs of ``rotate`` blocks; 0: one
     group for good)."""
@@ -56,7 +57,7 @@ class ReportConfig:
         if self.protocol not in PROTOCOLS:
             raise ValueError(f"unknown protocol {self.protocol!r}; choose from {PROTOCOLS}")
         check_text("user", self.user)
-        for name, low, high in (("d", 1, MAX_CELLS), ("w", 1, 2**31 - 1),
+        for name, low, high in (("d", 1, MAX_CELLS - 1), ("w", 1, 2**31 - 1),
                                 ("start", 0, MAX_SLOT), ("rotate", 0, 2**31 - 1)):
             value = getattr(self, name)
             if not is_integer(value) or not low <= value <= high:
@@ -79,7 +80,7 @@ class ReportConfig:
     @property
     def oracle(self) -> str:
         """``grr`` or ``oue``: GRR for PLBU where its variance is lower, OUE otherwise."""
-        use_grr = self.protocol == "plbu" and plbu_uses_grr(self.eps, self.d)
+        use_grr = self.protocol == "plbu" and plbu_uses_grr(self.eps, oracle_cells(self.d))
         return "grr" if use_grr else "oue"
 
 
@@ -97,7 +98,8 @@ class Reporter:
         self.ledger = ClientLedger(2 * config.w if self.rounds else config.w, config.E)
         eps = config.eps
         self.eps, self.oracle = eps, config.oracle
-        self.threshold = (grr_keep_threshold(eps, config.d) if self.oracle == "grr"
+        self.cells = oracle_cells(config.d)
+        self.threshold = (grr_keep_threshold(eps, self.cells) if self.oracle == "grr"
                           else oue_threshold(eps))
 
     def due(self, slot: int) -> bool:
@@ -108,14 +110,16 @@ class Reporter:
 
     def report(self, slot: int, value: int | None,
                decision: Decision | None = None) -> bytes | None:
-        """The report of ``value`` (a cell, or None: no value) at ``slot``, or None when the
-        user does not report there; :class:`~mechanisms.local.ledger.LedgerRefusal` when the
-        ledger refuses it (nothing drawn, nothing spent). For lbd/lba this is the dissimilarity
-        report, asked at the stream's first slot and by ``decision``, the previous slot's, after
-        it (without it, none is sent)."""
+        """The report of ``value`` (a cell, or None: no value, sent as cell ``d``) at ``slot``,
+        or None when the user does not report there; :class:`~mechanisms.local.ledger.
+        LedgerRefusal` when the ledger refuses it (nothing drawn, nothing spent). A user reports
+        every slot it is due, with a value or without, so that whether it had one stays as
+        private as the value. For lbd/lba this is the dissimilarity report, asked at the
+        stream's first slot and by ``decision``, the previous slot's, after it (without it, none
+        is sent)."""
         c = self.config
         slot, value = self._check(slot, value)
-        if value is None or not self.due(slot):
+        if not self.due(slot):
             return None
         if not self.rounds:
             if decision is not None:
@@ -133,8 +137,8 @@ class Reporter:
         return self._send(slot, value, self.eps, virtual_slot(slot, 1), 1)
 
     def answer(self, decision: Decision, value: int | None) -> bytes | None:
-        """The publication report (lbd/lba round 2) of ``value`` at the budget ``decision`` names
-        for its slot, or None when it names none or there is no value;
+        """The publication report (lbd/lba round 2) of ``value`` (None: no value) at the budget
+        ``decision`` names for its slot, or None when it names none;
         :class:`~mechanisms.local.ledger.LedgerRefusal` when the ledger refuses it."""
         c = self.config
         if not self.rounds:
@@ -143,20 +147,20 @@ class Reporter:
             raise ValueError(f"a decision must be a Decision, got {type(decision).__name__}")
         slot, value = self._check(decision.slot, value)
         self._check_decision(decision, slot)
-        if value is None or decision.eps == 0 or slot < c.start:
+        if decision.eps == 0 or slot < c.start:
             return None
         if not decision.eps <= c.E / 2:
             raise ValueError(f"the decision asks {decision.eps!r}, over E/2 = {c.E / 2!r}")
         return self._send(slot, value, decision.eps, virtual_slot(slot, 2), 2)
 
-    def _check(self, slot: object, value: object) -> tuple[int, int | None]:
+    def _check(self, slot: object, value: object) -> tuple[int, int]:
         c = self.config
         top = MAX_ROUND_SLOT if self.rounds else MAX_SLOT
         if not is_integer(slot) or not 0 <= slot <= top:  # type: ignore[operator]
             raise ValueError(f"slot must be an integer in [0, {top}], got {slot!r}")
         if value is not None and (not is_integer(value) or not 0 <= value < c.d):  # type: ignore[operator]
             raise ValueError(f"value must be a cell in [0, {c.d}) or None, got {value!r}")
-        return int(slot), None if value is None else int(value)  # type: ignore[arg-type]
+        return int(slot), c.d if value is None else int(value)  # type: ignore[arg-type]
 
     def _check_decision(self, decision: Decision, slot: int) -> None:
         if not isinstance(decision, Decision):
@@ -166,15 +170,16 @@ class Reporter:
                              f"not {self.config.protocol} slot {slot}")
 
     def _send(self, slot: int, value: int, eps: float, at: int, round_: int | None) -> bytes:
-        """Randomise ``value`` at budget ``eps``, spent at ledger slot ``at``: the report."""
-        c = self.config
+        """Randomise cell ``value`` (``d``: no value) at budget ``eps``, spent at ledger slot
+        ``at``: the report."""
+        c, cells = self.config, self.cells
         self.ledger.check(at, eps)
         if self.oracle == "grr":
-            payload: bytes | int = grr_cell(value, c.d, self.threshold,
+            payload: bytes | int = grr_cell(value, cells, self.threshold,
                                             lambda: int(self.words.take(1)[0]))
         else:
             threshold = self.threshold if eps == self.eps else oue_threshold(eps)
-            payload = pack_bits(oue_bits(value, c.d, threshold, self.words.take(c.d)))
+            payload = pack_bits(oue_bits(value, cells, threshold, self.words.take(cells)))
         self.ledger.commit(at, eps)
         return encode_report(c.protocol, c.user, slot, eps, c.E, c.w, c.d, payload,
                              self.client, round_)

@@ -2,13 +2,16 @@
 
 Slot t of a two-round stream runs
 
-1. a *dissimilarity* round: every user holding a value reports at budget E/(2w);
+1. a *dissimilarity* round: every user reports (its value, or the "no value" cell) at budget
+   E/(2w);
 2. the collector's *decision* (:class:`Decision`): once round 1 has closed it estimates the
    frequencies f, tests ``mean_j (f_j - r_j)^2 - Var > Var(eps2)`` against the last released r
    (papers/002 section 2.6, as :mod:`mechanisms.baselines.ldp_ids` runs it) and names the
    publication budget eps2 of slot t (0: no publication round) and whether slot t + 1 has a
    dissimilarity round (LBA nullifies the slots a publication absorbed);
-3. a *publication* round at the decision's eps2, answered by the users holding a value.
+3. a *publication* round at the decision's eps2, answered by every user.
+
+The planner's ``d`` is the cells the reports run over: the stream's value cells and "no value".
 
 The budgets come from the collector's ledger: the distribution ledger (LBD) or the absorption
 ledger (LBA) of :mod:`mechanisms.ledgers.fixed`, the evaluation's own, so any w consecutive slots

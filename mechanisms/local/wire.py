@@ -3,11 +3,14 @@ byte for byte alike by every client library.
 
 Keys in this order, no spaces::
 
-    {"v":1,"protocol":"lbu","user":"alice","slot":1042,"eps":0.1,"E":1,"w":10,"d":8,
-     "oracle":"oue","bits":"a5","client":"pwevent-ldp-python/0.1.0"}
+    {"v":2,"protocol":"lbu","user":"alice","slot":1042,"eps":0.1,"E":1,"w":10,"d":8,
+     "oracle":"oue","bits":"a501","client":"pwevent-ldp-python/0.2.0"}
 
-GRR reports carry ``"cell":3`` in place of ``"bits"``. The two-round protocols (``lbd``,
-``lba``: :mod:`mechanisms.local.rounds`) write ``"round":1`` or ``"round":2`` after ``"slot"``.
+``d`` is the number of value cells; the oracle runs over ``d + 1`` (:func:`oracle_cells`), cell
+``d`` meaning "no value", so that a user reports whether it holds a value or not and the reports'
+presence says nothing. GRR reports carry ``"cell":3`` in place of ``"bits"``. The two-round
+protocols (``lbd``, ``lba``: :mod:`mechanisms.local.rounds`) write ``"round":1`` or ``"round":2``
+after ``"slot"``.
 Numbers are written as JavaScript's ``String(x)`` writes them (the shortest digits that read back to
 the same double, plain from 1e-6 to 1e21, else with an exponent: ``1e-7``, ``1.5e+21``); strings
 escape ``"``, ``\\`` and U+0000..U+001F (as ``\\u00xx``) and nothing else. :func:`parse_report` is
@@ -25,10 +28,11 @@ from typing import Final
 
 from mechanisms.local.oracles import MAX_EPS, unpack_bits
 
-WIRE_VERSION: Final = 1
+#: Version 2: the oracle's extra cell for "no value" (version 1 had none).
+WIRE_VERSION: Final = 2
 #: The largest user id or client name, in UTF-8 bytes.
 MAX_TEXT_BYTES: Final = 256
-#: The most cells a report's domain may have.
+#: The most cells an oracle runs over: at most MAX_CELLS - 1 value cells and "no value".
 MAX_CELLS: Final = 65536
 #: The largest slot (JavaScript's largest exact integer).
 MAX_SLOT: Final = 2**53 - 1
@@ -36,6 +40,11 @@ MAX_SLOT: Final = 2**53 - 1
 MAX_ROUND_SLOT: Final = 2**52 - 1
 _PROTOCOLS: Final = ("lbu", "lsp", "lpu", "plbu", "lbd", "lba")
 _ROUNDS: Final = ("lbd", "lba")
+
+
+def oracle_cells(d: int) -> int:
+    """The cells the oracle runs over for ``d`` value cells: ``d + 1``, the last "no value"."""
+    return int(d) + 1
 
 
 def format_number(x: float) -> str:
@@ -107,7 +116,8 @@ def encode_report(protocol: str, user: str, slot: int, eps: float, E: float,  # 
 
 @dataclass(frozen=True)
 class ParsedReport:
-    """A report as the collector reads it: ``bits`` (OUE, a bool array of d) or ``cell`` (GRR);
+    """A report as the collector reads it: ``bits`` (OUE, a bool array of d + 1) or ``cell``
+    (GRR, in [0, d], d for "no value");
     ``round`` is 1 or 2 for the two-round protocols, 0 for the others."""
 
     protocol: str
@@ -140,7 +150,7 @@ def _positive(record: dict, key: str, high: float) -> float:
 
 def parse_report(data: bytes) -> ParsedReport:
     """Read and check one report's bytes; ValueError says what is wrong. Unknown keys are
-    refused (version 1 has none), and so are budgets inconsistent with the protocol
+    refused (version 2 has none), and so are budgets inconsistent with the protocol
     (``eps`` must be E/w for ``lbu``/``plbu``, E for ``lsp``/``lpu``, E/(2w) in round 1 of
     ``lbd``/``lba`` and at most E/2 in their round 2, whose exact budget the collector's decision
     names)."""
@@ -161,7 +171,7 @@ def parse_report(data: bytes) -> ParsedReport:
         raise ValueError(f"a report has exactly the keys {sorted(keys)}, got {sorted(record)}")
     user, client = check_text("user", record["user"]), check_text("client", record["client"])
     slot = _integer(record, "slot", 0, MAX_ROUND_SLOT if protocol in _ROUNDS else MAX_SLOT)
-    w, d = _integer(record, "w", 1, 2**31 - 1), _integer(record, "d", 1, MAX_CELLS)
+    w, d = _integer(record, "w", 1, 2**31 - 1), _integer(record, "d", 1, MAX_CELLS - 1)
     eps, E = _positive(record, "eps", MAX_EPS), _positive(record, "E", MAX_EPS * w)
     round_ = _integer(record, "round", 1, 2) if protocol in _ROUNDS else 0
     if round_ == 2:
@@ -174,7 +184,7 @@ def parse_report(data: bytes) -> ParsedReport:
         text = record["bits"]
         if not isinstance(text, str) or text != text.lower():
             raise ValueError("'bits' must be lowercase hex")
-        bits = unpack_bits(bytes.fromhex(text), d)
+        bits = unpack_bits(bytes.fromhex(text), oracle_cells(d))
     else:
-        cell = _integer(record, "cell", 0, d - 1)
+        cell = _integer(record, "cell", 0, d)
     return ParsedReport(protocol, user, slot, eps, E, w, d, oracle, bits, cell, client, round_)

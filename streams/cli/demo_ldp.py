@@ -26,15 +26,16 @@ from streams.ldp_client.devices import Devices
 
 def score(releases: dict[int, dict], devices: Devices) -> dict:
     """The releases against the true counts of the users who reported: mean absolute error
-    per cell, and the share of cells whose 95% bars (counts ± 1.96 std) hold the true count,
-    over the slots with bars (a two-round stream's: those that published a fresh estimate;
-    the others repeat an earlier slot's)."""
+    per cell ("no value" one of them), and the share of cells whose 95% bars (counts ± 1.96
+    std) hold the true count, over the slots with bars (a two-round stream's: those that
+    published a fresh estimate; the others repeat an earlier slot's)."""
     errors, inside, cells = [], 0, 0
     for slot, doc in releases.items():
         if doc.get("std") is None or doc.get("published") is False:
             continue
-        true = devices.truth.get(slot, np.zeros(len(doc["counts"]), dtype=np.int64))
-        counts, std = np.array(doc["counts"]), np.array(doc["std"])
+        true = devices.truth.get(slot, np.zeros(len(doc["counts"]) + 1, dtype=np.int64))
+        counts = np.array([*doc["counts"], doc["no_value"]])
+        std = np.array([*doc["std"], doc["no_value_std"]])
         errors.append(np.abs(counts - true).mean())
         inside += int((np.abs(counts - true) <= 1.96 * std).sum())
         cells += len(counts)

@@ -96,11 +96,20 @@ def make_devices(args: argparse.Namespace, built: LdpJobSettings, source: Source
 
 def device_reports(args: argparse.Namespace, built: LdpJobSettings,
                    source: Source) -> tuple[Devices, Slots]:
-    """The devices and, slot by slot, their reports of the source's values."""
+    """The devices and, slot by slot, their reports of the source's values: every slot from
+    the stream's first to the source's last, where each enrolled device reports, with its value
+    or without (a recorded file's further batch of a slot sent before: its values alone)."""
     devices = make_devices(args, built, source)
-    slots = ((slot, devices.reports(slot, values))
-             for slot, values in slot_values(built, source, devices))
-    return devices, slots
+
+    def slots() -> Slots:
+        last = built.start - 1
+        for slot, values in slot_values(built, source, devices):
+            for gap in range(last + 1, slot):
+                yield gap, devices.reports(gap, [])
+            yield slot, devices.reports(slot, values, absent=slot > last)
+            last = max(last, slot)
+
+    return devices, slots()
 
 
 def closing_marks(built: LdpJobSettings, last: int, partitions: int) -> list[tuple[None, bytes]]:

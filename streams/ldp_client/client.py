@@ -12,7 +12,7 @@ from mechanisms.local.rounds import Decision
 from streams.job.slot_clock import SlotClock
 
 #: The library's name and version, written into every report.
-CLIENT_NAME = "pwevent-ldp-python/0.1.0"
+CLIENT_NAME = "pwevent-ldp-python/0.2.0"
 #: The topic the reports go to, under the stream's topic prefix.
 TOPIC = "ldp-reports"
 
@@ -58,20 +58,22 @@ class LdpClient:
             self.load_state(state)
 
     def due(self, slot: int) -> bool:
-        """Whether the user reports at ``slot`` (when it has a value there)."""
+        """Whether the user reports at ``slot`` (with a value there or without)."""
         return self.reporter.due(slot)
 
     def report(self, slot: int, value: int | None,
                decision: Decision | None = None) -> bytes | None:
-        """The randomised report of cell ``value`` at ``slot``, or None (not due, or no value);
-        LedgerRefusal when the budget does not allow it, or the slot is not after the last.
+        """The randomised report of cell ``value`` (None: no value, reported as such) at
+        ``slot``, or None (not due); LedgerRefusal when the budget does not allow it, or the
+        slot is not after the last.
         For lbd/lba this is the dissimilarity round, asked by ``decision``, the previous slot's
         (none needed at the stream's first slot; without it, no report)."""
         return self.reporter.report(slot, value, decision)
 
     def answer(self, decision: Decision, value: int | None) -> bytes | None:
         """lbd/lba: the publication report of ``value`` at the budget ``decision`` names for
-        its slot, or None (none named, or no value); LedgerRefusal as :meth:`report`."""
+        its slot (None: no value, reported as such), or None (none named); LedgerRefusal as
+        :meth:`report`."""
         return self.reporter.answer(decision, value)
 
     def state(self) -> dict:

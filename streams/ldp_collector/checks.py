@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from mechanisms.local import PROTOCOLS, ParsedReport, parse_report, plbu_uses_grr, reports_at
-from mechanisms.local.wire import MAX_CELLS, MAX_SLOT, check_text
+from mechanisms.local.wire import MAX_CELLS, MAX_SLOT, check_text, oracle_cells
 
 #: Every reason a record goes to the dead letters, in the order the checks run.
 REASONS: Final = (
@@ -38,7 +38,8 @@ class Refusal(Exception):
 
 @dataclass(frozen=True)
 class Stream:
-    """The stream a collector reads: its protocol, ``d`` cells, first slot ``start``, the
+    """The stream a collector reads: its protocol, ``d`` value cells (reports run over
+    :attr:`cells`, ``d + 1``: the last is "no value"), first slot ``start``, the
     requirement (``E``, ``w``) of lbu/lsp/lpu (None for plbu, where each user has its own),
     LPU's public key and rotation (blocks per epoch, 0: none)."""
 
@@ -54,7 +55,7 @@ class Stream:
         """Check the fields; ValueError names the wrong one."""
         if self.protocol not in PROTOCOLS:
             raise ValueError(f"unknown protocol {self.protocol!r}; choose from {PROTOCOLS}")
-        for name, low, high in (("d", 1, MAX_CELLS), ("start", 0, MAX_SLOT),
+        for name, low, high in (("d", 1, MAX_CELLS - 1), ("start", 0, MAX_SLOT),
                                 ("lpu_rotate", 0, 2**31 - 1)):
             value = getattr(self, name)
             if type(value) is not int or not low <= value <= high:
@@ -74,10 +75,16 @@ class Stream:
             check_text("lpu_key", self.lpu_key)
 
 
+    @property
+    def cells(self) -> int:
+        """The cells reports run over: the ``d`` value cells and "no value"."""
+        return oracle_cells(self.d)
+
+
 def oracle_of(stream: Stream, eps: float) -> str:
     """The oracle a report of ``stream`` at budget ``eps`` must use: OUE, or for plbu GRR where
     :func:`~mechanisms.local.plbu_uses_grr` says so."""
-    if stream.protocol == "plbu" and plbu_uses_grr(eps, stream.d):
+    if stream.protocol == "plbu" and plbu_uses_grr(eps, stream.cells):
         return "grr"
     return "oue"
 

@@ -73,7 +73,8 @@ class LdpCollector:
         #: two rounds a slot (lbd, lba): slots are virtual, 2 slot + round - 1, the decisions
         #: taken so far by slot (:mod:`mechanisms.local.rounds`)
         self.rounds = protocol in ROUND_PROTOCOLS
-        self.planner = RoundPlanner(protocol, w, E, d, start) if self.rounds else None  # type: ignore[arg-type]
+        self.planner = (RoundPlanner(protocol, w, E, self.stream.cells, start)  # type: ignore[arg-type]
+                        if self.rounds else None)
         self.decisions: dict[int, Outcome] = {}
         self.round_reporters = 0  # the last asked dissimilarity round's
         self.next_slot = 2 * start if self.rounds else start
@@ -114,7 +115,7 @@ class LdpCollector:
         are read in batches (:meth:`offer_batch`), with the same outcome as one by one; an
         exception that :meth:`offer` or the iteration would raise at a record is raised there,
         after the records before it are taken."""
-        size = max(1, min(MAX_BATCH, self.batch_cells // self.stream.d))
+        size = max(1, min(MAX_BATCH, self.batch_cells // self.stream.cells))
         dead: list[DeadLetter] = []
         iterator = iter(records)
         while True:
@@ -304,7 +305,7 @@ class LdpCollector:
         """The open slot ``slot``, made if it has nothing yet."""
         kept = self.open.get(slot)
         if kept is None:
-            kept = self.open[slot] = OpenSlot(self.stream.d)
+            kept = self.open[slot] = OpenSlot(self.stream.cells)
         return kept
 
     def _keep(self, report: ParsedReport) -> None:
@@ -336,14 +337,15 @@ class LdpCollector:
     def estimate(self, slot: int) -> SlotEstimate:
         """The estimate of a slot from the reports kept so far (the slot stays open)."""
         kept = self.open.get(slot)
-        return (kept or OpenSlot(self.stream.d)).estimate()
+        return (kept or OpenSlot(self.stream.cells)).estimate()
 
     def close(self, slot: int) -> dict:
         """Close ``slot`` (it must be :attr:`next_slot`: slots close in order) and return its
-        release: ``slot``, ``protocol``, ``reporters``, ``counts`` (the estimated count per cell:
-        frequency times reporters) and ``std`` (per cell, the counts' standard deviation; None
-        when the slot carries no information: no reports, or budgets too small to tell cells
-        apart). Later reports for it are ``late``."""
+        release: ``slot``, ``protocol``, ``reporters``, ``counts`` (the estimated count per value
+        cell: frequency times reporters), ``std`` (per cell, the counts' standard deviation;
+        None when the slot carries no information: no reports, or budgets too small to tell
+        cells apart), ``no_value`` and ``no_value_std`` (the same for the reporters without a
+        value). Later reports for it are ``late``."""
         if self.rounds:
             raise ValueError("a two-round stream closes its rounds with close_round")
         if slot != self.next_slot:
@@ -353,13 +355,17 @@ class LdpCollector:
         self.next_slot = slot + 1
         std = estimate.count_std
         informative = estimate.reporters > 0 and bool(np.isfinite(std).all())
-        return {
-            "slot": slot,
-            "protocol": self.stream.protocol,
-            "reporters": estimate.reporters,
-            "counts": [float(x) for x in estimate.counts],
-            "std": [float(x) for x in std] if informative else None,
-        }
+        return {"slot": slot, "protocol": self.stream.protocol, "reporters": estimate.reporters,
+                **self._cells(estimate.counts, std, informative)}
+
+    def _cells(self, counts: np.ndarray, std: np.ndarray, informative: bool) -> dict:
+        """A release's ``counts``, ``std``, ``no_value`` and ``no_value_std`` from the counts and
+        their deviations over every cell, "no value" last."""
+        d = self.stream.d
+        return {"counts": [float(x) for x in counts[:d]],
+                "std": [float(x) for x in std[:d]] if informative else None,
+                "no_value": float(counts[d]),
+                "no_value_std": float(std[d]) if informative else None}
 
     def close_round(self, virtual: int) -> dict:
         """Close round ``virtual % 2 + 1`` of slot ``virtual // 2`` of a two-round stream (it
@@ -397,8 +403,7 @@ class LdpCollector:
             "slot": slot,
             "protocol": self.stream.protocol,
             "reporters": n,
-            "counts": [float(x) for x in planner.last * n],
-            "std": [float(x) for x in std] if informative else None,
+            **self._cells(planner.last * n, std, informative),
             "published": published,
             "estimated_at": planner.estimated_at,
         }

@@ -23,7 +23,7 @@ import orjson
 
 from mechanisms.local import MAX_EPS, ParsedReport, plbu_uses_grr, reports_at
 from mechanisms.local.rounds import ROUND_PROTOCOLS, virtual_slot
-from mechanisms.local.wire import MAX_ROUND_SLOT, MAX_SLOT, check_text
+from mechanisms.local.wire import MAX_ROUND_SLOT, MAX_SLOT, WIRE_VERSION, check_text
 from streams.ldp_collector.checks import Refusal, Stream, read_record
 
 _OUE_KEYS: Final = ("v", "protocol", "user", "slot", "eps", "E", "w", "d", "oracle", "bits",
@@ -39,8 +39,8 @@ _HEX[np.frombuffer(b"0123456789abcdef", dtype=np.uint8)] = np.arange(16, dtype=n
 @dataclass
 class Reports:
     """Accepted reports as columns: their positions in the batch (increasing), users, slots,
-    budgets, requirements, oracle (``grr``: True for GRR), OUE bits ((n, d), zero rows for GRR),
-    GRR cells (-1 for OUE) and clients.
+    budgets, requirements, oracle (``grr``: True for GRR), OUE bits ((n, d + 1), zero rows for
+    GRR; the last column "no value"), GRR cells (-1 for OUE) and clients.
 
     A two-round stream's reports are on the clients' ledger's time line: ``slot`` is the
     virtual slot 2 slot + round - 1 and ``w`` twice the stream's
@@ -69,7 +69,7 @@ class Reports:
         with its virtual slot and doubled window, as it is kept)."""
         grr = bool(self.grr[row])
         return ParsedReport(protocol, self.users[row], int(self.slot[row]), float(self.eps[row]),
-                            float(self.E[row]), int(self.w[row]), self.bits.shape[1],
+                            float(self.E[row]), int(self.w[row]), self.bits.shape[1] - 1,
                             "grr" if grr else "oue", None if grr else self.bits[row],
                             int(self.cell[row]) if grr else None, self.clients[row])
 
@@ -186,7 +186,8 @@ def _users(keys: Sequence[bytes], users: Sequence) -> np.ndarray:
 
 
 def _bits(texts: Sequence, d: int) -> tuple[np.ndarray, np.ndarray]:
-    """(bits (n, d), ok): ok where a text is ceil(d/8) bytes as lowercase hex, unused bits 0."""
+    """(bits (n, d), ok): ok where a text is ceil(d/8) bytes as lowercase hex, unused bits 0
+    (``d`` here counts every cell of the oracle)."""
     n, width = len(texts), 2 * ((d + 7) // 8)
     plain = (set(map(type, texts)) <= {str} and set(map(len, texts)) <= {width}
              and all(map(str.isascii, texts)))
@@ -235,9 +236,9 @@ def _loads(key: object, value: object) -> object:
 
 def _screen(stream: Stream, rows: list[tuple]) -> tuple[Reports, list[int]]:
     """The parsed rows every check accepts, as :class:`Reports`; the positions of the rest."""
-    d = stream.d
+    d, cells = stream.d, stream.cells
     if not rows:
-        return _empty(d), []
+        return _empty(cells), []
     rounds = stream.protocol in ROUND_PROTOCOLS
     columns = list(zip(*rows, strict=True))
     round_of = columns.pop(7) if rounds else ()
@@ -245,7 +246,7 @@ def _screen(stream: Stream, rows: list[tuple]) -> tuple[Reports, list[int]]:
      client) = columns
     n = len(index)
     grr_rows = np.array(grr, dtype=bool)
-    ok = _equal(v, 1) & _equal(protocol, stream.protocol) & _equal(dd, d)
+    ok = _equal(v, WIRE_VERSION) & _equal(protocol, stream.protocol) & _equal(dd, d)
     ok &= _users(keys, users) & _texts(client)
     slots, good = _integers(slot, 0, MAX_ROUND_SLOT if rounds else MAX_SLOT)
     ok &= good & (slots >= stream.start)
@@ -269,19 +270,19 @@ def _screen(stream: Stream, rows: list[tuple]) -> tuple[Reports, list[int]]:
         lambda pair: type(pair[0]) is str and pair[0] == pair[1],
         list(zip(oracle, map(("oue", "grr").__getitem__, grr), strict=True)))
     if stream.protocol == "plbu":
-        uses = {e: plbu_uses_grr(e, d) for e in set(epss[ok].tolist())}
+        uses = {e: plbu_uses_grr(e, cells) for e in set(epss[ok].tolist())}
         ok &= np.array([uses.get(e, False) for e in epss.tolist()], dtype=bool) == grr_rows
-    bits = np.zeros((n, d), dtype=bool)
-    cells = np.full(n, -1, dtype=np.int64)
+    bits = np.zeros((n, cells), dtype=bool)
+    reported = np.full(n, -1, dtype=np.int64)
     oue_rows = np.flatnonzero(ok & ~grr_rows)
     if oue_rows.size:
-        got, good = _bits([payload[i] for i in oue_rows.tolist()], d)
+        got, good = _bits([payload[i] for i in oue_rows.tolist()], cells)
         bits[oue_rows] = got
         ok[oue_rows] = good
     grr_at = np.flatnonzero(ok & grr_rows)
     if grr_at.size:
-        got, good = _integers([payload[i] for i in grr_at.tolist()], 0, d - 1)
-        cells[grr_at] = got
+        got, good = _integers([payload[i] for i in grr_at.tolist()], 0, d)
+        reported[grr_at] = got
         ok[grr_at] = good
     if stream.protocol == "lpu":
         for i in np.flatnonzero(ok).tolist():
@@ -290,7 +291,7 @@ def _screen(stream: Stream, rows: list[tuple]) -> tuple[Reports, list[int]]:
     positions = np.array(index, dtype=np.int64)
     if rounds:
         slots, ws = 2 * slots + round_no - 1, 2 * ws
-    accepted = Reports(positions, list(users), slots, epss, Es, ws, grr_rows, bits, cells,
+    accepted = Reports(positions, list(users), slots, epss, Es, ws, grr_rows, bits, reported,
                        list(client)).take(np.flatnonzero(ok))
     return accepted, positions[~ok].tolist()
 
@@ -308,7 +309,7 @@ def read_batch(stream: Stream, keys: Sequence, values: Sequence
             parsed.append((i, read_record(stream, keys[i], values[i])))
         except Refusal as refusal:
             refused.append((i, refusal.reason))
-    return _concat([quick, _from_parsed(parsed, stream.d)], stream.d), refused
+    return _concat([quick, _from_parsed(parsed, stream.cells)], stream.cells), refused
 
 
 def split_records(records: list, watermark: int | None

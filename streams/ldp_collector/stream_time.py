@@ -39,7 +39,7 @@ from streams.ldp_collector.collector import MAX_BATCH, LdpCollector
 from streams.records.field_parsing import RecordError
 
 #: The version of the release records' layout (:func:`release_record`).
-RELEASE_SCHEMA = "pwevent-ldp-release/1"
+RELEASE_SCHEMA = "pwevent-ldp-release/2"
 #: A partition without a watermark yet has passed no slot.
 NO_MARK = -(1 << 62)
 
@@ -249,7 +249,8 @@ def release_record(stream: str, origin_ms: int, slot_ms: int,
                    release: dict) -> tuple[bytes, bytes]:
     """The record of one slot's release on ``<prefix>.ldp-releases``: key ``<stream>/<slot>``,
     value ``{"schema", "stream", "slot", "start", "end", "protocol", "reporters", "counts",
-    "std"}`` (the collector's release with the slot's span in epoch ms)."""
+    "std", "no_value", "no_value_std"}`` (the collector's release with the slot's span in epoch
+    ms)."""
     slot = int(release["slot"])
     start = origin_ms + slot * slot_ms
     doc = {"schema": RELEASE_SCHEMA, "stream": stream, "slot": slot, "start": start,

@@ -33,18 +33,21 @@ def test_a_report_per_slot_refusals_and_the_kept_state() -> None:
     assert data is not None
     report = parse_report(data)
     assert (report.user, report.slot, report.eps, report.client) == ("alice", 7, 0.5, CLIENT_NAME)
-    assert client.report(8, None) is None
+    nothing = client.report(8, None)  # no value: still a report, at the same budget
+    assert nothing is not None
+    assert (parse_report(nothing).slot, parse_report(nothing).eps) == (8, 0.5)
+    assert client.state()["spends"] == [[7, 0.5], [8, 0.5]]
     with pytest.raises(LedgerRefusal) as refused:
         client.report(7, 1)
     assert refused.value.code == "not_after_last"
     kept = json.loads(json.dumps(client.state()))
     again = LdpClient(ReportConfig("plbu", "alice", d=4, w=2, E=0.5), state=kept)
     with pytest.raises(LedgerRefusal, match="over E"):
-        again.report(8, 1)
-    assert again.report(9, 1) is not None
+        again.report(9, None)
+    assert again.report(10, 1) is not None
     with pytest.raises(LedgerRefusal):
         LdpClient(ReportConfig("plbu", "bob", d=4, w=2, E=1.0), state=kept)
-    for slot, value in ((9, 4), (-1, 0), (9, True), (1.0, 0)):
+    for slot, value in ((9, 4), (9, 5), (-1, 0), (9, True), (1.0, 0)):
         with pytest.raises(ValueError):
             client.report(slot, value)
 
@@ -84,8 +87,8 @@ def test_the_collector_refuses_what_no_client_writes() -> None:
     good = json.loads(Reporter(ReportConfig("lbu", "u", 10, 2, 1.0), CounterWords("x"),
                                "t").report(0, 4))
     parse_report(json.dumps(good).encode())
-    for change in ({"eps": 0.6}, {"v": 2}, {"protocol": "lbd"}, {"bits": "ff"},
-                   {"bits": "ff07"}, {"bits": "FF03"}, {"extra": 1}, {"slot": -1},
+    for change in ({"eps": 0.6}, {"v": 1}, {"protocol": "lbd"}, {"bits": "ff"},
+                   {"bits": "ff0f"}, {"bits": "FF03"}, {"extra": 1}, {"slot": -1},
                    {"d": 0}, {"user": ""}, {"oracle": "grr"}):
         with pytest.raises(ValueError):
             parse_report(json.dumps(good | change).encode())
@@ -93,4 +96,5 @@ def test_the_collector_refuses_what_no_client_writes() -> None:
                               "t").report(0, 2))
     assert parse_report(json.dumps(grr).encode()).cell == grr["cell"]
     with pytest.raises(ValueError):
-        parse_report(json.dumps(grr | {"cell": 3}).encode())
+        parse_report(json.dumps(grr | {"cell": 4}).encode())
+    assert parse_report(json.dumps(grr | {"cell": 3}).encode()).cell == 3  # no value

@@ -24,7 +24,8 @@ LPU_KEY = "public-lpu-key"
 
 @dataclass(frozen=True)
 class Sent:
-    """One report a client made: its user, slot, true cell and record."""
+    """One report a client made: its user, slot, true cell (the oracle's: d for no value) and
+    record."""
 
     user: str
     slot: int
@@ -42,9 +43,9 @@ class Sent:
 def client_reports(protocol: str, cells: np.ndarray, *, d: int, start: int,
                    requirements: Sequence[tuple[int, float]], seed: str = "collector",
                    ) -> list[Sent]:
-    """The reports of users ``u0``, ``u1``, ... holding ``cells[u, t]`` (-1: no value) at slot
-    ``start + t``, each user's client with requirement ``requirements[u]`` = (w, E) and words
-    from CounterWords(seed/user); slot by slot, users in order."""
+    """The reports of users ``u0``, ``u1``, ... holding ``cells[u, t]`` (-1: no value, reported
+    as cell d) at slot ``start + t``, each user's client with requirement ``requirements[u]`` =
+    (w, E) and words from CounterWords(seed/user); slot by slot, users in order."""
     users = [f"u{i}" for i in range(cells.shape[0])]
     clients = [LdpClient(ReportConfig(protocol, user, d=d, w=w, E=E, start=start,
                                       lpu_key=LPU_KEY), words=CounterWords(f"{seed}/{user}"))
@@ -55,22 +56,33 @@ def client_reports(protocol: str, cells: np.ndarray, *, d: int, start: int,
         for user, client, cell in zip(users, clients, cells[:, t].tolist(), strict=True):
             value = client.report(slot, None if cell < 0 else cell)
             if value is not None:
-                sent.append(Sent(user, slot, cell, user.encode(), value,
+                sent.append(Sent(user, slot, d if cell < 0 else cell, user.encode(), value,
                                  ORIGIN_MS + slot * SLOT_MS + 1000))
     return sent
 
 
+def padded(cells: np.ndarray, d: int) -> np.ndarray:
+    """The users' cells as their clients report them: -1 (no value) as cell d."""
+    return np.where(cells < 0, d, cells)
+
+
+def every_cell(release: dict, key: str = "counts") -> np.ndarray:
+    """A release's counts (or ``"std"``) over every cell of the oracle, "no value" last."""
+    last = release["no_value" if key == "counts" else "no_value_std"]
+    return np.array([*release[key], last], dtype=np.float64)
+
+
 def oue_split(sent: Sequence[Sent], d: int) -> tuple[np.ndarray, np.ndarray]:
-    """The 1-bits of OUE reports per cell, split as the evaluation draws them: those of the
-    users holding the cell, and those of the others."""
+    """The 1-bits of OUE reports per cell (``d``: the oracle's cells), split as the evaluation
+    draws them: those of the users holding the cell, and those of the others."""
     bits = np.array([parse_report(s.value).bits for s in sent], dtype=bool).reshape(-1, d)
     own = np.arange(d)[None, :] == np.array([s.cell for s in sent])[:, None]
     return (bits & own).sum(axis=0), (bits & ~own).sum(axis=0)
 
 
 def grr_split(sent: Sequence[Sent], d: int) -> tuple[np.ndarray, np.ndarray]:
-    """GRR reports as the evaluation draws them: per true cell j, the reports kept, and those
-    moved to cell (j + k) mod d, k = 1 .. d - 1 (a (d, d - 1) array)."""
+    """GRR reports as the evaluation draws them (``d``: the oracle's cells): per true cell j, the
+    reports kept, and those moved to cell (j + k) mod d, k = 1 .. d - 1 (a (d, d - 1) array)."""
     kept = np.zeros(d, dtype=np.int64)
     moved = np.zeros((d, max(d - 1, 1)), dtype=np.int64)
     for s in sent:
@@ -118,7 +130,7 @@ class RoundDevices:
     """One client per user, answering each round as the decisions ask."""
 
     def __init__(self, protocol: str, cells: np.ndarray, d: int, w: int, E: float) -> None:  # noqa: N803
-        self.cells, self.protocol = cells, protocol
+        self.cells, self.protocol, self.d = cells, protocol, d
         self.clients = [LdpClient(ReportConfig(protocol, f"u{i}", d=d, w=w, E=E,
                                                start=ROUNDS_START),
                                   words=CounterWords(f"rounds/u{i}"))
@@ -139,7 +151,8 @@ class RoundDevices:
             value = send(client, None if cell < 0 else cell)
             if value is not None:
                 stamp = ORIGIN_MS + (ROUNDS_START + t + round_ - 1) * SLOT_MS + 10
-                out.append(Sent(f"u{i}", ROUNDS_START + t, cell, f"u{i}".encode(), value, stamp))
+                out.append(Sent(f"u{i}", ROUNDS_START + t, self.d if cell < 0 else cell,
+                                f"u{i}".encode(), value, stamp))
         return out
 
 

@@ -1,6 +1,7 @@
 """The collector's estimates (streams/ldp_collector, mechanisms/local/collector.py) from reports
 made by the Python client with deterministic words: equal to a direct computation with the
-effective probabilities, and to the evaluation's estimate from the same perturbed bits."""
+effective probabilities, and to the evaluation's estimate from the same perturbed bits over the
+oracle's d + 1 cells (the users without a value in cell d)."""
 
 from __future__ import annotations
 
@@ -13,8 +14,10 @@ from ldp_collector_kit import (
     Replay,
     Sent,
     client_reports,
+    every_cell,
     grr_split,
     oue_split,
+    padded,
 )
 
 from mechanisms.baselines.ldp import Plbu, oue_frequencies
@@ -72,23 +75,24 @@ def test_lbu_is_the_direct_computation_and_the_evaluations_estimate() -> None:
     draws = []
     for t, release in enumerate(releases):
         at = [s for s in sent if s.slot == START + t]
-        assert release["reporters"] == len(at) == int((cells[:, t] >= 0).sum())
+        # every user reports, with a value or without: the reporters say nothing of who had one
+        assert release["reporters"] == len(at) == users
         counts, std = direct_oue(at, d, eps)
-        np.testing.assert_allclose(release["counts"], counts, rtol=1e-12, atol=1e-9)
-        np.testing.assert_allclose(release["std"], std, rtol=1e-12)
-        own, others = oue_split(at, d)
+        np.testing.assert_allclose(every_cell(release), counts, rtol=1e-12, atol=1e-9)
+        np.testing.assert_allclose(every_cell(release, "std"), std, rtol=1e-12)
+        own, others = oue_split(at, d + 1)
         draws += [(0.5, own), (q_nominal, others)]
     replay = Replay(draws)
-    evaluation = LdpIds("lbu", w, E, users, d, replay)  # type: ignore[arg-type]
+    evaluation = LdpIds("lbu", w, E, users, d + 1, replay)  # type: ignore[arg-type]
     for t, release in enumerate(releases):
-        histogram = evaluation.step(cells[:, t]).histogram
-        own, others = oue_split([s for s in sent if s.slot == START + t], d)
+        histogram = evaluation.step(padded(cells[:, t], d)).histogram
+        own, others = oue_split([s for s in sent if s.slot == START + t], d + 1)
         n = release["reporters"]
         # the same formula at the nominal q gives the evaluation's numbers exactly
         nominal = estimate_group(own + others, n, 0.5, q_nominal, oracle="oue", eps=eps)
         np.testing.assert_array_equal(nominal.frequency * n, histogram)
         # the effective q differs from it by under 2^-32: so do the estimates, scaled
-        np.testing.assert_allclose(release["counts"], histogram, rtol=0, atol=1e-6)
+        np.testing.assert_allclose(every_cell(release), histogram, rtol=0, atol=1e-6)
     assert replay.draws == []  # every slot drew the clients' bits
 
 
@@ -101,23 +105,24 @@ def test_lsp_matches_at_its_rounds_and_releases_nothing_between() -> None:
     q_nominal = 1.0 / (np.exp(E) + 1.0)
     draws = []
     for t in (0, 3, 6):
-        own, others = oue_split([s for s in sent if s.slot == START + t], d)
+        own, others = oue_split([s for s in sent if s.slot == START + t], d + 1)
         draws += [(0.5, own), (q_nominal, others)]
     replay = Replay(draws)
-    evaluation = LdpIds("lsp", w, E, users, d, replay)  # type: ignore[arg-type]
+    evaluation = LdpIds("lsp", w, E, users, d + 1, replay)  # type: ignore[arg-type]
     for t, release in enumerate(releases):
-        out = evaluation.step(cells[:, t])
+        out = evaluation.step(padded(cells[:, t], d))
         if t % w == 0:
             at = [s for s in sent if s.slot == START + t]
             counts, std = direct_oue(at, d, E)
-            np.testing.assert_allclose(release["counts"], counts, rtol=1e-12, atol=1e-9)
-            np.testing.assert_allclose(release["std"], std, rtol=1e-12)
-            assert out.published and release["reporters"] == int((cells[:, t] >= 0).sum())
-            np.testing.assert_allclose(release["counts"], out.histogram, rtol=0, atol=1e-6)
+            np.testing.assert_allclose(every_cell(release), counts, rtol=1e-12, atol=1e-9)
+            np.testing.assert_allclose(every_cell(release, "std"), std, rtol=1e-12)
+            assert out.published and release["reporters"] == users
+            np.testing.assert_allclose(every_cell(release), out.histogram, rtol=0, atol=1e-6)
         else:  # the evaluation releases its last estimate again; nobody reported here
             assert not out.published
             assert release["reporters"] == 0 and release["std"] is None
-            assert release["counts"] == [0.0] * d
+            assert release["counts"] == [0.0] * d and release["no_value"] == 0.0
+            assert release["no_value_std"] is None
     assert replay.draws == []
 
 
@@ -134,12 +139,12 @@ def test_lpu_counts_each_user_once_a_block_with_the_evaluations_estimator() -> N
         at = [s for s in sent if s.slot == START + t]
         assert release["reporters"] == len(at) > 0
         counts, std = direct_oue(at, d, E)
-        np.testing.assert_allclose(release["counts"], counts, rtol=1e-12, atol=1e-9)
-        np.testing.assert_allclose(release["std"], std, rtol=1e-12)
-        own, others = oue_split(at, d)
-        true = np.bincount([s.cell for s in at], minlength=d)
+        np.testing.assert_allclose(every_cell(release), counts, rtol=1e-12, atol=1e-9)
+        np.testing.assert_allclose(every_cell(release, "std"), std, rtol=1e-12)
+        own, others = oue_split(at, d + 1)
+        true = np.bincount([s.cell for s in at], minlength=d + 1)
         frequency = oue_frequencies(true, E, Replay([(0.5, own), (q_nominal, others)]))  # type: ignore[arg-type]
-        np.testing.assert_allclose(np.array(release["counts"]) / len(at), frequency, atol=1e-8)
+        np.testing.assert_allclose(every_cell(release) / len(at), frequency, atol=1e-8)
 
 
 @pytest.mark.parametrize("d", [2, 8])
@@ -149,32 +154,33 @@ def test_plbu_combines_its_groups_as_the_evaluation(d: int) -> None:
     requirements = [choices[i % 4] for i in range(users)]
     cells = seeded_cells(users, slots, d, seed=4)
     sent = client_reports("plbu", cells, d=d, start=START, requirements=requirements)
-    grr = {E / w: plbu_uses_grr(E / w, d) for w, E in choices}
+    c = d + 1  # the oracle's cells
+    grr = {E / w: plbu_uses_grr(E / w, c) for w, E in choices}
     assert (set(grr.values()) == {True, False}) == (d == 8)
     releases = collect("plbu", sent, slots, d)
     evaluation = Plbu(FixedRequirements.from_arrays(
         [f"u{i}" for i in range(users)], [w for w, _ in requirements],
-        [E for _, E in requirements]), d, np.random.default_rng(0))
+        [E for _, E in requirements]), c, np.random.default_rng(0))
     budgets = evaluation.group_eps.tolist()
     assert budgets == sorted(grr) and evaluation.use_grr.tolist() == [grr[e] for e in budgets]
     for t, release in enumerate(releases):
         at = [s for s in sent if s.slot == START + t]
         G = len(budgets)
-        ones, kept = np.zeros((1, G, d), np.int64), np.zeros((1, G, d), np.int64)
-        moved = np.zeros((1, G, d, d - 1), np.int64)
+        ones, kept = np.zeros((1, G, c), np.int64), np.zeros((1, G, c), np.int64)
+        moved = np.zeros((1, G, c, c - 1), np.int64)
         effective, nominal = [], []
         for g, eps in enumerate(budgets):
             group = [s for s in at if parse_report(s.value).eps == eps]
             n = len(group)
             e = np.exp(eps)
             if grr[eps]:
-                kept[0, g], moved[0, g] = grr_split(group, d)
-                observed = np.bincount([parse_report(s.value).cell for s in group], minlength=d)
-                p = grr_keep_threshold(eps, d) / WORD
-                effective.append((observed, n, p, (1 - p) / (d - 1), "grr", eps))
-                nominal.append((observed, n, e / (e + d - 1), 1 / (e + d - 1), "grr", eps))
+                kept[0, g], moved[0, g] = grr_split(group, c)
+                observed = np.bincount([parse_report(s.value).cell for s in group], minlength=c)
+                p = grr_keep_threshold(eps, c) / WORD
+                effective.append((observed, n, p, (1 - p) / (c - 1), "grr", eps))
+                nominal.append((observed, n, e / (e + c - 1), 1 / (e + c - 1), "grr", eps))
             else:
-                own, others = oue_split(group, d)
+                own, others = oue_split(group, c)
                 ones[0, g] = own + others
                 effective.append((own + others, n, 0.5, oue_threshold(eps) / WORD, "oue", eps))
                 nominal.append((own + others, n, 0.5, 1 / (e + 1), "oue", eps))
@@ -185,14 +191,15 @@ def test_plbu_combines_its_groups_as_the_evaluation(d: int) -> None:
                         / (n * (p - q) ** 2)
                         for (_, n, p, q, _, _), f in zip(effective, freqs, strict=True)])
         n_all = len(at)
-        np.testing.assert_allclose(release["counts"], n_all * (weights @ freqs) / weights.sum(),
+        assert n_all == users
+        np.testing.assert_allclose(every_cell(release), n_all * (weights @ freqs) / weights.sum(),
                                    rtol=1e-10, atol=1e-9)
-        np.testing.assert_allclose(release["std"], n_all * np.sqrt(weights**2 @ var)
+        np.testing.assert_allclose(every_cell(release, "std"), n_all * np.sqrt(weights**2 @ var)
                                    / weights.sum(), rtol=1e-10)
         # the evaluation, its draws replaced by the clients' perturbed reports
-        evaluation._batch._draw = lambda *_: (ones, kept, moved if d > 2 else None)  # noqa: B023
-        histogram = evaluation.step(np.where(cells[:, t] >= 0, cells[:, t], -1)).histogram
+        evaluation._batch._draw = lambda *_: (ones, kept, moved if c > 2 else None)  # noqa: B023
+        histogram = evaluation.step(padded(cells[:, t], d)).histogram
         combined = combine_groups(tuple(estimate_group(o, n, p, q, oracle=k, eps=e)
-                                        for o, n, p, q, k, e in nominal), d)
+                                        for o, n, p, q, k, e in nominal), c)
         np.testing.assert_allclose(combined.counts, histogram, rtol=1e-10, atol=1e-9)
-        np.testing.assert_allclose(release["counts"], histogram, rtol=0, atol=1e-5)
+        np.testing.assert_allclose(every_cell(release), histogram, rtol=0, atol=1e-5)

@@ -110,11 +110,13 @@ def test_the_outcome_does_not_depend_on_the_interleaving(order: list[tuple[int, 
 def test_release_records_are_keyed_by_stream_and_slot() -> None:
     key, value = release_record("trips", 1000, 60, {"slot": 3, "protocol": "lbu",
                                                     "reporters": 0, "counts": [0.0],
-                                                    "std": None})
+                                                    "std": None, "no_value": 0.0,
+                                                    "no_value_std": None})
     assert key == b"trips/3"
-    assert orjson.loads(value) == {"schema": "pwevent-ldp-release/1", "stream": "trips",
+    assert orjson.loads(value) == {"schema": "pwevent-ldp-release/2", "stream": "trips",
                                    "slot": 3, "start": 1180, "end": 1240, "protocol": "lbu",
-                                   "reporters": 0, "counts": [0.0], "std": None}
+                                   "reporters": 0, "counts": [0.0], "std": None,
+                                   "no_value": 0.0, "no_value_std": None}
 
 
 def test_every_refusal_is_a_dead_letter_reason_with_a_detail() -> None:

@@ -28,7 +28,8 @@ def client(user: str, protocol: str = "lbu", *, d: int = D, w: int = W, E: float
 def oue(protocol: str, user: str, slot: int, eps: float, E: float, w: int,  # noqa: N803
         d: int = D) -> bytes:
     """A hand-written OUE report (what no honest client of the stream would send)."""
-    return encode_report(protocol, user, slot, eps, E, w, d, pack_bits(np.zeros(d, bool)), "t")
+    return encode_report(protocol, user, slot, eps, E, w, d, pack_bits(np.zeros(d + 1, bool)),
+                         "t")
 
 
 def offer(collector: LdpCollector, value: bytes | None, key: bytes | None = b"alice"
@@ -47,15 +48,15 @@ GOOD = client("alice").report(10, 1)
 
 @pytest.mark.parametrize("value", [
     None, b"", b"not json", b"\xff\xfe", b"[" * 100_000, b"{}", b"[1]", b"1e999",
-    GOOD.replace(b'"v":1', b'"v":2'),
+    GOOD.replace(b'"v":2', b'"v":1'),  # a client from before the "no value" cell
     GOOD.replace(b'"client"', b'"extra":1,"client"'),
     GOOD.replace(b'"eps":0.5', b'"eps":0.25'),  # not what lbu spends with E and w
     GOOD.replace(b'"slot":10', b'"slot":-1'),
     GOOD.replace(b'"slot":10', b'"slot":10.0'),
     GOOD.replace(b'"d":4', b'"d":0'),
-    oue("lbu", "alice", 10, 0.5, 1.0, 2).replace(b'"bits":"00"', b'"bits":"10"'),  # unused bit
+    oue("lbu", "alice", 10, 0.5, 1.0, 2).replace(b'"bits":"00"', b'"bits":"20"'),  # unused bit
     oue("lbu", "alice", 10, 0.5, 1.0, 2).replace(b'"bits":"00"', b'"bits":"0g"'),
-    encode_report("plbu", "alice", 10, 0.5, 1.0, 2, D, 7, "t"),  # cell out of range
+    encode_report("plbu", "alice", 10, 0.5, 1.0, 2, D, D + 1, "t"),  # cell out of range
 ], ids=lambda v: repr(v)[:30])
 def test_malformed(value: bytes | None) -> None:
     assert reason(lbu_collector(), value) == "malformed"
@@ -119,7 +120,7 @@ def test_late_duplicate_and_out_of_order() -> None:
     only = c.estimate(10)
     release = c.close(10)
     assert release["reporters"] == 1
-    np.testing.assert_allclose(release["counts"], only.counts)
+    np.testing.assert_allclose([*release["counts"], release["no_value"]], only.counts)
     expected = lbu_collector()  # the first report alone gives the same release
     assert offer(expected, first) is None
     assert expected.close(10) == release
@@ -198,7 +199,7 @@ def test_parameters_and_empty_slots() -> None:
     assert released[0]["reporters"] == 1 and len(released[0]["std"]) == D
     empty = c.close(11)
     assert empty == {"slot": 11, "protocol": "lbu", "reporters": 0, "counts": [0.0] * D,
-                     "std": None}
+                     "std": None, "no_value": 0.0, "no_value_std": None}
     tiny = LdpCollector("lbu", D, origin_ms=0, slot_ms=1, start=0, E=1e-12, w=1)
     made = client("alice", E=1e-12, w=1, start=0).report(0, 1)
     assert tiny.offer(b"alice", made) is None  # a budget whose thresholds tell nothing apart

@@ -17,8 +17,10 @@ from ldp_collector_kit import (
     RoundDevices,
     Sent,
     drifting_cells,
+    every_cell,
     live_topic,
     oue_split,
+    padded,
 )
 
 from mechanisms.baselines.ldp_ids import LdpIds
@@ -75,24 +77,25 @@ def test_decisions_and_releases_are_the_evaluations_from_the_same_bits(protocol:
     for t in range(slots):
         d1 = decisions[t - 1]["next"] if t else E / (2 * w)
         if d1 > 0:
-            own, others = oue_split(first[t], d)
+            own, others = oue_split(first[t], d + 1)
             draws += [(0.5, own), (1.0 / (np.exp(d1) + 1.0), others)]
         else:
             assert first[t] == []  # a nullified slot asks nobody
         if decisions[t]["eps"] > 0:
-            own, others = oue_split(second[t], d)
+            own, others = oue_split(second[t], d + 1)
             draws += [(0.5, own), (1.0 / (np.exp(decisions[t]["eps"]) + 1.0), others)]
         else:
             assert second[t] == []
     replay = Replay(draws)
-    evaluation = LdpIds(protocol, w, E, users, d, replay)  # type: ignore[arg-type]
+    evaluation = LdpIds(protocol, w, E, users, d + 1, replay)  # type: ignore[arg-type]
     for t, release in enumerate(releases):
-        out = evaluation.step(cells[:, t])
+        out = evaluation.step(padded(cells[:, t], d))
         assert out.published == release["published"]
         assert out.eps2 == decisions[t]["eps"]
         assert out.eps1 == (decisions[t - 1]["next"] if t else E / (2 * w))
         if out.eps1 > 0:  # the evaluation's active users are the round's reporters
-            np.testing.assert_allclose(release["counts"], out.histogram, rtol=0, atol=1e-6)
+            assert release["reporters"] == users  # with a value or without
+            np.testing.assert_allclose(every_cell(release), out.histogram, rtol=0, atol=1e-6)
         else:  # nullified: the last estimate again, times the last asked round's reporters
             assert release["estimated_at"] == releases[t - 1]["estimated_at"]
     assert replay.draws == []  # every round drew the clients' bits, in the same order

@@ -1,5 +1,6 @@
-// Reports randomised per second in Node: LBU over 16 cells (OUE) and PLBU over 4 (GRR), each
-// report made with the platform CSPRNG and encoded to UTF-8 bytes. Prints one JSON line per case.
+// Reports randomised per second in Node: LBU over 16 value cells (OUE) and PLBU over 4 (GRR),
+// each oracle running over d + 1 cells (cell d: no value), each report made with the platform
+// CSPRNG and encoded to UTF-8 bytes. Prints one JSON line per case.
 // Usage: npm run bench [-- seconds]
 import { LdpClient } from "../dist/index.js";
 

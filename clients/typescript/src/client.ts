@@ -1,8 +1,10 @@
 /**
- * One user's client: the protocol's schedule, ledger and randomised reports. The two-round
- * protocols (lbd, lba) keep the ledger over virtual slots, 2 slot + round - 1, against a window
- * of 2w (rounds.ts): report() sends round 1, asked by the previous slot's decision, and answer()
- * round 2, asked by the slot's own.
+ * One user's client: the protocol's schedule, ledger and randomised reports. A user reports
+ * every slot it is due, with a value or without one (cell d of the oracle's d + 1: "no value"),
+ * and every report spends alike, so whether it had a value stays as private as the value. The
+ * two-round protocols (lbd, lba) keep the ledger over virtual slots, 2 slot + round - 1, against
+ * a window of 2w (rounds.ts): report() sends round 1, asked by the previous slot's decision, and
+ * answer() round 2, asked by the slot's own.
  */
 
 import { ClientLedger, LedgerRefusal, type Spend } from "./ledger.js";
@@ -17,16 +19,17 @@ import {
 } from "./oracles.js";
 import { Decision, MAX_ROUND_SLOT, virtualSlot } from "./rounds.js";
 import { isRoundProtocol, PROTOCOLS, type Protocol, reportBudget, Schedule } from "./schedule.js";
-import { checkInteger, checkText, formatString, MAX_CELLS, MAX_SLOT, WIRE_VERSION } from "./wire.js";
+import { checkInteger, checkText, formatString, MAX_CELLS, MAX_SLOT, oracleCells, WIRE_VERSION } from "./wire.js";
 import { CryptoWords } from "./words.js";
 
 /** The library's name and version, written into every report. */
-export const CLIENT_NAME = "pwevent-ldp-ts/0.1.0";
+export const CLIENT_NAME = "pwevent-ldp-ts/0.2.0";
 /** The reports' topic under the stream's prefix: `<prefix>.ldp-reports`. */
 export const TOPIC = "ldp-reports";
 
 /**
- * What a client needs: the protocol, the user id, the domain's d cells, the window w and budget
+ * What a client needs: the protocol, the user id, the domain's d value cells (an integer in
+ * [1, 65535]; the oracle runs over d + 1, cell d meaning "no value"), the window w and budget
  * E (the stream's for lbu/lsp/lpu/lbd/lba, the user's own for plbu), the stream's first slot,
  * and LPU's public key and rotation (epochs of `rotate` blocks; 0: one group for good).
  */
@@ -79,7 +82,7 @@ export function checkConfig(config: ReportConfig): Required<ReportConfig> {
   }
   const full: Required<ReportConfig> = { start: 0, lpuKey: "", rotate: 0, ...config };
   checkText("user", full.user);
-  checkInteger("d", full.d, 1, MAX_CELLS);
+  checkInteger("d", full.d, 1, MAX_CELLS - 1); // d value cells, and cell d: no value
   checkInteger("w", full.w, 1, 2147483647);
   checkInteger("start", full.start, 0, MAX_SLOT);
   checkInteger("rotate", full.rotate, 0, 2147483647);
@@ -93,7 +96,10 @@ export function checkConfig(config: ReportConfig): Required<ReportConfig> {
 
 /**
  * One user's client: `report(slot, value)` gives the report's bytes, or null when the user does
- * not report at that slot (or has no value); it throws a LedgerRefusal rather than overspend.
+ * not report at that slot; it throws a LedgerRefusal rather than overspend. A value of null (or
+ * undefined) is "no value": the client still reports a due slot, of cell d (the oracle runs over
+ * d + 1 cells), spending what a value's report spends, so that whether the user had a value stays
+ * as private as the value itself.
  * For lbd/lba, `report(slot, value, decision)` sends the dissimilarity round (round 1), asked
  * at the stream's first slot and by the previous slot's decision after it, and
  * `answer(decision, value)` the publication round (round 2) at the budget the slot's decision
@@ -105,6 +111,8 @@ export class LdpClient {
   /** The budget one report spends (a dissimilarity report's for lbd/lba: E/(2w)). */
   readonly eps: number;
   readonly oracle: "oue" | "grr";
+  /** The cells the oracle runs over: d + 1, cell d meaning "no value". */
+  readonly cells: number;
   /** Whether the protocol has two rounds a slot (lbd, lba). */
   readonly rounds: boolean;
   private readonly words: WordSource;
@@ -122,8 +130,9 @@ export class LdpClient {
     this.words = options.words ?? new CryptoWords();
     const client = checkText("client", options.client ?? CLIENT_NAME);
     this.eps = reportBudget(c.protocol, c.w, c.E);
-    this.oracle = c.protocol === "plbu" && plbuUsesGrr(this.eps, c.d) ? "grr" : "oue";
-    this.threshold = this.oracle === "grr" ? grrKeepThreshold(this.eps, c.d) : oueThreshold(this.eps);
+    this.cells = oracleCells(c.d);
+    this.oracle = c.protocol === "plbu" && plbuUsesGrr(this.eps, this.cells) ? "grr" : "oue";
+    this.threshold = this.oracle === "grr" ? grrKeepThreshold(this.eps, this.cells) : oueThreshold(this.eps);
     this.schedule = new Schedule(c.protocol, c.start, c.w, c.lpuKey, c.user, c.rotate);
     this.rounds = isRoundProtocol(c.protocol);
     this.ledger = new ClientLedger(this.rounds ? 2 * c.w : c.w, c.E);
@@ -136,7 +145,7 @@ export class LdpClient {
     if (options.state !== undefined) this.loadState(options.state);
   }
 
-  /** Whether the user reports at `slot` (when it has a value there). */
+  /** Whether the user reports at `slot` (with a value there or without one). */
   due(slot: number): boolean {
     return this.schedule.due(slot);
   }
@@ -145,13 +154,12 @@ export class LdpClient {
   reportText(slot: number, value: number | null | undefined, decision?: Decision | null): string | null {
     const c = this.config;
     checkInteger("slot", slot, 0, this.rounds ? MAX_ROUND_SLOT : MAX_SLOT);
-    if (value === null || value === undefined) return null;
-    checkInteger("value", value, 0, c.d - 1);
+    const cell = this.cellOf(value);
     if (!this.schedule.due(slot)) return null;
     const given = decision !== null && decision !== undefined;
     if (!this.rounds) {
       if (given) throw new TypeError(`${c.protocol} has one round a slot: it takes no decision`);
-      return this.send(slot, value, this.eps, slot, 0);
+      return this.send(slot, cell, this.eps, slot, 0);
     }
     if (slot > c.start) {
       if (!given) return null;
@@ -163,13 +171,15 @@ export class LdpClient {
         );
       }
     }
-    return this.send(slot, value, this.eps, virtualSlot(slot, 1), 1);
+    return this.send(slot, cell, this.eps, virtualSlot(slot, 1), 1);
   }
 
   /**
-   * The randomised report of cell `value` at `slot` as UTF-8 bytes, or null (not due, or no
-   * value); throws LedgerRefusal when the budget does not allow it or the slot is not after
-   * the last report's. Produce it keyed by `userKey()`.
+   * The randomised report of cell `value` at `slot` as UTF-8 bytes, or null when the user is not
+   * due there; throws LedgerRefusal when the budget does not allow it or the slot is not after
+   * the last report's. A `value` of null or undefined (no value) is reported as cell d, "no
+   * value", at the same budget: a user reports every slot it is due, with a value or without, so
+   * that whether it had one stays as private as the value. Produce it keyed by `userKey()`.
    *
    * For lbd/lba this is the dissimilarity report (round 1): sent at the stream's first slot,
    * and after it only when `decision`, the previous slot's (slot - 1), names a dissimilarity
@@ -189,19 +199,20 @@ export class LdpClient {
       throw new TypeError(`a decision must be a Decision, got ${decision === null ? "null" : typeof decision}`);
     }
     const slot = checkInteger("slot", decision.slot, 0, MAX_ROUND_SLOT);
-    if (value !== null && value !== undefined) checkInteger("value", value, 0, c.d - 1);
+    const cell = this.cellOf(value);
     this.checkDecision(decision, slot);
-    if (value === null || value === undefined || decision.eps === 0 || slot < c.start) return null;
+    if (decision.eps === 0 || slot < c.start) return null;
     if (!(decision.eps <= c.E / 2)) {
       throw new RangeError(`the decision asks ${decision.eps}, over E/2 = ${c.E / 2}`);
     }
-    return this.send(slot, value, decision.eps, virtualSlot(slot, 2), 2);
+    return this.send(slot, cell, decision.eps, virtualSlot(slot, 2), 2);
   }
 
   /**
    * The publication report (lbd/lba round 2) of cell `value` as UTF-8 bytes, at the budget
-   * `decision` names for its slot, or null when it names none (eps 0), there is no value or the
-   * slot is before the stream's first; throws LedgerRefusal when the ledger does not allow it,
+   * `decision` names for its slot, or null when it names none (eps 0) or the slot is before the
+   * stream's first. A `value` of null or undefined (no value) is answered as cell d, "no value",
+   * at the same budget. Throws LedgerRefusal when the ledger does not allow it,
    * and an argument error for a one-round protocol, a decision of another protocol or one
    * asking more than E/2.
    */
@@ -221,15 +232,23 @@ export class LdpClient {
     }
   }
 
-  /** Randomise `value` at budget `eps`, spent at ledger slot `at`: the report's text. */
-  private send(slot: number, value: number, eps: number, at: number, round: number): string {
-    const c = this.config;
+  /** `value` checked as a cell in [0, d), or d ("no value") for null or undefined. */
+  private cellOf(value: number | null | undefined): number {
+    const d = this.config.d;
+    return value === null || value === undefined ? d : checkInteger("value", value, 0, d - 1);
+  }
+
+  /**
+   * Randomise `cell` (in [0, d], d: no value) over the oracle's d + 1 cells at budget `eps`,
+   * spent at ledger slot `at`: the report's text.
+   */
+  private send(slot: number, cell: number, eps: number, at: number, round: number): string {
     this.ledger.check(at, eps);
     const threshold = eps === this.eps ? this.threshold : oueThreshold(eps);
     const payload =
       this.oracle === "grr"
-        ? String(grrCell(value, c.d, threshold, this.words))
-        : oueHex(value, c.d, threshold, this.words);
+        ? String(grrCell(cell, this.cells, threshold, this.words))
+        : oueHex(cell, this.cells, threshold, this.words);
     this.ledger.commit(at, eps);
     const roundKey = round === 0 ? "" : `,"round":${round}`;
     const epsText = eps === this.eps ? this.epsText : String(eps);

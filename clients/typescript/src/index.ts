@@ -37,5 +37,5 @@ export {
 } from "./schedule.js";
 export type { Protocol, RoundProtocol } from "./schedule.js";
 export { hmacSha256, sha256 } from "./sha256.js";
-export { checkText, formatString, MAX_CELLS, MAX_SLOT } from "./wire.js";
+export { checkText, formatString, MAX_CELLS, MAX_SLOT, oracleCells, WIRE_VERSION } from "./wire.js";
 export { CounterWords, CryptoWords } from "./words.js";

@@ -1,6 +1,11 @@
 /**
  * OUE and GRR from uniform 32-bit words against integer thresholds, and the portable exp that
  * every client language computes bit for bit alike (docs/ldp-reports.md).
+ *
+ * The functions here take the number of cells the oracle runs over; a client runs them over
+ * d + 1 cells (wire.ts, oracleCells): the d value cells and cell d, "no value". So an OUE report
+ * draws d + 1 words and packs d + 1 bits, GRR keeps or moves among d + 1 cells, and PLBU's
+ * choice and GRR's threshold are computed for d + 1 cells.
  */
 
 export const WORD = 4294967296;

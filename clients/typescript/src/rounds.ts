@@ -1,9 +1,10 @@
 /**
  * Two rounds a slot: LBD and LBA on devices (docs/ldp-reports.md, "Two rounds a slot").
  *
- * Slot t of a two-round stream runs a dissimilarity round (every user holding a value reports at
- * E/(2w)), then the collector's decision for t (the publication budget of t, 0: none, and the
- * dissimilarity budget of t + 1, 0: none), then a publication round at the decision's budget.
+ * Slot t of a two-round stream runs a dissimilarity round (every user reports at E/(2w), with a
+ * value or without one: cell d, "no value"), then the collector's decision for t (the publication
+ * budget of t, 0: none, and the dissimilarity budget of t + 1, 0: none), then a publication round
+ * at the decision's budget, answered by every user alike, with a value or without.
  *
  * A client keeps its ledger over virtual slots: round r of slot t is virtual slot 2t + r - 1,
  * against a window of 2w and budget E, so a forged decision cannot make it overspend. It answers

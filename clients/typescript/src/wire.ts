@@ -2,15 +2,25 @@
  * The wire format's text rules (docs/ldp-reports.md): JSON strings and limits. A report's keys
  * are, in this order, v, protocol, user, slot, round (lbd and lba only: 1 or 2), eps, E, w, d,
  * oracle, bits (OUE) or cell (GRR), client; numbers as String(x) writes them.
+ *
+ * Version 2: d is the number of value cells, and the oracle runs over d + 1 (oracleCells), cell
+ * d meaning "no value", so that a user reports every slot it is due whether it holds a value or
+ * not, and a report's presence says nothing (version 1 had no such cell).
  */
 
 /** The largest user id, LPU key or client name, in UTF-8 bytes. */
 export const MAX_TEXT_BYTES = 256;
-/** The most cells a domain may have. */
+/** The most cells an oracle runs over: at most MAX_CELLS - 1 value cells (d) and "no value". */
 export const MAX_CELLS = 65536;
 /** The largest slot. */
 export const MAX_SLOT = Number.MAX_SAFE_INTEGER;
-export const WIRE_VERSION = 1;
+/** The reports' version (decisions keep their own, rounds.ts). 2: the "no value" cell. */
+export const WIRE_VERSION = 2;
+
+/** The cells the oracle runs over for `d` value cells: d + 1, the last (cell d) "no value". */
+export function oracleCells(d: number): number {
+  return d + 1;
+}
 
 /** `text` as a JSON string: `"` and `\` escaped, U+0000..U+001F as \u00xx, the rest as is. */
 export function formatString(text: string): string {

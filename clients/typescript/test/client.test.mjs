@@ -3,20 +3,53 @@ import assert from "node:assert/strict";
 import { test } from "node:test";
 
 import {
+  CLIENT_NAME,
+  CounterWords,
   CryptoWords,
   Decision,
   decisionText,
   dissimilarityBudget,
+  grrKeepThreshold,
   LdpClient,
   LedgerRefusal,
+  oracleCells,
   oueThreshold,
   parseDecision,
   slotOf,
   topicName,
   virtualSlot,
+  WIRE_VERSION,
 } from "../dist/index.js";
 
 const decode = (bytes) => (bytes === null ? null : JSON.parse(new TextDecoder().decode(bytes)));
+
+// An OUE report's n bits from its hex (bit j is bit j mod 8 of byte j/8), checking the length
+// (ceil(n/8) bytes) and that the last byte's unused high bits are zero.
+function unpackBits(hex, n) {
+  assert.equal(hex.length, 2 * Math.ceil(n / 8), `${n} bits take ${Math.ceil(n / 8)} bytes: ${hex}`);
+  assert.match(hex, /^[0-9a-f]*$/);
+  const bytes = [];
+  for (let i = 0; i < hex.length; i += 2) bytes.push(parseInt(hex.slice(i, i + 2), 16));
+  const bits = [];
+  for (let j = 0; j < n; j++) bits.push((bytes[j >> 3] >> (j & 7)) & 1);
+  if (n % 8 !== 0) assert.equal(bytes[bytes.length - 1] >> n % 8, 0, `unused high bits set: ${hex}`);
+  return bits;
+}
+
+test("version 2: d value cells and a no-value cell, d in [1, 65535]", () => {
+  assert.equal(WIRE_VERSION, 2);
+  assert.equal(CLIENT_NAME, "pwevent-ldp-ts/0.2.0");
+  assert.equal(oracleCells(8), 9);
+  const top = new LdpClient({ protocol: "lbu", user: "u", d: 65535, w: 1, E: 1 });
+  assert.equal(top.cells, 65536);
+  const r = decode(top.report(0, null));
+  assert.equal(r.v, 2);
+  assert.equal(r.d, 65535);
+  assert.equal(r.client, CLIENT_NAME);
+  assert.equal(unpackBits(r.bits, 65536).length, 65536);
+  assert.throws(() => new LdpClient({ protocol: "lbu", user: "u", d: 65536, w: 1, E: 1 }), RangeError);
+  assert.throws(() => new LdpClient({ protocol: "lbu", user: "u", d: 0, w: 1, E: 1 }), RangeError);
+});
 
 test("CSPRNG words look uniform", () => {
   const words = new CryptoWords();
@@ -26,34 +59,126 @@ test("CSPRNG words look uniform", () => {
   assert.ok(Math.abs(below / n - 0.5) < 0.01, String(below / n));
 });
 
-test("OUE keeps the true bit with 1/2 and the others with T/2^32", () => {
-  const client = new LdpClient({ protocol: "lbu", user: "u", d: 8, w: 1, E: 1 });
-  const ones = new Array(8).fill(0);
-  const n = 20000;
-  for (let s = 0; s < n; s++) {
-    const r = JSON.parse(client.reportText(s, 2));
-    const byte = parseInt(r.bits, 16);
-    for (let j = 0; j < 8; j++) ones[j] += (byte >> j) & 1;
-  }
+test("OUE over d + 1 cells keeps the true bit (the value's, or d's for no value) with 1/2 and the others with T/2^32", () => {
+  const d = 8;
+  const client = new LdpClient({ protocol: "lbu", user: "u", d, w: 1, E: 1 });
+  assert.equal(client.oracle, "oue");
   const q = oueThreshold(1) / 2 ** 32;
-  for (let j = 0; j < 8; j++) {
-    const p = j === 2 ? 0.5 : q;
-    assert.ok(Math.abs(ones[j] / n - p) < 5 * Math.sqrt((p * (1 - p)) / n), `bit ${j}: ${ones[j] / n}`);
+  const n = 20000;
+  let slot = 0;
+  for (const [value, cell] of [[2, 2], [null, d], [undefined, d]]) {
+    const ones = new Array(d + 1).fill(0);
+    for (let i = 0; i < n; i++) {
+      const r = JSON.parse(client.reportText(slot++, value));
+      assert.equal(r.d, d);
+      const bits = unpackBits(r.bits, d + 1);
+      for (let j = 0; j <= d; j++) ones[j] += bits[j];
+    }
+    for (let j = 0; j <= d; j++) {
+      const p = j === cell ? 0.5 : q;
+      assert.ok(Math.abs(ones[j] / n - p) < 5 * Math.sqrt((p * (1 - p)) / n), `value ${value} bit ${j}: ${ones[j] / n}`);
+    }
+  }
+});
+
+test("GRR over d + 1 cells: no value is cell d, kept with p, else moved uniformly", () => {
+  const d = 3;
+  const client = new LdpClient({ protocol: "plbu", user: "u", d, w: 1, E: 2 });
+  assert.equal(client.oracle, "grr");
+  assert.equal(client.cells, d + 1);
+  const p = grrKeepThreshold(2, d + 1) / 2 ** 32;
+  const n = 20000;
+  let slot = 0;
+  for (const [value, cell] of [[1, 1], [null, d]]) {
+    const counts = new Array(d + 1).fill(0);
+    for (let i = 0; i < n; i++) {
+      const r = decode(client.report(slot++, value));
+      assert.equal(r.oracle, "grr");
+      assert.ok(Number.isInteger(r.cell) && r.cell >= 0 && r.cell <= d, String(r.cell));
+      counts[r.cell]++;
+    }
+    for (let j = 0; j <= d; j++) {
+      const pj = j === cell ? p : (1 - p) / d;
+      assert.ok(Math.abs(counts[j] / n - pj) < 5 * Math.sqrt((pj * (1 - pj)) / n), `value ${value} cell ${j}: ${counts[j] / n}`);
+    }
+  }
+});
+
+test("no value: a due slot sends a report that spends what a value's report spends", () => {
+  // Two users alike but that one never has a value: both send at every due slot, the same
+  // keys, the same budget, the same bytes' length (OUE) and the same ledger; a refusal alike.
+  for (const config of [
+    { protocol: "lbu", user: "u", d: 8, w: 3, E: 1.5 },
+    { protocol: "lsp", user: "u", d: 5, w: 3, E: 1, start: 2 },
+    { protocol: "lpu", user: "u", d: 6, w: 4, E: 1, lpuKey: "stream-key" },
+    { protocol: "plbu", user: "u", d: 3, w: 2, E: 4 },
+    { protocol: "plbu", user: "u", d: 12, w: 10, E: 1 },
+  ]) {
+    const valued = new LdpClient(config, { words: new CounterWords("a") });
+    const blank = new LdpClient(config, { words: new CounterWords("b") });
+    let sent = 0;
+    for (let slot = 0; slot < 20; slot++) {
+      const where = `${config.protocol} d ${config.d} slot ${slot}`;
+      const a = valued.report(slot, slot % config.d);
+      const b = blank.report(slot, null);
+      assert.equal(a === null, !valued.due(slot), where);
+      assert.equal(b === null, !blank.due(slot), where);
+      if (a === null) continue;
+      sent++;
+      const [ra, rb] = [decode(a), decode(b)];
+      assert.deepEqual(Object.keys(rb), Object.keys(ra), where);
+      for (const key of ["v", "protocol", "slot", "eps", "E", "w", "d", "oracle", "client"]) {
+        assert.equal(rb[key], ra[key], `${where}: ${key}`);
+      }
+      if (ra.oracle === "oue") {
+        assert.equal(b.length, a.length, where);
+        assert.equal(unpackBits(rb.bits, config.d + 1).length, config.d + 1, where);
+        assert.equal(unpackBits(ra.bits, config.d + 1).length, config.d + 1, where);
+      } else {
+        assert.ok(rb.cell >= 0 && rb.cell <= config.d, where);
+      }
+      assert.deepEqual(blank.ledger.dump(), valued.ledger.dump(), where);
+    }
+    assert.ok(sent > 0, config.protocol);
+    // at the same slot again: refused alike, nothing spent
+    const last = valued.ledger.last;
+    for (const [client, value] of [[valued, 0], [blank, null]]) {
+      assert.throws(() => client.report(last, value), (e) => e instanceof LedgerRefusal && e.code === "not_after_last");
+    }
+    assert.deepEqual(blank.ledger.dump(), valued.ledger.dump());
+  }
+  // over budget: a no-value report is refused as a value's is, and spends nothing
+  const kept = { protocol: "lbu", user: "u", w: 2, E: 1, spends: [[0, 1]] };
+  for (const value of [1, null]) {
+    const client = new LdpClient({ protocol: "lbu", user: "u", d: 4, w: 2, E: 1 }, { state: kept });
+    assert.throws(() => client.report(1, value), (e) => e instanceof LedgerRefusal && e.code === "over_budget");
+    assert.deepEqual(client.ledger.dump(), [[0, 1]]);
+    assert.notEqual(client.report(2, value), null);
   }
 });
 
 test("a report per slot, refusals, and the kept state", () => {
   const client = new LdpClient({ protocol: "plbu", user: "alice", d: 4, w: 2, E: 1 });
   const r = JSON.parse(new TextDecoder().decode(client.report(7, 3)));
+  assert.equal(r.v, 2);
   assert.equal(r.user, "alice");
   assert.equal(r.slot, 7);
   assert.equal(r.eps, 0.5);
-  assert.equal(client.report(8, null), null);
-  assert.throws(() => client.report(7, 1), (e) => e instanceof LedgerRefusal && e.code === "not_after_last");
+  assert.equal(r.d, 4);
+  assert.equal(r.oracle, "grr"); // over d + 1 = 5 cells at eps 0.5
+  const none = decode(client.report(8, null)); // no value: still a report, of cell d
+  assert.equal(none.slot, 8);
+  assert.equal(none.eps, 0.5);
+  assert.equal(none.d, 4);
+  assert.ok(Number.isInteger(none.cell) && none.cell >= 0 && none.cell <= 4, String(none.cell));
+  assert.deepEqual(client.ledger.dump(), [[7, 0.5], [8, 0.5]]);
+  assert.throws(() => client.report(8, 1), (e) => e instanceof LedgerRefusal && e.code === "not_after_last");
+  assert.throws(() => client.report(7, null), (e) => e instanceof LedgerRefusal && e.code === "not_after_last");
   const kept = JSON.parse(JSON.stringify(client.state()));
   const again = new LdpClient({ protocol: "plbu", user: "alice", d: 4, w: 2, E: 0.5 }, { state: kept });
-  assert.throws(() => again.report(8, 1), (e) => e instanceof LedgerRefusal && e.code === "over_budget");
-  assert.notEqual(again.report(9, 1), null);
+  assert.throws(() => again.report(9, 1), (e) => e instanceof LedgerRefusal && e.code === "over_budget");
+  assert.throws(() => again.report(9, null), (e) => e instanceof LedgerRefusal && e.code === "over_budget");
+  assert.notEqual(again.report(10, 1), null);
   assert.throws(() => new LdpClient({ protocol: "plbu", user: "bob", d: 4, w: 2, E: 1 }, { state: kept }), LedgerRefusal);
   assert.throws(() => client.report(9, 4), RangeError);
   assert.throws(() => client.report(-1, 0), RangeError);
@@ -70,6 +195,7 @@ test("two rounds: round 1 at the first slot, then only where the previous decisi
   assert.equal(client.eps, e1);
   assert.equal(client.due(9), false);
   assert.equal(client.report(9, 1), null); // before the stream's first slot
+  assert.equal(client.report(9, null), null); // not due: nothing, with or without a value
   const first = decode(client.report(10, 1)); // the first slot needs no decision
   assert.deepEqual(Object.keys(first), ["v", "protocol", "user", "slot", "round", "eps", "E", "w", "d", "oracle", "bits", "client"]);
   assert.equal(first.round, 1);
@@ -80,13 +206,32 @@ test("two rounds: round 1 at the first slot, then only where the previous decisi
   assert.equal(second.slot, 10);
   assert.equal(second.eps, 0.5);
   assert.equal(client.report(11, 3), null); // the decision of slot 10 missed: no round 1
+  assert.equal(client.report(11, null), null); // nor without a value
   assert.equal(client.answer(new Decision("app", "lbd", 11, 0, e1), 3), null); // no publication
+  assert.equal(client.answer(new Decision("app", "lbd", 11, 0, e1), null), null);
   assert.equal(decode(client.report(12, 3, new Decision("app", "lbd", 11, 0, e1))).round, 1);
   assert.equal(client.report(13, 3, new Decision("app", "lbd", 12, 0.25, 0)), null); // next: none
+  assert.equal(client.report(13, null, new Decision("app", "lbd", 12, 0.25, 0)), null);
   assert.deepEqual(client.ledger.dump(), [
     [virtualSlot(10, 1), e1],
     [virtualSlot(10, 2), 0.5],
     [virtualSlot(12, 1), e1],
+  ]);
+  // no value, asked both rounds: both sent, of cell d (d + 1 = 6 bits), at the rounds' budgets
+  const blank1 = decode(client.report(14, null, new Decision("app", "lbd", 13, 0, e1)));
+  assert.equal(blank1.round, 1);
+  assert.equal(blank1.eps, e1);
+  assert.equal(blank1.d, 5);
+  assert.equal(unpackBits(blank1.bits, 6).length, 6);
+  const blank2 = decode(client.answer(new Decision("app", "lbd", 14, 0.5, e1), null));
+  assert.equal(blank2.round, 2);
+  assert.equal(blank2.slot, 14);
+  assert.equal(blank2.eps, 0.5);
+  assert.equal(unpackBits(blank2.bits, 6).length, 6);
+  assert.deepEqual(client.ledger.dump(), [
+    [virtualSlot(12, 1), e1], // slot 10's rounds are past the window of 2w = 8 virtual slots
+    [virtualSlot(14, 1), e1],
+    [virtualSlot(14, 2), 0.5],
   ]);
   assert.equal(client.ledger.w, 8);
 });
@@ -101,8 +246,16 @@ test("two rounds: decisions that do not fit are argument errors", () => {
   assert.throws(() => client.answer(new Decision("app", "lba", 0, 0.75, 0.25), 1), RangeError); // over E/2
   assert.throws(() => client.answer(new Decision("app", "lba", 0, 0.25, 0.25), 4), RangeError); // bad value
   assert.throws(() => client.answer(null, 1), TypeError);
-  assert.equal(client.answer(new Decision("app", "lba", 0, 0.75, 0.25), null), null); // no value: nothing
+  assert.throws(() => client.answer(new Decision("app", "lba", 0, 0.75, 0.25), null), RangeError); // over E/2
+  assert.throws(() => client.answer(new Decision("app", "lbd", 0, 0.25, 0.25), null), RangeError); // other protocol
+  assert.throws(() => client.report(1, null, new Decision("app", "lba", 0, 0, 0.5)), RangeError); // next != E/(2w)
   assert.deepEqual(client.ledger.dump(), [[0, 0.25]]);
+  assert.equal(client.answer(new Decision("app", "lba", 0, 0, 0.25), null), null); // eps 0: not asked
+  const blank = decode(client.answer(new Decision("app", "lba", 0, 0.25, 0.25), null)); // no value: cell d
+  assert.equal(blank.round, 2);
+  assert.equal(blank.eps, 0.25);
+  assert.equal(unpackBits(blank.bits, 5).length, 5);
+  assert.deepEqual(client.ledger.dump(), [[0, 0.25], [1, 0.25]]);
   const lbu = new LdpClient({ protocol: "lbu", user: "u", d: 4, w: 2, E: 1 });
   assert.throws(() => lbu.report(0, 1, new Decision("app", "lbd", 0, 0, 0.25)), TypeError);
   assert.throws(() => lbu.answer(new Decision("app", "lbd", 0, 0.25, 0.25), 1), TypeError);

@@ -6,9 +6,15 @@ import java.util.Objects;
 
 /**
  * One user's client: {@link #report(long, Integer)} gives the randomised report's UTF-8 bytes,
- * or null when the user does not report at that slot (or has no value), and throws a
- * {@link LedgerRefusal} rather than spend over the user's budget. Not thread-safe: one client
- * per user, used from one thread at a time.
+ * or null when the user does not report at that slot, and throws a {@link LedgerRefusal} rather
+ * than spend over the user's budget. Not thread-safe: one client per user, used from one thread
+ * at a time.
+ *
+ * <p>A user reports every slot it is due, with a value or without: a null value is sent as the
+ * oracle's extra cell d, "no value" (wire format version 2: the oracle runs over d + 1 cells,
+ * {@link Wire#oracleCells(int)}), randomised and charged to the ledger exactly as a value is. So
+ * whether the user had a value at a slot stays as private as the value itself: the report's
+ * presence says nothing.
  *
  * <p>The two-round protocols (lbd, lba) keep the ledger over virtual slots, 2 slot + round - 1,
  * against a window of 2w ({@link Decision}): {@link #report(long, Integer, Decision)} sends
@@ -18,7 +24,7 @@ import java.util.Objects;
  */
 public final class LdpClient {
   /** The library's name and version, written into every report. */
-  public static final String CLIENT_NAME = "pwevent-ldp-java/0.1.0";
+  public static final String CLIENT_NAME = "pwevent-ldp-java/0.2.0";
   /** The reports' topic under the stream's prefix: {@code <prefix>.ldp-reports}. */
   public static final String TOPIC = "ldp-reports";
 
@@ -29,6 +35,7 @@ public final class LdpClient {
   private final boolean rounds;
   private final double eps;
   private final boolean grr;
+  private final int cells;
   private final long threshold;
   private final String head;
   private final String middle;
@@ -47,8 +54,9 @@ public final class LdpClient {
     Wire.checkText("client", client);
     rounds = config.rounds();
     eps = config.eps();
-    grr = config.protocol().equals("plbu") && Oracles.plbuUsesGrr(eps, config.d());
-    threshold = grr ? Oracles.grrKeepThreshold(eps, config.d()) : Oracles.oueThreshold(eps);
+    cells = Wire.oracleCells(config.d());
+    grr = config.protocol().equals("plbu") && Oracles.plbuUsesGrr(eps, cells);
+    threshold = grr ? Oracles.grrKeepThreshold(eps, cells) : Oracles.oueThreshold(eps);
     schedule = new Schedule(config.protocol(), config.start(), config.w(), config.lpuKey(),
         config.user(), config.rotate());
     ledger = new ClientLedger(rounds ? 2L * config.w() : config.w(), config.budget());
@@ -80,7 +88,7 @@ public final class LdpClient {
     return grr ? "grr" : "oue";
   }
 
-  /** Whether the user reports at {@code slot} (when it has a value there). */
+  /** Whether the user reports at {@code slot} (with a value there or without). */
   public boolean due(long slot) {
     return schedule.due(slot);
   }
@@ -93,10 +101,7 @@ public final class LdpClient {
   /** The report's JSON text, or null; see {@link #report(long, Integer, Decision)}. */
   public String reportText(long slot, Integer value, Decision decision) {
     Wire.checkRange("slot", slot, 0, rounds ? Wire.MAX_ROUND_SLOT : Wire.MAX_SLOT);
-    if (value == null) {
-      return null;
-    }
-    Wire.checkRange("value", value, 0, config.d() - 1);
+    int cell = cellOf(value);
     if (!schedule.due(slot)) {
       return null;
     }
@@ -105,7 +110,7 @@ public final class LdpClient {
         throw new IllegalArgumentException(
             config.protocol() + " has one round a slot: it takes no decision");
       }
-      return send(slot, value, eps, slot, 0);
+      return send(slot, cell, eps, slot, 0);
     }
     if (slot > config.start()) {
       if (decision == null) {
@@ -120,14 +125,18 @@ public final class LdpClient {
             + decision.next() + ", not the stream's E/(2w) = " + eps);
       }
     }
-    return send(slot, value, eps, Decision.virtualSlot(slot, 1), 1);
+    return send(slot, cell, eps, Decision.virtualSlot(slot, 1), 1);
   }
 
   /**
-   * The randomised report of cell {@code value} at {@code slot} as UTF-8 bytes, or null (not
-   * due, or no value); throws {@link LedgerRefusal} when the budget does not allow it or the slot
-   * is not after the last report's. Produce it keyed by {@link #userKey()}. For lbd and lba this
-   * is {@code report(slot, value, null)}: the dissimilarity report of the stream's first slot.
+   * The randomised report of cell {@code value} at {@code slot} as UTF-8 bytes, or null when the
+   * user is not due at {@code slot}. A null {@code value} (no value at this slot) is reported as
+   * well, as cell d ("no value"), spending what a value's report spends: call this at every slot,
+   * with or without a value, so that whether the user had one stays as private as the value.
+   * Throws {@link LedgerRefusal} when the budget does not allow it or the slot is not after the
+   * last report's (nothing drawn, nothing spent), and IllegalArgumentException for a value
+   * outside [0, d). Produce it keyed by {@link #userKey()}. For lbd and lba this is
+   * {@code report(slot, value, null)}: the dissimilarity report of the stream's first slot.
    */
   public byte[] report(long slot, Integer value) {
     return report(slot, value, null);
@@ -154,26 +163,26 @@ public final class LdpClient {
     }
     Objects.requireNonNull(decision, "decision");
     long slot = Wire.checkRange("slot", decision.slot(), 0, Wire.MAX_ROUND_SLOT);
-    if (value != null) {
-      Wire.checkRange("value", value, 0, config.d() - 1);
-    }
+    int cell = cellOf(value);
     checkDecision(decision, slot);
-    if (value == null || decision.eps() == 0.0 || slot < config.start()) {
+    if (decision.eps() == 0.0 || slot < config.start()) {
       return null;
     }
     if (!(decision.eps() <= config.budget() / 2)) {
       throw new IllegalArgumentException(
           "the decision asks " + decision.eps() + ", over E/2 = " + config.budget() / 2);
     }
-    return send(slot, value, decision.eps(), Decision.virtualSlot(slot, 2), 2);
+    return send(slot, cell, decision.eps(), Decision.virtualSlot(slot, 2), 2);
   }
 
   /**
    * The publication report (round 2 of lbd and lba) of cell {@code value} at the budget
    * {@code decision} names for its slot, as UTF-8 bytes; null when the decision names none
-   * (eps 0), there is no value, or the slot lies before the stream's first. Throws
-   * {@link LedgerRefusal} when the ledger refuses it, and IllegalArgumentException for a
-   * one-round protocol, a decision of another protocol or one asking more than E/2.
+   * (eps 0) or the slot lies before the stream's first. A null {@code value} (no value) is
+   * answered as well, as cell d at the same budget, so the answer says nothing of whether the
+   * user had a value. Throws {@link LedgerRefusal} when the ledger refuses it, and
+   * IllegalArgumentException for a one-round protocol, a decision of another protocol or one
+   * asking more than E/2.
    */
   public byte[] answer(Decision decision, Integer value) {
     String text = answerText(decision, value);
@@ -187,8 +196,19 @@ public final class LdpClient {
     }
   }
 
-  /** Randomise {@code value} at {@code budget}, spent at ledger slot {@code at}: the report. */
-  private String send(long slot, int value, double budget, long at, int round) {
+  /** The oracle's cell of {@code value}: the value checked to lie in [0, d), or d for null. */
+  private int cellOf(Integer value) {
+    if (value == null) {
+      return config.d();
+    }
+    return (int) Wire.checkRange("value", value, 0, config.d() - 1);
+  }
+
+  /**
+   * Randomise cell {@code cell} (d: no value) over the d + 1 cells at {@code budget}, spent at
+   * ledger slot {@code at}: the report.
+   */
+  private String send(long slot, int cell, double budget, long at, int round) {
     ledger.check(at, budget);
     StringBuilder out = new StringBuilder(head.length() + middle.length() + tail.length() + 60)
         .append(head).append(slot);
@@ -201,10 +221,10 @@ public final class LdpClient {
       out.append(",\"eps\":").append(Wire.formatNumber(budget)).append(rest);
     }
     if (grr) {
-      out.append(Oracles.grrCell(value, config.d(), threshold, words));
+      out.append(Oracles.grrCell(cell, cells, threshold, words));
     } else {
       long t = budget == eps ? threshold : Oracles.oueThreshold(budget);
-      Oracles.oueHex(value, config.d(), t, words, out);
+      Oracles.oueHex(cell, cells, t, words, out);
     }
     ledger.commit(at, budget);
     return out.append(tail).toString();

@@ -2,7 +2,9 @@ package org.pwevent.ldp;
 
 /**
  * OUE and GRR from uniform 32-bit words against integer thresholds, and the portable exp every
- * client language computes bit for bit alike (docs/ldp-reports.md).
+ * client language computes bit for bit alike (docs/ldp-reports.md). Their {@code d} is the
+ * number of cells they run over: a client's d value cells and one for "no value", d + 1
+ * ({@link Wire#oracleCells(int)}).
  */
 public final class Oracles {
   /** 2^32. */

@@ -4,7 +4,8 @@ import java.util.List;
 
 /**
  * What a client needs: the protocol (lbu, lsp, lpu, plbu, or lbd, lba with two rounds a slot),
- * the user id, the domain's d cells, the window w and budget E (the stream's for
+ * the user id, the domain's d value cells (1 to 65535; the oracle runs over d + 1, cell d meaning
+ * "no value": {@link Wire#oracleCells(int)}), the window w and budget E (the stream's for
  * lbu/lsp/lpu/lbd/lba, the user's own for plbu), the stream's first slot, and LPU's public key
  * and rotation (epochs of {@code rotate} blocks; 0: one group for good). The constructor checks
  * every field.
@@ -23,7 +24,7 @@ public record ReportConfig(
       throw new IllegalArgumentException("unknown protocol " + protocol + "; choose from " + PROTOCOLS);
     }
     Wire.checkText("user", user);
-    Wire.checkRange("d", d, 1, Wire.MAX_CELLS);
+    Wire.checkRange("d", d, 1, Wire.MAX_VALUE_CELLS);
     Wire.checkRange("w", w, 1, Integer.MAX_VALUE);
     Wire.checkRange("start", start, 0, Wire.MAX_SLOT);
     Wire.checkRange("rotate", rotate, 0, Integer.MAX_VALUE);

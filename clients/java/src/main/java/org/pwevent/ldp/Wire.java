@@ -6,18 +6,33 @@ import java.math.RoundingMode;
 
 /** The wire format's text rules (docs/ldp-reports.md): numbers, strings and limits. */
 public final class Wire {
-  /** The report format's version. */
-  public static final int VERSION = 1;
+  /**
+   * The report format's version. Version 2 adds the oracle's extra cell for "no value"
+   * ({@link #oracleCells(int)}); version 1 had none. Decisions keep their own version
+   * ({@link Decision#VERSION}).
+   */
+  public static final int VERSION = 2;
   /** The largest user id, LPU key or client name, in UTF-8 bytes. */
   public static final int MAX_TEXT_BYTES = 256;
-  /** The most cells a domain may have. */
+  /** The most cells an oracle runs over: at most MAX_CELLS - 1 value cells and "no value". */
   public static final int MAX_CELLS = 65536;
+  /** The most value cells a domain may have, {@code d}: MAX_CELLS - 1. */
+  public static final int MAX_VALUE_CELLS = MAX_CELLS - 1;
   /** The largest slot (JavaScript's largest exact integer). */
   public static final long MAX_SLOT = (1L << 53) - 1;
   /** The largest slot of a two-round report: its virtual slot, 2 slot + 1, stays exact. */
   public static final long MAX_ROUND_SLOT = (1L << 52) - 1;
 
   private Wire() {}
+
+  /**
+   * The cells the oracle runs over for {@code d} value cells: d + 1, the last (cell d) meaning
+   * "no value". A report's {@code "d"} is still d; its OUE bits are d + 1, its GRR cell in
+   * [0, d].
+   */
+  public static int oracleCells(int d) {
+    return d + 1;
+  }
 
   /**
    * A finite double as JavaScript's String(x) writes it: the shortest digits that read back to

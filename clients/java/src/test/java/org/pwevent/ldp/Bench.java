@@ -2,7 +2,8 @@ package org.pwevent.ldp;
 
 /**
  * Reports randomised per second on the JVM, as the TypeScript benchmark measures them: LBU over
- * 16 cells (OUE), PLBU over 4 (GRR), LBU over 256, each with SecureRandom and encoded to UTF-8.
+ * 16 value cells (OUE), PLBU over 4 (GRR), LBU over 256, each with SecureRandom and encoded to
+ * UTF-8 (the oracle runs over one cell more, "no value").
  * Prints one JSON line per case. Usage: java -cp target/classes:target/test-classes
  * org.pwevent.ldp.Bench [seconds]
  */

@@ -8,9 +8,11 @@ import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import java.nio.charset.StandardCharsets;
+import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.Random;
+import java.util.function.Supplier;
 import org.junit.jupiter.api.Test;
 
 /** The client with the platform's CSPRNG: reports, the ledger, kept state. */
@@ -30,23 +32,59 @@ class ClientTest {
     assertEquals(0.5, below / (double) n, 0.01);
   }
 
+  /** Bit {@code j} of packed OUE bits in hex: bit j mod 8 of byte j / 8. */
+  private static int bit(String hex, int j) {
+    return (Integer.parseInt(hex.substring(2 * (j / 8), 2 * (j / 8) + 2), 16) >> (j % 8)) & 1;
+  }
+
   @Test
   @SuppressWarnings("unchecked")
   void oueKeepsTheTrueBitWithOneHalf() {
-    LdpClient client = new LdpClient(new ReportConfig("lbu", "u", 8, 1, 1.0, 0));
-    int n = 20_000;
-    int[] ones = new int[8];
-    for (int s = 0; s < n; s++) {
-      Map<String, Object> r = (Map<String, Object>) Json.parse(client.reportText(s, 2));
-      int b = Integer.parseInt((String) r.get("bits"), 16);
-      for (int j = 0; j < 8; j++) {
-        ones[j] += (b >> j) & 1;
+    // d = 8 value cells: the oracle runs over 9, bit 8 the "no value" cell, in ceil(9/8) = 2 bytes
+    for (Integer value : new Integer[] {2, null}) {
+      LdpClient client = new LdpClient(new ReportConfig("lbu", "u", 8, 1, 1.0, 0));
+      int n = 20_000;
+      int[] ones = new int[9];
+      for (int s = 0; s < n; s++) {
+        Map<String, Object> r = (Map<String, Object>) Json.parse(client.reportText(s, value));
+        String bits = (String) r.get("bits");
+        assertEquals(4, bits.length(), bits);
+        assertEquals(0, Integer.parseInt(bits.substring(2), 16) >> 1, "unused bits " + bits);
+        for (int j = 0; j < 9; j++) {
+          ones[j] += bit(bits, j);
+        }
+      }
+      int cell = value == null ? 8 : value;
+      double q = Oracles.oueThreshold(1.0) / (double) Oracles.WORD;
+      for (int j = 0; j < 9; j++) {
+        double p = j == cell ? 0.5 : q;
+        assertEquals(p, ones[j] / (double) n, 5 * Math.sqrt(p * (1 - p) / n),
+            "value " + value + " bit " + j);
       }
     }
-    double q = Oracles.oueThreshold(1.0) / (double) Oracles.WORD;
-    for (int j = 0; j < 8; j++) {
-      double p = j == 2 ? 0.5 : q;
-      assertEquals(p, ones[j] / (double) n, 5 * Math.sqrt(p * (1 - p) / n), "bit " + j);
+  }
+
+  @Test
+  @SuppressWarnings("unchecked")
+  void grrKeepsTheNoValueCellAsAValue() {
+    // PLBU over d = 3 value cells at eps 2: GRR over 4 cells, cell 3 for "no value"
+    ReportConfig config = new ReportConfig("plbu", "u", 3, 1, 2.0, 0);
+    assertEquals("grr", new LdpClient(config).oracle());
+    double keep = Oracles.grrKeepThreshold(2.0, 4) / (double) Oracles.WORD;
+    for (Integer value : new Integer[] {1, null}) {
+      LdpClient client = new LdpClient(config);
+      int n = 20_000;
+      int[] counts = new int[4];
+      for (int s = 0; s < n; s++) {
+        Map<String, Object> r = (Map<String, Object>) Json.parse(client.reportText(s, value));
+        counts[Math.toIntExact((Long) r.get("cell"))]++;
+      }
+      int cell = value == null ? 3 : value;
+      for (int j = 0; j < 4; j++) {
+        double p = j == cell ? keep : (1 - keep) / 3;
+        assertEquals(p, counts[j] / (double) n, 5 * Math.sqrt(p * (1 - p) / n),
+            "value " + value + " cell " + j);
+      }
     }
   }
 
@@ -54,16 +92,119 @@ class ClientTest {
   void refusalsAndKeptState() {
     LdpClient client = new LdpClient(new ReportConfig("plbu", "alice", 4, 2, 1.0, 0));
     assertNotNull(client.report(7, 3));
-    assertNull(client.report(8, null));
     assertEquals("not_after_last", assertThrows(LedgerRefusal.class, () -> client.report(7, 1)).code());
+    assertEquals("not_after_last", assertThrows(LedgerRefusal.class, () -> client.report(7, null)).code());
     LdpClient again = new LdpClient(new ReportConfig("plbu", "alice", 4, 2, 0.5, 0));
     again.loadState(client.state());
     assertEquals("over_budget", assertThrows(LedgerRefusal.class, () -> again.report(8, 1)).code());
+    assertEquals("over_budget", assertThrows(LedgerRefusal.class, () -> again.report(8, null)).code());
     assertNotNull(again.report(9, 1));
-    assertThrows(IllegalArgumentException.class, () -> client.report(9, 4));
+    // no value: sent all the same (GRR over d + 1 = 5 cells), and charged as a value is
+    assertNotNull(client.report(8, null));
+    assertEquals(List.of(new ClientLedger.Spend(7, 0.5), new ClientLedger.Spend(8, 0.5)), client.state());
+    assertThrows(IllegalArgumentException.class, () -> client.report(9, 4)); // d: no value's cell, not a value
+    assertThrows(IllegalArgumentException.class, () -> client.report(9, -1));
     assertThrows(IllegalArgumentException.class, () -> client.report(-1, 0));
+    assertThrows(IllegalArgumentException.class, () -> client.report(-1, null));
+    assertEquals(2, client.state().size());
     assertEquals(1, LdpClient.slotOf(1_000_999, 1_000_000, 500));
     assertEquals("pwevent.ldp-reports", LdpClient.topicName("pwevent"));
+  }
+
+  /** What one call did: its report's text (null: nothing sent), or the refusal's code. */
+  private record Outcome(String report, String refused) {}
+
+  private static Outcome outcome(Supplier<byte[]> call) {
+    try {
+      byte[] bytes = call.get();
+      return new Outcome(bytes == null ? null : new String(bytes, StandardCharsets.UTF_8), null);
+    } catch (LedgerRefusal refusal) {
+      return new Outcome(null, refusal.code());
+    }
+  }
+
+  /**
+   * The same call on a client given values and on one given none (the same words): both send
+   * or neither, both refuse alike, both spend and draw the same; the reports differ only in their
+   * payload, the no-value one's over d + 1 cells. Returns whether a report was sent.
+   */
+  @SuppressWarnings("unchecked")
+  private static boolean sameSpend(LdpClient valued, CounterWords valuedWords, LdpClient empty,
+      CounterWords emptyWords, Supplier<byte[]> withValue,
+      Supplier<byte[]> withoutValue, String where) {
+    Outcome a = outcome(withValue);
+    Outcome b = outcome(withoutValue);
+    assertEquals(a.refused(), b.refused(), where);
+    assertEquals(a.report() == null, b.report() == null, where);
+    assertEquals(valued.state(), empty.state(), where);
+    assertEquals(valuedWords.drawn(), emptyWords.drawn(), where);
+    if (a.report() == null) {
+      return false;
+    }
+    Map<String, Object> ra = new LinkedHashMap<>((Map<String, Object>) Json.parse(a.report()));
+    Map<String, Object> rb = new LinkedHashMap<>((Map<String, Object>) Json.parse(b.report()));
+    int d = empty.config().d();
+    if (empty.oracle().equals("grr")) {
+      long cell = (Long) rb.remove("cell");
+      assertTrue(0 <= cell && cell <= d, where);
+      ra.remove("cell");
+    } else {
+      String bits = (String) rb.remove("bits");
+      assertEquals(2 * ((d + 1 + 7) / 8), bits.length(), where);
+      assertEquals(bits.length(), ((String) ra.remove("bits")).length(), where);
+    }
+    assertEquals(ra, rb, where);
+    assertEquals(2L, rb.get("v"), where);
+    assertEquals((long) d, rb.get("d"), where);
+    return true;
+  }
+
+  @Test
+  void aNoValueReportIsSentAndSpendsAsAValueReport() {
+    List<ReportConfig> configs = List.of(
+        new ReportConfig("lbu", "u", 8, 3, 1.0, 2),
+        new ReportConfig("lsp", "u", 5, 3, 1.0, 1),
+        new ReportConfig("lpu", "u", 6, 4, 1.0, 0, "key", 1),
+        new ReportConfig("plbu", "u", 3, 1, 2.0, 3), // GRR over 4 cells
+        new ReportConfig("plbu", "u", 12, 10, 1.0, 5), // OUE over 13 cells
+        new ReportConfig("lbd", "u", 4, 2, 1.0, 1),
+        new ReportConfig("lba", "u", 7, 3, 1.2, 0));
+    for (ReportConfig config : configs) {
+      String name = config.protocol() + " d " + config.d();
+      CounterWords valuedWords = new CounterWords("same");
+      CounterWords emptyWords = new CounterWords("same");
+      LdpClient valued = new LdpClient(config, valuedWords, "test");
+      LdpClient empty = new LdpClient(config, emptyWords, "test");
+      int sent = 0;
+      int unsent = 0;
+      int answers = 0;
+      Decision previous = null;
+      for (long at = 0; at < 40; at++) {
+        long slot = at;
+        int value = (int) (slot % config.d());
+        Decision asked = previous;
+        String where = name + " slot " + slot;
+        boolean out = sameSpend(valued, valuedWords, empty, emptyWords,
+            () -> valued.report(slot, value, asked), () -> empty.report(slot, null, asked), where);
+        sent += out ? 1 : 0;
+        unsent += out ? 0 : 1;
+        if (config.rounds()) {
+          double eps = slot % 3 == 0 ? 0.0 : config.budget() / (2 + slot % 4);
+          double next = slot % 4 == 1 ? 0.0 : config.eps();
+          Decision decision = new Decision("app", config.protocol(), slot, eps, next);
+          boolean answered = sameSpend(valued, valuedWords, empty, emptyWords,
+              () -> valued.answer(decision, value), () -> empty.answer(decision, null),
+              where + " round 2");
+          sent += answered ? 1 : 0;
+          answers += answered ? 1 : 0;
+          unsent += answered ? 0 : 1;
+          previous = decision;
+        }
+      }
+      assertTrue(sent > 0, name);
+      assertTrue(unsent > 0, name); // before the start, not due, not asked or refused: neither sent
+      assertEquals(config.rounds(), answers > 0, name); // round 2 answered without a value too
+    }
   }
 
   private static final String CANONICAL =
@@ -143,21 +284,28 @@ class ClientTest {
     assertThrows(IllegalArgumentException.class,
         () -> client.report(11, 1, new Decision("app", "lbd", 10, 0.5, 0.3)));
     assertNull(client.report(11, 1, new Decision("app", "lbd", 10, 0.5, 0.0)));
-    assertNull(client.report(11, null, new Decision("app", "lba", 3, 0, 0))); // no value: unread
+    // a decision is read with a value or without
+    assertThrows(IllegalArgumentException.class,
+        () -> client.report(11, null, new Decision("app", "lba", 3, 0, 0)));
+    assertNull(client.report(11, null)); // no value, and not asked: nothing sent
+    assertNull(client.report(11, null, new Decision("app", "lbd", 10, 0.5, 0.0)));
     assertNotNull(client.report(11, 1, at10));
     Decision at11 = new Decision("app", "lbd", 11, 0.5, 0.25);
-    assertNull(client.answer(at11, null));
     assertNull(client.answer(new Decision("app", "lbd", 11, 0.0, 0.25), 2));
+    assertNull(client.answer(new Decision("app", "lbd", 11, 0.0, 0.25), null));
     assertNull(client.answer(new Decision("app", "lbd", 9, 0.5, 0.25), 2)); // before the start
+    assertNull(client.answer(new Decision("app", "lbd", 9, 0.5, 0.25), null));
     assertThrows(IllegalArgumentException.class, () -> client.answer(new Decision("app", "lbd", 11, 0.75, 0.25), 2));
     assertThrows(IllegalArgumentException.class, () -> client.answer(at11, 4));
     // round 2 of slot 11 would make the 2w = 4 virtual slots (19, 23] spend 1.5 > E
     assertEquals("over_budget", assertThrows(LedgerRefusal.class, () -> client.answer(at11, 2)).code());
+    // and so would its answer without a value: "no value" is charged as a value is
+    assertEquals("over_budget", assertThrows(LedgerRefusal.class, () -> client.answer(at11, null)).code());
     assertEquals(3, client.state().size());
 
     LdpClient once = new LdpClient(new ReportConfig("lbu", "u", 4, 2, 1.0, 0));
     assertThrows(IllegalArgumentException.class, () -> once.report(0, 1, at10));
-    assertNull(once.report(0, null, at10));
+    assertThrows(IllegalArgumentException.class, () -> once.report(0, null, at10));
     assertThrows(IllegalArgumentException.class, () -> once.answer(at10, 1));
   }
 
