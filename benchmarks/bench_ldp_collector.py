@@ -9,7 +9,9 @@ of the CSPRNG; making the reports is not timed):
   budgets 0.1, 0.5, 1 and 2 mix OUE and GRR reports;
 - ``lbd-oue-d8``: LBD (E = 4, w = 10), two rounds a slot over 8 cells, the clients answering the
   collector's decisions (made once, untimed; the timed collector takes the same reports slot
-  by slot and decides the same).
+  by slot and decides the same);
+- ``lpd-oue-d8``: LPD (E = 4, w = 10), the same with the population divided: each round asks
+  the users its decision names (the central job still takes every user at every slot).
 
 Timed, in alternation, best of ``--repeat``: (a) a fresh :class:`streams.ldp_collector.
 LdpCollector` taking every record (``offer_all``) and closing every slot; (b) the central job in
@@ -71,7 +73,10 @@ CASES = {
     "lbu-oue-d32": Case("lbu", 32, ((10, 1.0),), "uniform"),
     "plbu-mixed-d8": Case("plbu", 8, PLBU_LEVELS, "pbd"),
     "lbd-oue-d8": Case("lbd", 8, ((10, 4.0),), "bd"),
+    "lpd-oue-d8": Case("lpd", 8, ((10, 4.0),), "bd"),
 }
+#: The public key of the population cases' positions.
+KEY = "bench"
 
 
 class GeneratorWords:
@@ -102,17 +107,18 @@ def make_reports(case: Case, users: int, slots: int, seed: int) -> tuple[Local, 
     central reports of the same cells and times."""
     rng = np.random.default_rng(seed)
     names = [f"u{i}" for i in range(users)]
-    clients = [LdpClient(ReportConfig(case.protocol, name, d=case.d, w=w, E=E, start=START),
+    clients = [LdpClient(ReportConfig(case.protocol, name, d=case.d, w=w, E=E, start=START,
+                                      lpu_key=KEY),
                          words=GeneratorWords(seed * 1_000_003 + i))
                for i, name in enumerate(names)
                for w, E in [case.levels[i % len(case.levels)]]]
     cells = rng.integers(0, case.d, (slots, users)).tolist()
     local: Local = []
     central: Central = []
-    rounds = case.protocol in ("lbd", "lba")
+    rounds = case.protocol in ("lbd", "lba", "lpd", "lpa")
     deciding = LdpCollector(case.protocol, case.d, origin_ms=ORIGIN_MS, slot_ms=SLOT_MS,
-                            start=START, E=case.levels[0][1], w=case.levels[0][0]) \
-        if rounds else None
+                            start=START, E=case.levels[0][1], w=case.levels[0][0],
+                            lpu_key=KEY) if rounds else None
     previous = None
     for t in range(slots):
         slot = START + t
@@ -123,19 +129,22 @@ def make_reports(case: Case, users: int, slots: int, seed: int) -> tuple[Local, 
             answers = [a for a in answers if a[1] is not None]
             local += answers
             deciding.offer_all(answers)  # type: ignore[union-attr]
+        sent = 0
         for i, (name, client) in enumerate(zip(names, clients, strict=True)):
             ms = ORIGIN_MS + slot * SLOT_MS + (i * 7919) % SLOT_MS
             value = client.report(slot, cells[t][i], previous) if rounds \
                 else client.report(slot, cells[t][i])
-            assert value is not None
             key = name.encode()
-            local.append((key, value, ms))
+            if value is not None:  # a population round asks some users only
+                local.append((key, value, ms))
+                sent += 1
             central.append((key, orjson.dumps({"user": name, "time": ms, "value": cells[t][i]})))
         if deciding is not None:
-            deciding.offer_all(local[-users:])
+            deciding.offer_all(local[len(local) - sent:])
             out = [o for o in deciding.close_until(ORIGIN_MS + (slot + 1) * SLOT_MS)
                    if "decision" in o][0]
-            previous = Decision("bench", case.protocol, slot, out["eps"], out["next"])
+            previous = Decision("bench", case.protocol, slot, out["eps"], out["next"],
+                                out.get("from", 0), out.get("size", 0))
     return local, central
 
 
@@ -168,7 +177,7 @@ def run_collector(case: Case, records: Local, slots: int, one_by_one: bool, chun
     homogeneous = case.protocol != "plbu"
     w, E = case.levels[0] if homogeneous else (None, None)
     collector = LdpCollector(case.protocol, case.d, origin_ms=ORIGIN_MS, slot_ms=SLOT_MS,
-                             start=START, E=E, w=w)
+                             start=START, E=E, w=w, lpu_key=KEY)
     if collector.rounds:  # slot by slot: each slot's records, then its rounds closed
         dead, out = [], []
         for part in by_slot(records):

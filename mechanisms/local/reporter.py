@@ -23,8 +23,15 @@ from mechanisms.local.oracles import (
     pack_bits,
     plbu_uses_grr,
 )
+from mechanisms.local.population import in_interval, in_round1, position
 from mechanisms.local.rounds import MAX_ROUND_SLOT, ROUND_PROTOCOLS, Decision, virtual_slot
-from mechanisms.local.schedule import PROTOCOLS, report_budget, reports_at
+from mechanisms.local.schedule import (
+    KEYED,
+    POPULATION_PROTOCOLS,
+    PROTOCOLS,
+    report_budget,
+    reports_at,
+)
 from mechanisms.local.wire import MAX_CELLS, MAX_SLOT, check_text, encode_report, oracle_cells
 from mechanisms.local.words import WordSource
 
@@ -38,9 +45,9 @@ def is_integer(value: object) -> bool:
 class ReportConfig:
     """What a client needs: the protocol, the user, the domain's ``d`` value cells (the oracle
     runs over ``d + 1``: cell ``d`` is "no value", :func:`oracle_cells`), the window ``w``
-    and budget ``E`` (the stream's for lbu/lsp/lpu, the user's own for plbu), the stream's
-    first slot ``start``, LPU's public key and rotation (epochs of ``rotate`` blocks; 0: one
-    group for good)."""
+    and budget ``E`` (the stream's for all but plbu, the user's own for plbu), the stream's
+    first slot ``start``, the stream's public key (``lpu_key``: LPU's groups, LPD's and LPA's
+    positions) and LPU's rotation (epochs of ``rotate`` blocks; 0: one group for good)."""
 
     protocol: str
     user: str
@@ -69,7 +76,7 @@ class ReportConfig:
             raise ValueError(f"E must be a finite number > 0, got {E!r}")
         object.__setattr__(self, "E", float(E))
         check_eps(self.eps)
-        if self.protocol == "lpu":
+        if self.protocol in KEYED:
             check_text("lpu_key", self.lpu_key)
 
     @property
@@ -89,13 +96,20 @@ class Reporter:
 
     The two-round protocols (lbd, lba) keep the ledger over virtual slots, 2 slot + round - 1,
     against a window of 2w (:mod:`mechanisms.local.rounds`): :meth:`report` sends round 1, asked
-    by the previous slot's decision, and :meth:`answer` round 2, asked by the slot's own."""
+    by the previous slot's decision, and :meth:`answer` round 2, asked by the slot's own. The
+    population ones (lpd, lpa: :mod:`mechanisms.local.population`) ask each user one round kind
+    by its public position, every report at E, and keep the ledger over real slots (window w):
+    a user answers at most once in any w slots."""
 
     def __init__(self, config: ReportConfig, words: WordSource, client: str) -> None:
         """A reporter with an empty ledger; ``client`` names the library in every report."""
         self.config, self.words, self.client = config, words, check_text("client", client)
         self.rounds = config.protocol in ROUND_PROTOCOLS
-        self.ledger = ClientLedger(2 * config.w if self.rounds else config.w, config.E)
+        self.population = config.protocol in POPULATION_PROTOCOLS
+        #: the user's public position (lpd, lpa), None for the others
+        self.position = position(config.lpu_key, config.user) if self.population else None
+        virtual = self.rounds and not self.population
+        self.ledger = ClientLedger(2 * config.w if virtual else config.w, config.E)
         eps = config.eps
         self.eps, self.oracle = eps, config.oracle
         self.cells = oracle_cells(config.d)
@@ -103,8 +117,11 @@ class Reporter:
                           else oue_threshold(eps))
 
     def due(self, slot: int) -> bool:
-        """Whether the protocol has this user report at ``slot``."""
+        """Whether the protocol has this user report at ``slot`` (lpd, lpa: in the dissimilarity
+        round, when the slot asks one; publication rounds name their users)."""
         c = self.config
+        if self.position is not None:
+            return in_round1(self.position, slot, c.start, c.w)
         return reports_at(c.protocol, slot, start=c.start, w=c.w, key=c.lpu_key, user=c.user,
                           rotate=c.rotate)
 
@@ -133,8 +150,9 @@ class Reporter:
                 return None
             if decision.next != self.eps:
                 raise ValueError(f"the decision asks a dissimilarity budget of "
-                                 f"{decision.next!r}, not the stream's E/(2w) = {self.eps!r}")
-        return self._send(slot, value, self.eps, virtual_slot(slot, 1), 1)
+                                 f"{decision.next!r}, not the stream's {self.eps!r}")
+        at = slot if self.population else virtual_slot(slot, 1)
+        return self._send(slot, value, self.eps, at, 1)
 
     def answer(self, decision: Decision, value: int | None) -> bytes | None:
         """The publication report (lbd/lba round 2) of ``value`` (None: no value) at the budget
@@ -149,6 +167,13 @@ class Reporter:
         self._check_decision(decision, slot)
         if decision.eps == 0 or slot < c.start:
             return None
+        if self.position is not None:
+            if decision.eps != c.E:
+                raise ValueError(f"the decision asks {decision.eps!r}, not the stream's E = "
+                                 f"{c.E!r}")
+            if not in_interval(self.position, decision.lo, decision.size):
+                return None
+            return self._send(slot, value, decision.eps, slot, 2)
         if not decision.eps <= c.E / 2:
             raise ValueError(f"the decision asks {decision.eps!r}, over E/2 = {c.E / 2!r}")
         return self._send(slot, value, decision.eps, virtual_slot(slot, 2), 2)

@@ -40,6 +40,7 @@ from mechanisms.ledgers.fixed import AbsorptionLedger, DistributionLedger
 from mechanisms.local.collector import SlotEstimate, noise_variance, oue_probabilities
 from mechanisms.local.ledger import ClientLedger
 from mechanisms.local.oracles import MAX_EPS
+from mechanisms.local.schedule import POPULATION_PROTOCOLS, ROUND_PROTOCOLS
 from mechanisms.local.wire import (
     MAX_ROUND_SLOT,
     MAX_SLOT,
@@ -48,11 +49,15 @@ from mechanisms.local.wire import (
     format_string,
 )
 
-ROUND_PROTOCOLS: Final = ("lbd", "lba")
-__all__ = ["MAX_ROUND_SLOT", "ROUND_PROTOCOLS", "Decision", "Outcome", "RoundPlanner",
-           "dissimilarity_budget", "encode_decision", "parse_decision", "virtual_slot"]
+__all__ = ["MAX_ROUND_SLOT", "POPULATION_PROTOCOLS", "ROUND_PROTOCOLS", "Decision", "Outcome",
+           "RoundPlanner", "dissimilarity_budget", "encode_decision", "parse_decision",
+           "virtual_slot"]
 DECISION_VERSION: Final = 1
 _DECISION_KEYS: Final = ("v", "stream", "protocol", "slot", "eps", "next")
+#: An lpd or lpa decision's keys: its publication interval after the budgets.
+_POPULATION_KEYS: Final = (*_DECISION_KEYS, "from", "size")
+#: The width of the upper half of the positions, where publication intervals lie.
+_HALF: Final = 2**31
 
 
 def virtual_slot(slot: int, round_: int) -> int:
@@ -68,13 +73,18 @@ def dissimilarity_budget(w: int, E: float) -> float:  # noqa: N803 - the papers'
 @dataclass(frozen=True)
 class Decision:
     """The collector's decision for ``slot`` of ``stream``: ``eps`` is the publication round's
-    budget (0: no publication round), ``next`` the dissimilarity budget of slot + 1 (0: none)."""
+    budget (0: no publication round), ``next`` the dissimilarity budget of slot + 1 (0: none).
+    An lpd or lpa decision also names the publication round's users: the upper-half positions
+    ``[lo, lo + size)`` (offsets modulo 2^31, :mod:`mechanisms.local.population`); ``size`` is
+    0 exactly when ``eps`` is. Both are 0 for lbd and lba."""
 
     stream: str
     protocol: str
     slot: int
     eps: float
     next: float
+    lo: int = 0
+    size: int = 0
 
     def __post_init__(self) -> None:
         """Check every field; ValueError names the wrong one."""
@@ -88,17 +98,32 @@ class Decision:
             if type(value) not in (int, float) or not 0 <= value <= MAX_EPS:
                 raise ValueError(f"{name} must be a number in [0, {MAX_EPS}], got {value!r}")
             object.__setattr__(self, name, float(value))
+        population = self.protocol in POPULATION_PROTOCOLS
+        for name, high in (("lo", _HALF - 1 if population else 0),
+                           ("size", _HALF if population else 0)):
+            value = getattr(self, name)
+            if type(value) is not int or not 0 <= value <= high:
+                raise ValueError(f"{name} must be an integer in [0, {high}], got {value!r}")
+        if population and (self.size > 0) != (self.eps > 0):
+            raise ValueError("an lpd or lpa decision names users (size > 0) exactly when it "
+                             "names a publication budget (eps > 0)")
 
 
 def encode_decision(decision: Decision) -> bytes:
     """A decision's bytes, keys in this order, numbers as the reports write them::
 
         {"v":1,"stream":"app","protocol":"lbd","slot":1042,"eps":0.025,"next":0.05}
+
+    and for lpd and lpa, the interval after them::
+
+        {"v":1,"stream":"app","protocol":"lpd","slot":1042,"eps":1,"next":1,"from":0,"size":4096}
     """
     d = decision
+    interval = (f',"from":{d.lo},"size":{d.size}' if d.protocol in POPULATION_PROTOCOLS
+                else "")
     return (f'{{"v":{DECISION_VERSION},"stream":{format_string(d.stream)},'
             f'"protocol":"{d.protocol}","slot":{d.slot},"eps":{format_number(d.eps)},'
-            f'"next":{format_number(d.next)}}}').encode()
+            f'"next":{format_number(d.next)}{interval}}}').encode()
 
 
 def parse_decision(data: bytes) -> Decision:
@@ -108,23 +133,28 @@ def parse_decision(data: bytes) -> Decision:
         record = json.loads(data.decode("utf-8-sig"))
     except (UnicodeDecodeError, RecursionError) as error:
         raise ValueError(f"not a decision: {error}"[:200]) from None
-    if not isinstance(record, dict) or tuple(record) != _DECISION_KEYS:
-        raise ValueError(f"a decision is an object with the keys {list(_DECISION_KEYS)}")
+    keys = (_POPULATION_KEYS if isinstance(record, dict)
+            and record.get("protocol") in POPULATION_PROTOCOLS else _DECISION_KEYS)
+    if not isinstance(record, dict) or tuple(record) != keys:
+        raise ValueError(f"a decision is an object with the keys {list(keys)}")
     if record["v"] != DECISION_VERSION or type(record["v"]) is not int:
         raise ValueError(f"unknown decision version {record['v']!r}"[:200])
     return Decision(record["stream"], record["protocol"], record["slot"], record["eps"],
-                    record["next"])
+                    record["next"], record.get("from", 0), record.get("size", 0))
 
 
 @dataclass(frozen=True)
 class Outcome:
     """A slot's decision as the planner took it: the publication budget (0: none), the next
-    slot's dissimilarity budget (0: none), and the test's two sides (nan when not tested)."""
+    slot's dissimilarity budget (0: none), the test's two sides (nan when not tested) and, for
+    lpd and lpa, the publication interval (:class:`Decision`'s ``lo`` and ``size``)."""
 
     eps: float
     next: float
     dissimilarity: float
     threshold: float
+    lo: int = 0
+    size: int = 0
 
 
 class RoundPlanner:
@@ -138,8 +168,8 @@ class RoundPlanner:
 
     def __init__(self, protocol: str, w: int, E: float, d: int, start: int) -> None:  # noqa: N803
         """A planner whose first slot is ``start``."""
-        if protocol not in ROUND_PROTOCOLS:
-            raise ValueError(f"protocol must be one of {ROUND_PROTOCOLS}, got {protocol!r}")
+        if protocol not in ("lbd", "lba"):
+            raise ValueError(f"protocol must be lbd or lba, got {protocol!r}")
         ledger = DistributionLedger if protocol == "lbd" else AbsorptionLedger
         self.protocol, self.w, self.E, self.d = protocol, int(w), float(E), int(d)
         self.ledger = ledger(np.array([self.w]), np.array([self.E]))

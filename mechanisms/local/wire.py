@@ -38,8 +38,9 @@ MAX_CELLS: Final = 65536
 MAX_SLOT: Final = 2**53 - 1
 #: The largest slot of a two-round report (its virtual slot, 2 slot + 1, stays exact).
 MAX_ROUND_SLOT: Final = 2**52 - 1
-_PROTOCOLS: Final = ("lbu", "lsp", "lpu", "plbu", "lbd", "lba")
-_ROUNDS: Final = ("lbd", "lba")
+_PROTOCOLS: Final = ("lbu", "lsp", "lpu", "plbu", "lbd", "lba", "lpd", "lpa")
+_ROUNDS: Final = ("lbd", "lba", "lpd", "lpa")
+_POPULATION: Final = ("lpd", "lpa")
 
 
 def oracle_cells(d: int) -> int:
@@ -151,9 +152,9 @@ def _positive(record: dict, key: str, high: float) -> float:
 def parse_report(data: bytes) -> ParsedReport:
     """Read and check one report's bytes; ValueError says what is wrong. Unknown keys are
     refused (version 2 has none), and so are budgets inconsistent with the protocol
-    (``eps`` must be E/w for ``lbu``/``plbu``, E for ``lsp``/``lpu``, E/(2w) in round 1 of
-    ``lbd``/``lba`` and at most E/2 in their round 2, whose exact budget the collector's decision
-    names)."""
+    (``eps`` must be E/w for ``lbu``/``plbu``, E for ``lsp``/``lpu`` and both rounds of
+    ``lpd``/``lpa``, E/(2w) in round 1 of ``lbd``/``lba`` and at most E/2 in their round 2, whose
+    exact budget the collector's decision names)."""
     record = json.loads(data)
     if not isinstance(record, dict):
         raise ValueError("a report is a JSON object")
@@ -174,10 +175,11 @@ def parse_report(data: bytes) -> ParsedReport:
     w, d = _integer(record, "w", 1, 2**31 - 1), _integer(record, "d", 1, MAX_CELLS - 1)
     eps, E = _positive(record, "eps", MAX_EPS), _positive(record, "E", MAX_EPS * w)
     round_ = _integer(record, "round", 1, 2) if protocol in _ROUNDS else 0
-    if round_ == 2:
+    if round_ == 2 and protocol not in _POPULATION:
         if not eps <= E / 2:
             raise ValueError(f"a publication report spends at most E/2 = {E / 2!r}, not {eps!r}")
-    elif eps != (E / w if protocol in ("lbu", "plbu") else E / (2 * w) if round_ else E):
+    elif eps != (E / w if protocol in ("lbu", "plbu")
+                 else E / (2 * w) if round_ and protocol not in _POPULATION else E):
         raise ValueError(f"eps {eps!r} is not what {protocol} spends with E = {E!r}, w = {w}")
     bits, cell = None, None
     if oracle == "oue":

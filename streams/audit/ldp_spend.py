@@ -11,7 +11,9 @@ and so is a record no client writes (``malformed``) or one keyed by another user
 only move time and carry nothing of a user) are counted apart. A user whose ``E`` or ``w``
 changed is checked as its client is: its history under the new requirement. A two-round
 report (lbd, lba) is checked on its client's time line: round r of slot t at the virtual slot
-2t + r - 1, windows of 2w (:mod:`mechanisms.local.rounds`), which cover every w real slots.
+2t + r - 1, windows of 2w (:mod:`mechanisms.local.rounds`), which cover every w real slots; an
+lpd or lpa report on its slot, windows of w, as its client keeps them
+(:mod:`mechanisms.local.population`).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from dataclasses import dataclass, field
 import orjson
 
 from mechanisms.local import ClientLedger, LedgerRefusal, parse_report
-from mechanisms.local.rounds import virtual_slot
+from mechanisms.local.rounds import POPULATION_PROTOCOLS, virtual_slot
 from streams.job.partitions.watermarks import WATERMARK_PREFIX
 
 
@@ -91,7 +93,7 @@ def audit_spend(records: Iterable[tuple[int, int, bytes | None, bytes | None]]) 
             refuse("wrong_key", "the record's key is not its user id", parsed.user, parsed.slot)
             continue
         at, w = parsed.slot, parsed.w
-        if parsed.round:
+        if parsed.round and parsed.protocol not in POPULATION_PROTOCOLS:
             at, w = virtual_slot(parsed.slot, parsed.round), 2 * parsed.w
         ledger = ledgers.get(parsed.user)
         if ledger is None or (ledger.w, ledger.E) != (w, parsed.E):

@@ -1,7 +1,8 @@
-"""``pwevent demo --mechanism lbu|lsp|lpu|plbu|lbd|lba``: the local-DP collector end to end on
-this machine. One client per user randomises its reports (:mod:`streams.cli.replay_ldp`), a worker
-collects them from ``<prefix>.ldp-reports`` (:mod:`streams.ldp_collector.kafka_job`), and the
-demo follows ``<prefix>.ldp-releases`` and scores them against what the devices held."""
+"""``pwevent demo --mechanism lbu|lsp|lpu|plbu|lbd|lba|lpd|lpa``: the local-DP collector end to
+end on this machine. One client per user randomises its reports
+(:mod:`streams.cli.replay_ldp`), a worker collects them from ``<prefix>.ldp-reports``
+(:mod:`streams.ldp_collector.kafka_job`), and the demo follows ``<prefix>.ldp-releases`` and
+scores them against what the devices held."""
 
 from __future__ import annotations
 

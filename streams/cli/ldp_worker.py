@@ -1,4 +1,4 @@
-"""``pwevent worker --mechanism lbu|lsp|lpu|plbu|lbd|lba``: the local-DP collector on Kafka
+"""``pwevent worker --mechanism lbu|lsp|lpu|plbu|lbd|lba|lpd|lpa``: the local-DP collector on Kafka
 (:mod:`streams.ldp_collector.kafka_job`)."""
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ LDP_OPTIONS = (
            "--ldp-window slots (default: %(default)s)", type=float, default=1.0, metavar="E"),
     option("--ldp-window", "local DP, all but plbu: the stream's window w in slots "
            "(default: %(default)s)", type=int, default=10, metavar="W"),
-    option("--lpu-key", "local DP, lpu: the public key of the users' groups (default: empty)",
-           default="", metavar="KEY"),
+    option("--lpu-key", "local DP, lpu, lpd, lpa: the stream's public key of the users' groups "
+           "and positions (default: the --stream name)", default="", metavar="KEY"),
     option("--lpu-rotate", "local DP, lpu: blocks of w slots per epoch of the groups, 0 for "
            "groups kept for good (default: %(default)s)", type=int, default=0, metavar="N"),
 )
@@ -45,7 +45,7 @@ def settings(args: argparse.Namespace, broker: str) -> LdpJobSettings:
         broker=broker, prefix=args.prefix, stream=args.stream, protocol=args.mechanism,
         d=args.cells or 2, origin_ms=args.origin_ms, slot_ms=args.slot_ms, start=args.ldp_start,
         E=None if plbu else args.ldp_epsilon, w=None if plbu else args.ldp_window,
-        secret=secret.encode(), lpu_key=args.lpu_key, lpu_rotate=args.lpu_rotate,
+        secret=secret.encode(), lpu_key=args.lpu_key or args.stream, lpu_rotate=args.lpu_rotate,
         event_time=getattr(args, "event_time", "history"),
         lateness_ms=getattr(args, "lateness_ms", 0), partitions=args.partitions)
     if args.slot_ms < 1 or built.lateness_ms < 0:

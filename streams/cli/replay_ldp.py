@@ -1,5 +1,5 @@
-"""``pwevent replay --mechanism lbu|lsp|lpu|plbu|lbd|lba``: a dataset or recorded file replayed
-through one local-DP client per user (:class:`~streams.ldp_client.devices.Devices`) into
+"""``pwevent replay --mechanism lbu|lsp|lpu|plbu|lbd|lba|lpd|lpa``: a dataset or recorded file
+replayed through one local-DP client per user (:class:`~streams.ldp_client.devices.Devices`) into
 ``<prefix>.ldp-reports``, then the watermark records that close its last slot; with
 ``--in-process``, through the collector in this process, printing its releases. The two-round
 protocols go slot by slot with the collector's decisions (:mod:`streams.cli.replay_rounds`)."""

@@ -30,6 +30,7 @@ from mechanisms.local import (
     plbu_uses_grr,
     portable_exp,
 )
+from mechanisms.local.population import HALF, phase, position
 from mechanisms.local.rounds import Decision, encode_decision, parse_decision
 
 PATH = Path(__file__).resolve().parents[2] / "clients" / "vectors" / "ldp-vectors.json"
@@ -126,7 +127,8 @@ CLIENT_CASES = [
 ]
 
 BAD_CONFIGS = [
-    {"protocol": "lpd", "user": "u", "d": 4, "w": 2, "E": 1.0},
+    {"protocol": "mtsp", "user": "u", "d": 4, "w": 2, "E": 1.0},
+    {"protocol": "lpd", "user": "u", "d": 4, "w": 2, "E": 1.0},  # no public key
     {"protocol": "lbu", "user": "", "d": 4, "w": 2, "E": 1.0},
     {"protocol": "lbu", "user": "u" * 257, "d": 4, "w": 2, "E": 1.0},
     {"protocol": "lbu", "user": "u", "d": 0, "w": 2, "E": 1.0},
@@ -142,9 +144,57 @@ BAD_CONFIGS = [
 ]
 
 
-def decision(protocol: str, slot: int, eps: float, nxt: float) -> str:
+def decision(protocol: str, slot: int, eps: float, nxt: float, lo: int = 0,
+             size: int = 0) -> str:
     """A decision's text, for the round clients' steps."""
-    return encode_decision(Decision("app", protocol, slot, eps, nxt)).decode()
+    return encode_decision(Decision("app", protocol, slot, eps, nxt, lo, size)).decode()
+
+
+POPULATION_KEY = "pop-key"
+
+
+def population_user(prefix: str, upper: bool) -> tuple[str, int]:
+    """The first user ``<prefix>-<i>`` whose position lies in the upper half (or the lower),
+    and its position."""
+    for i in range(10_000):
+        user = f"{prefix}-{i}"
+        at = position(POPULATION_KEY, user)
+        if (at >= HALF) == upper:
+            return user, at
+    raise AssertionError("no such user")
+
+
+def population_cases() -> list[tuple[str, dict, list]]:
+    """lpd and lpa clients: a dissimilarity user at its phase and a publication user inside and
+    outside the decisions' intervals (one wrapping around the half), with forged decisions."""
+    low, at_low = population_user("low", upper=False)
+    high, at_high = population_user("high", upper=True)
+    w, E, start = 3, 2.0, 5
+    k = start + phase(at_low, w)  # type: ignore[operator]
+    off = at_high - HALF  # the publication user's offset in the upper half
+    lpd = {"protocol": "lpd", "user": low, "d": 4, "w": w, "E": E, "start": start,
+           "lpu_key": POPULATION_KEY}
+    lpa = {"protocol": "lpa", "user": high, "d": 3, "w": w, "E": E, "start": start,
+           "lpu_key": POPULATION_KEY}
+    low_steps = [(1, start, 1, None)]
+    for t in range(start + 1, start + 8):
+        low_steps.append((1, t, t % 4 if t % 3 else None, decision("lpd", t - 1, 0, E)))
+    low_steps += [
+        (2, k + 3, 2, decision("lpd", k + 3, E, E, 0, HALF)),  # names every upper user only
+        (1, k + 9, 2, decision("lpd", k + 8, 0, 0)),  # a nullified dissimilarity round
+        (1, k + 12, 2, decision("lpd", k + 11, 0, 1.0)),  # forged: another budget
+        (1, k + 12, 0, decision("lpd", k + 11, E, E, 7, 9))]
+    high_steps = [
+        (1, start, 1, None),  # never a dissimilarity user
+        (2, start, 1, decision("lpa", start, E, E, off, 1)),  # exactly its position
+        (2, start + 1, 2, decision("lpa", start + 1, E, E, (off + 1) % HALF, HALF - 1)),
+        (2, start + 2, None, decision("lpa", start + 2, E, E, (off + HALF - 5) % HALF, 10)),
+        (2, start + 3, 0, decision("lpa", start + 3, E, E, (off + HALF - 5) % HALF, 10)),
+        (2, start + 5, 2, decision("lpa", start + 5, 1.0, E, off, 1)),  # forged budget
+        (2, start + 6, 2, decision("lpa", start + 6, 0, E)),
+        (2, start + 7, 1, decision("lpa", start + 7, E, 0, 0, HALF))]
+    return [("lpd: a dissimilarity user", lpd, low_steps),
+            ("lpa: a publication user", lpa, high_steps)]
 
 
 #: Two-round clients: (name, config, steps); a step is (round, slot, value, the decision's text
@@ -188,6 +238,17 @@ DECISION_TEXTS = [
     '{"v":1,"stream":"app","protocol":"lbd","slot":1.5,"eps":0,"next":0}',
     '{"v":1,"stream":"app","protocol":"lbd","slot":1,"eps":"0","next":0}',
     '[1]',
+    decision("lpd", 12, 1, 1, 2**31 - 1, 2**31), decision("lpa", 0, 0, 0),
+    '{"v":1,"stream":"app","protocol":"lpd","slot":1,"eps":1,"next":1}',
+    '{"v":1,"stream":"app","protocol":"lpd","slot":1,"eps":0,"next":1,"from":0,"size":5}',
+    '{"v":1,"stream":"app","protocol":"lpd","slot":1,"eps":1,"next":1,"from":0,"size":0}',
+    '{"v":1,"stream":"app","protocol":"lpa","slot":1,"eps":1,"next":1,"from":2147483648,'
+    '"size":5}',
+    '{"v":1,"stream":"app","protocol":"lpa","slot":1,"eps":1,"next":1,"from":0,'
+    '"size":2147483649}',
+    '{"v":1,"stream":"app","protocol":"lpa","slot":1,"eps":1,"next":1,"from":0.5,"size":5}',
+    '{"v":1,"stream":"app","protocol":"lpa","slot":1,"eps":1,"next":1,"size":5,"from":0}',
+    '{"v":1,"stream":"app","protocol":"lbd","slot":1,"eps":0,"next":0,"from":0,"size":0}',
 ]
 
 
@@ -198,7 +259,7 @@ def decision_cases() -> list[dict]:
         try:
             d = parse_decision(text.encode())
             read: dict | None = {"stream": d.stream, "protocol": d.protocol, "slot": d.slot,
-                                 "eps": d.eps, "next": d.next}
+                                 "eps": d.eps, "next": d.next, "from": d.lo, "size": d.size}
         except ValueError:
             read = None
         cases.append({"text": text, "read": read})
@@ -267,6 +328,17 @@ def run_client(name: str, config: dict, state: list | None, steps: list) -> dict
             "state": state, "steps": out}
 
 
+def position_cases() -> list[dict]:
+    """Users' public positions (lpd, lpa) under several keys, and their phases."""
+    cases = []
+    for i in range(16):
+        key, user = ["k", POPULATION_KEY, "\u00e9t\u00e9", "x" * 100][i % 4], f"u{i * 11}"
+        at = position(key, user)
+        cases.append({"key": key, "user": user, "position": at,
+                      "phases": [[w, phase(at, w)] for w in (1, 3, 10, 2**31 - 1)]})
+    return cases
+
+
 def build() -> dict:
     """Every vector, computed now."""
     lpu = []
@@ -286,11 +358,13 @@ def build() -> dict:
                        for e, d in THRESHOLD_CASES],
         "numbers": [{"x": x, "text": format_number(x)} for x in number_cases()],
         "lpu_groups": lpu,
+        "positions": position_cases(),
         "grr_draws": grr_draws(),
         "bad_configs": BAD_CONFIGS,
         "clients": [run_client(*case) for case in CLIENT_CASES],
         "decisions": decision_cases(),
-        "round_clients": [run_round_client(*case) for case in ROUND_CASES],
+        "round_clients": [run_round_client(*case)
+                          for case in [*ROUND_CASES, *population_cases()]],
     }
 
 

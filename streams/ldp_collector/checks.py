@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from mechanisms.local import PROTOCOLS, ParsedReport, parse_report, plbu_uses_grr, reports_at
+from mechanisms.local.schedule import KEYED
 from mechanisms.local.wire import MAX_CELLS, MAX_SLOT, check_text, oracle_cells
 
 #: Every reason a record goes to the dead letters, in the order the checks run.
@@ -71,7 +72,7 @@ class Stream:
                     or E <= 0:
                 raise ValueError(f"E must be a finite number > 0, got {E!r}")
             object.__setattr__(self, "E", float(E))
-        if self.protocol == "lpu":
+        if self.protocol in KEYED:
             check_text("lpu_key", self.lpu_key)
 
 

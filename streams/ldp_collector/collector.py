@@ -23,6 +23,13 @@ import numpy as np
 
 from mechanisms.local import ClientLedger, LedgerRefusal, ParsedReport
 from mechanisms.local.collector import SlotEstimate
+from mechanisms.local.population import (
+    POPULATION_PROTOCOLS,
+    PopulationPlanner,
+    interval_mask,
+    position,
+    round1_mask,
+)
 from mechanisms.local.rounds import (
     ROUND_PROTOCOLS,
     Outcome,
@@ -73,8 +80,13 @@ class LdpCollector:
         #: two rounds a slot (lbd, lba): slots are virtual, 2 slot + round - 1, the decisions
         #: taken so far by slot (:mod:`mechanisms.local.rounds`)
         self.rounds = protocol in ROUND_PROTOCOLS
-        self.planner = (RoundPlanner(protocol, w, E, self.stream.cells, start)  # type: ignore[arg-type]
+        #: lpd, lpa: the population divided by the users' public positions
+        self.population = protocol in POPULATION_PROTOCOLS
+        planner = PopulationPlanner if self.population else RoundPlanner
+        self.planner = (planner(protocol, w, E, self.stream.cells, start)  # type: ignore[arg-type]
                         if self.rounds else None)
+        #: each user's public position (lpd, lpa), computed once
+        self.positions: dict[str, int] = {}
         self.decisions: dict[int, Outcome] = {}
         self.round_reporters = 0  # the last asked dissimilarity round's
         self.next_slot = 2 * start if self.rounds else start
@@ -207,17 +219,36 @@ class LdpCollector:
             reports = reports.take(np.arange(cut))
             slot, round2, deciding, waiting = (slot[:cut], round2[:cut], deciding[:cut],
                                                waiting[:cut])
-        opening = dissimilarity_budget(self.stream.w, self.stream.E)  # type: ignore[arg-type]
+        opening = (self.stream.E if self.population  # type: ignore[arg-type]
+                   else dissimilarity_budget(self.stream.w, self.stream.E))  # type: ignore[arg-type]
         asked = np.empty(slot.size)
+        named = np.ones(slot.size, dtype=bool)  # lpd, lpa: the user is one the round asks
+        at_user = self._positions(reports.users) if self.population else None
+        if at_user is not None:
+            named = round1_mask(at_user, slot, start, self.stream.w)  # type: ignore[arg-type]
         for t in set(deciding.tolist()):
             outcome = self.decisions.get(t)
             at = deciding == t
             asked[at & round2] = 0.0 if outcome is None else outcome.eps
             asked[at & ~round2] = (opening if t == start - 1
                                    else 0.0 if outcome is None else outcome.next)
-        ok = (asked > 0) & (reports.eps == asked) & ~waiting
+            if at_user is not None and outcome is not None:
+                two = at & round2
+                named[two] = interval_mask(at_user[two], outcome.lo, outcome.size)
+        ok = (asked > 0) & (reports.eps == asked) & named & ~waiting
         unasked = [(i, "unasked_round") for i in reports.index[~ok].tolist()]
         return reports.take(np.flatnonzero(ok)), unasked, held
+
+    def _positions(self, users: list[str]) -> np.ndarray:
+        """The users' public positions (lpd, lpa), from the cache."""
+        cache, key = self.positions, self.stream.lpu_key
+        out = np.empty(len(users), dtype=np.int64)
+        for i, user in enumerate(users):
+            at = cache.get(user)
+            if at is None:
+                at = cache[user] = position(key, user)
+            out[i] = at
+        return out
 
     def _keep_batch(self, reports: Reports) -> list[tuple[int, str]]:
         """Keep what :meth:`_keep` would of ``reports``, taken in order; the refused ones'
@@ -392,7 +423,10 @@ class LdpCollector:
                 self.round_reporters = estimate.reporters
             outcome = self.decisions[slot] = planner.decide(estimate)
             self.decisions.pop(slot - 2, None)
-            return {"decision": slot, "eps": outcome.eps, "next": outcome.next}
+            decided = {"decision": slot, "eps": outcome.eps, "next": outcome.next}
+            if self.population:
+                decided |= {"from": outcome.lo, "size": outcome.size}
+            return decided
         published = self.decisions[slot].eps > 0 and estimate.reporters > 0
         if published:
             planner.publish(slot, estimate)

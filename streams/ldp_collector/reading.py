@@ -22,7 +22,7 @@ import numpy as np
 import orjson
 
 from mechanisms.local import MAX_EPS, ParsedReport, plbu_uses_grr, reports_at
-from mechanisms.local.rounds import ROUND_PROTOCOLS, virtual_slot
+from mechanisms.local.rounds import POPULATION_PROTOCOLS, ROUND_PROTOCOLS, virtual_slot
 from mechanisms.local.wire import MAX_ROUND_SLOT, MAX_SLOT, WIRE_VERSION, check_text
 from streams.ldp_collector.checks import Refusal, Stream, read_record
 
@@ -259,7 +259,8 @@ def _screen(stream: Stream, rows: list[tuple]) -> tuple[Reports, list[int]]:
     if rounds:
         round_no, good = _integers(round_of, 1, 2)
         ok &= good
-        ok &= np.where(round_no == 1, epss == Es / (2 * ws), epss <= Es / 2)
+        ok &= (epss == Es) if stream.protocol in POPULATION_PROTOCOLS else np.where(
+            round_no == 1, epss == Es / (2 * ws), epss <= Es / 2)
     else:
         ok &= epss == (Es / ws if stream.protocol in ("lbu", "plbu") else Es)
     if stream.protocol != "plbu":

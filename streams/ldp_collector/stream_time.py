@@ -262,5 +262,6 @@ def decision_record(stream: str, protocol: str, outcome: dict) -> tuple[bytes, b
     """The record of one slot's decision on ``<prefix>.ldp-decisions``: key ``<stream>/<slot>``,
     value :func:`~mechanisms.local.rounds.encode_decision`'s bytes."""
     slot = int(outcome["decision"])
-    decision = Decision(stream, protocol, slot, outcome["eps"], outcome["next"])
+    decision = Decision(stream, protocol, slot, outcome["eps"], outcome["next"],
+                        outcome.get("from", 0), outcome.get("size", 0))
     return f"{stream}/{slot}".encode(), encode_decision(decision)

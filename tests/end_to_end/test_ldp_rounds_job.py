@@ -1,7 +1,8 @@
-"""``pwevent worker --mechanism lbd|lba`` on both brokers: two rounds a slot, the decisions on
-``<prefix>.ldp-decisions``. A replay through clients answers them slot by slot while the worker
-is SIGKILLed and restarted; the releases and decisions equal the replay run in process, once per
-slot; the reports audit clean; a demo scores its bars. With one partition held back, the
+"""``pwevent worker --mechanism lbd|lba|lpd|lpa`` on both brokers: two rounds a slot, the
+decisions on ``<prefix>.ldp-decisions``. A replay through clients answers them slot by slot while
+the worker is SIGKILLed and restarted (lba on Apache Kafka, the population-division lpa on the
+embedded broker); the releases and decisions equal the replay run in process, once per slot; the
+reports audit clean; an lpd demo scores its bars. With one partition held back, the
 partitions whose reports wait for a decision are paused, and nothing is late. Live, devices
 read each decision from the topic and answer it in time."""
 
@@ -27,6 +28,7 @@ from ldp_collector.ldp_collector_kit import (
     live_topic,
 )
 
+from local_kafka.apache import ApacheKafka
 from local_kafka.embedded import free_port
 from mechanisms.local.rounds import parse_decision
 from streams.cli.replay_rounds import DecisionReader
@@ -68,7 +70,8 @@ def _by_key(bootstrap: str, topic: str) -> dict[bytes, list[bytes]]:
 
 def test_a_replay_answering_decisions_survives_a_sigkill_and_equals_in_process(
         broker, tmp_path: Path) -> None:
-    bootstrap, prefix, mechanism = broker.bootstrap, "rounds", "lba"
+    mechanism = "lba" if isinstance(broker, ApacheKafka) else "lpa"
+    bootstrap, prefix = broker.bootstrap, "rounds"
     replay = ["replay", "--mechanism", mechanism, "--prefix", prefix, *STREAM, "--dataset",
               "sin", "--users", "300", "--slots", str(SLOTS), "--nonce", "rounds-1"]
     local = _cli(*replay, "--in-process")
@@ -123,7 +126,7 @@ def test_a_replay_answering_decisions_survives_a_sigkill_and_equals_in_process(
 
 
 def test_the_demo_of_a_two_round_stream() -> None:
-    done = _cli("demo", "--mechanism", "lbd", "--users", "400", "--slots", "12",
+    done = _cli("demo", "--mechanism", "lpd", "--users", "400", "--slots", "12",
                 "--ldp-epsilon", "4", "--ldp-window", "4", "--json-summary")
     assert done.returncode == 0, done.stderr[-3000:]
     summary = orjson.loads(done.stdout.splitlines()[-1])

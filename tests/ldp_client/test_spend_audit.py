@@ -124,3 +124,33 @@ def test_two_round_clients_are_audited_on_their_own_time_line():
     late = overspent.answer(Decision("s", "lbd", 10, E / 2, E / (2 * w)), 3)
     found = audit_spend(records([*reports, ("u0", late)])).violations
     assert [(v.user, v.slot, v.reason) for v in found] == [("u0", 10, "over_budget")]
+
+
+def test_population_rounds_are_checked_on_real_slots():
+    """lpd, lpa: every report spends E, at most one in any w slots (a client's ledger over real
+    slots); a publication user named by two decisions within w slots is found."""
+    from mechanisms.local.population import HALF, position
+    from mechanisms.local.rounds import Decision
+
+    users = [f"u{i}" for i in range(12)]
+    upper = [u for u in users if position("public", u) >= HALF]
+    clients = {u: LdpClient(ReportConfig("lpa", u, d=4, w=3, E=1.2, lpu_key="public"))
+               for u in users}
+    sent = []
+    for slot in range(9):
+        previous = Decision("s", "lpa", slot - 1, 0, 1.2) if slot else None
+        sent += [(u, data) for u, c in clients.items()
+                 if (data := c.report(slot, slot % 4, previous)) is not None]
+        if slot % 3 == 0:  # every upper user once every w slots
+            named = Decision("s", "lpa", slot, 1.2, 1.2, 0, HALF)
+            sent += [(u, data) for u in upper
+                     if (data := clients[u].answer(named, 2)) is not None]
+    report = audit_spend(records(sent))
+    assert report.violations == [] and len(sent) > len(users)
+    assert 0 < report.largest_share <= 1 + 1e-9
+    twin = LdpClient(ReportConfig("lpa", upper[0], d=4, w=3, E=1.2, lpu_key="public"))
+    again = twin.answer(Decision("s", "lpa", 1, 1.2, 1.2, 0, HALF), 1)  # slot 1, after 0
+    first = next(i for i, (u, _) in enumerate(sent) if u == upper[0])
+    forged = sent[:first + 1] + [(upper[0], again)] + sent[first + 1:]
+    found = audit_spend(records(forged)).violations
+    assert [(v.user, v.slot, v.reason) for v in found] == [(upper[0], 1, "over_budget")]

@@ -132,7 +132,7 @@ class RoundDevices:
     def __init__(self, protocol: str, cells: np.ndarray, d: int, w: int, E: float) -> None:  # noqa: N803
         self.cells, self.protocol, self.d = cells, protocol, d
         self.clients = [LdpClient(ReportConfig(protocol, f"u{i}", d=d, w=w, E=E,
-                                               start=ROUNDS_START),
+                                               start=ROUNDS_START, lpu_key=LPU_KEY),
                                   words=CounterWords(f"rounds/u{i}"))
                         for i in range(cells.shape[0])]
 
@@ -164,7 +164,7 @@ def live_topic(protocol: str, cells: np.ndarray, d: int, w: int, E: float,  # no
     then the decision. Returns each partition's records, as (key, value, offset), and the
     decisions written."""
     inner = LdpCollector(protocol, d, origin_ms=ORIGIN_MS, slot_ms=SLOT_MS, start=ROUNDS_START, E=E,
-                         w=w)
+                         w=w, lpu_key=LPU_KEY)
     collecting = PartitionedCollector(inner, partitions, secret, stream)
     devices = RoundDevices(protocol, cells, d, w, E)
     parts: list[list[tuple]] = [[] for _ in range(partitions)]

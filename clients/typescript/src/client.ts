@@ -4,7 +4,9 @@
  * and every report spends alike, so whether it had a value stays as private as the value. The
  * two-round protocols (lbd, lba) keep the ledger over virtual slots, 2 slot + round - 1, against
  * a window of 2w (rounds.ts): report() sends round 1, asked by the previous slot's decision, and
- * answer() round 2, asked by the slot's own.
+ * answer() round 2, asked by the slot's own. The population ones (lpd, lpa: population.ts) ask
+ * each user one round kind by its public position, every report at E, and keep the ledger over
+ * real slots (window w): a user answers at most once in any w slots.
  */
 
 import { ClientLedger, LedgerRefusal, type Spend } from "./ledger.js";
@@ -17,8 +19,17 @@ import {
   plbuUsesGrr,
   type WordSource,
 } from "./oracles.js";
+import { inInterval } from "./population.js";
 import { Decision, MAX_ROUND_SLOT, virtualSlot } from "./rounds.js";
-import { isRoundProtocol, PROTOCOLS, type Protocol, reportBudget, Schedule } from "./schedule.js";
+import {
+  isKeyed,
+  isPopulationProtocol,
+  isRoundProtocol,
+  PROTOCOLS,
+  type Protocol,
+  reportBudget,
+  Schedule,
+} from "./schedule.js";
 import { checkInteger, checkText, formatString, MAX_CELLS, MAX_SLOT, oracleCells, WIRE_VERSION } from "./wire.js";
 import { CryptoWords } from "./words.js";
 
@@ -30,8 +41,10 @@ export const TOPIC = "ldp-reports";
 /**
  * What a client needs: the protocol, the user id, the domain's d value cells (an integer in
  * [1, 65535]; the oracle runs over d + 1, cell d meaning "no value"), the window w and budget
- * E (the stream's for lbu/lsp/lpu/lbd/lba, the user's own for plbu), the stream's first slot,
- * and LPU's public key and rotation (epochs of `rotate` blocks; 0: one group for good).
+ * E (the stream's for all but plbu, the user's own for plbu), the stream's first slot, the
+ * stream's public key (`lpuKey`, 1 to 256 UTF-8 bytes: LPU's groups, LPD's and LPA's positions;
+ * required for lpu, lpd and lpa) and LPU's rotation (epochs of `rotate` blocks; 0: one group for
+ * good).
  */
 export interface ReportConfig {
   protocol: Protocol;
@@ -46,7 +59,8 @@ export interface ReportConfig {
 
 /**
  * The ledger as JSON-ready data, for the app to keep between runs (for lbd/lba the spends'
- * slots are virtual slots, 2 slot + round - 1).
+ * slots are virtual slots, 2 slot + round - 1; for lpd/lpa, as for the one-round protocols, real
+ * slots).
  */
 export interface LedgerState {
   protocol: Protocol;
@@ -90,7 +104,7 @@ export function checkConfig(config: ReportConfig): Required<ReportConfig> {
     throw new RangeError(`E must be a finite number > 0, got ${String(full.E)}`);
   }
   checkEps(reportBudget(full.protocol, full.w, full.E));
-  if (full.protocol === "lpu") checkText("lpuKey", full.lpuKey);
+  if (isKeyed(full.protocol)) checkText("lpuKey", full.lpuKey);
   return full;
 }
 
@@ -103,18 +117,24 @@ export function checkConfig(config: ReportConfig): Required<ReportConfig> {
  * For lbd/lba, `report(slot, value, decision)` sends the dissimilarity round (round 1), asked
  * at the stream's first slot and by the previous slot's decision after it, and
  * `answer(decision, value)` the publication round (round 2) at the budget the slot's decision
- * names.
+ * names. For lpd/lpa the same two calls send round 1 only at the user's phase (a lower-half
+ * position) and round 2 only where the slot's decision names the user's (upper-half) position,
+ * both at E.
  */
 export class LdpClient {
   readonly config: Required<ReportConfig>;
   readonly ledger: ClientLedger;
-  /** The budget one report spends (a dissimilarity report's for lbd/lba: E/(2w)). */
+  /** The budget one report spends (a dissimilarity report's for lbd/lba: E/(2w); E for lpd/lpa). */
   readonly eps: number;
   readonly oracle: "oue" | "grr";
   /** The cells the oracle runs over: d + 1, cell d meaning "no value". */
   readonly cells: number;
-  /** Whether the protocol has two rounds a slot (lbd, lba). */
+  /** Whether the protocol has two rounds a slot (lbd, lba, lpd, lpa). */
   readonly rounds: boolean;
+  /** Whether the protocol divides the population (lpd, lpa). */
+  readonly population: boolean;
+  /** The user's public position in [0, 2^32) for lpd and lpa (population.ts), null for the others. */
+  readonly position: number | null;
   private readonly words: WordSource;
   private readonly schedule: Schedule;
   private readonly threshold: number;
@@ -135,7 +155,10 @@ export class LdpClient {
     this.threshold = this.oracle === "grr" ? grrKeepThreshold(this.eps, this.cells) : oueThreshold(this.eps);
     this.schedule = new Schedule(c.protocol, c.start, c.w, c.lpuKey, c.user, c.rotate);
     this.rounds = isRoundProtocol(c.protocol);
-    this.ledger = new ClientLedger(this.rounds ? 2 * c.w : c.w, c.E);
+    this.population = isPopulationProtocol(c.protocol);
+    this.position = this.schedule.position;
+    // lbd, lba: virtual slots against 2w; the others (lpd and lpa too): real slots against w
+    this.ledger = new ClientLedger(this.rounds && !this.population ? 2 * c.w : c.w, c.E);
     this.head = `{"v":${WIRE_VERSION},"protocol":"${c.protocol}","user":${formatString(c.user)},"slot":`;
     this.epsText = String(this.eps);
     this.rest =
@@ -145,7 +168,11 @@ export class LdpClient {
     if (options.state !== undefined) this.loadState(options.state);
   }
 
-  /** Whether the user reports at `slot` (with a value there or without one). */
+  /**
+   * Whether the user reports at `slot` (with a value there or without one); for lpd and lpa,
+   * whether it is one of the slot's dissimilarity users (its phase), when the slot asks that
+   * round: publication rounds name their users in the decision.
+   */
   due(slot: number): boolean {
     return this.schedule.due(slot);
   }
@@ -166,12 +193,13 @@ export class LdpClient {
       this.checkDecision(decision, slot - 1);
       if (decision.next === 0) return null;
       if (decision.next !== this.eps) {
+        const what = this.population ? "E" : "E/(2w)";
         throw new RangeError(
-          `the decision asks a dissimilarity budget of ${decision.next}, not the stream's E/(2w) = ${this.eps}`,
+          `the decision asks a dissimilarity budget of ${decision.next}, not the stream's ${what} = ${this.eps}`,
         );
       }
     }
-    return this.send(slot, cell, this.eps, virtualSlot(slot, 1), 1);
+    return this.send(slot, cell, this.eps, this.population ? slot : virtualSlot(slot, 1), 1);
   }
 
   /**
@@ -184,7 +212,8 @@ export class LdpClient {
    * For lbd/lba this is the dissimilarity report (round 1): sent at the stream's first slot,
    * and after it only when `decision`, the previous slot's (slot - 1), names a dissimilarity
    * round (its `next`, which must be E/(2w), or 0: none). Without that decision (missed) nothing
-   * is sent. The other protocols take no decision.
+   * is sent. For lpd/lpa likewise, at the slots of the user's phase only (due()), `next` being E
+   * (or 0), the report spending E at the real slot. The other protocols take no decision.
    */
   report(slot: number, value: number | null | undefined, decision?: Decision | null): Uint8Array | null {
     const text = this.reportText(slot, value, decision);
@@ -202,6 +231,13 @@ export class LdpClient {
     const cell = this.cellOf(value);
     this.checkDecision(decision, slot);
     if (decision.eps === 0 || slot < c.start) return null;
+    if (this.population) {
+      if (decision.eps !== c.E) {
+        throw new RangeError(`the decision asks ${decision.eps}, not the stream's E = ${c.E}`);
+      }
+      if (!inInterval(this.position as number, decision.from, decision.size)) return null;
+      return this.send(slot, cell, decision.eps, slot, 2);
+    }
     if (!(decision.eps <= c.E / 2)) {
       throw new RangeError(`the decision asks ${decision.eps}, over E/2 = ${c.E / 2}`);
     }
@@ -209,12 +245,14 @@ export class LdpClient {
   }
 
   /**
-   * The publication report (lbd/lba round 2) of cell `value` as UTF-8 bytes, at the budget
-   * `decision` names for its slot, or null when it names none (eps 0) or the slot is before the
-   * stream's first. A `value` of null or undefined (no value) is answered as cell d, "no value",
-   * at the same budget. Throws LedgerRefusal when the ledger does not allow it,
-   * and an argument error for a one-round protocol, a decision of another protocol or one
-   * asking more than E/2.
+   * The publication report (round 2 of lbd/lba/lpd/lpa) of cell `value` as UTF-8 bytes, at the
+   * budget `decision` names for its slot, or null when it names none (eps 0) or the slot is
+   * before the stream's first. For lpd/lpa the budget must be E and only a user whose position
+   * lies in the decision's interval [from, from + size) of the upper half answers (null for the
+   * others), the spend kept at the real slot. A `value` of null or undefined (no value) is
+   * answered as cell d, "no value", at the same budget. Throws LedgerRefusal when the ledger does
+   * not allow it, and an argument error for a one-round protocol, a decision of another protocol
+   * or slot, or one asking more than E/2 (lbd, lba) or other than E (lpd, lpa).
    */
   answer(decision: Decision, value: number | null | undefined): Uint8Array | null {
     const text = this.answerText(decision, value);

@@ -16,6 +16,7 @@ export {
   WORD,
 } from "./oracles.js";
 export type { WordSource } from "./oracles.js";
+export { HALF, inInterval, inRound1, phase, position, POSITIONS } from "./population.js";
 export {
   Decision,
   DECISION_VERSION,
@@ -28,14 +29,18 @@ export {
 } from "./rounds.js";
 export {
   HOMOGENEOUS,
+  isKeyed,
+  isPopulationProtocol,
   isRoundProtocol,
+  KEYED,
   lpuPhase,
+  POPULATION_PROTOCOLS,
   PROTOCOLS,
   reportBudget,
   ROUND_PROTOCOLS,
   Schedule,
 } from "./schedule.js";
-export type { Protocol, RoundProtocol } from "./schedule.js";
-export { hmacSha256, sha256 } from "./sha256.js";
+export type { PopulationProtocol, Protocol, RoundProtocol } from "./schedule.js";
+export { framedHmac, hmacSha256, sha256 } from "./sha256.js";
 export { checkText, formatString, MAX_CELLS, MAX_SLOT, oracleCells, WIRE_VERSION } from "./wire.js";
 export { CounterWords, CryptoWords } from "./words.js";

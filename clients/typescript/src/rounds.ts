@@ -6,23 +6,32 @@
  * budget of t, 0: none, and the dissimilarity budget of t + 1, 0: none), then a publication round
  * at the decision's budget, answered by every user alike, with a value or without.
  *
- * A client keeps its ledger over virtual slots: round r of slot t is virtual slot 2t + r - 1,
- * against a window of 2w and budget E, so a forged decision cannot make it overspend. It answers
- * only what was asked: round 1 at the stream's first slot and where the previous slot's decision
- * names one, round 2 where its slot's decision names a budget.
+ * An LBD or LBA client keeps its ledger over virtual slots: round r of slot t is virtual slot
+ * 2t + r - 1, against a window of 2w and budget E, so a forged decision cannot make it overspend.
+ * It answers only what was asked: round 1 at the stream's first slot and where the previous
+ * slot's decision names one, round 2 where its slot's decision names a budget.
+ *
+ * LPD and LPA (population.ts) divide the users by their public positions: round 1 is asked of the
+ * lower half's users at their phase only, round 2 of the upper half's users in the interval
+ * [from, from + size) the slot's decision names; every report spends E, and the client keeps its
+ * ledger over real slots against a window of w and budget E.
  */
 
 import { MAX_EPS } from "./oracles.js";
-import { isRoundProtocol, ROUND_PROTOCOLS, type RoundProtocol } from "./schedule.js";
+import { HALF } from "./population.js";
+import { isPopulationProtocol, isRoundProtocol, ROUND_PROTOCOLS, type RoundProtocol } from "./schedule.js";
 import { checkInteger, checkText, formatString, MAX_SLOT } from "./wire.js";
 
 export const DECISION_VERSION = 1;
 const DECISION_KEYS = ["v", "stream", "protocol", "slot", "eps", "next"] as const;
+/** An lpd or lpa decision's keys: its publication interval after the budgets. */
+const POPULATION_KEYS = [...DECISION_KEYS, "from", "size"] as const;
 const INTEGER_LITERAL = /^-?(?:0|[1-9][0-9]*)$/;
 
 /**
  * The largest slot a two-round client reports at: its virtual slots, up to 2 slot + 1, stay
- * exact doubles (at most 2^53 - 1).
+ * exact doubles (at most 2^53 - 1). LPD and LPA clients, whose ledgers hold real slots, keep the
+ * same cap.
  */
 export const MAX_ROUND_SLOT = (MAX_SLOT - 1) / 2;
 
@@ -31,7 +40,7 @@ export function virtualSlot(slot: number, round: number): number {
   return 2 * slot + (round - 1);
 }
 
-/** The budget of a dissimilarity report: E/(2w). */
+/** The budget of an lbd or lba dissimilarity report: E/(2w) (lpd and lpa spend E). */
 export function dissimilarityBudget(w: number, E: number): number {
   return E / (2 * w);
 }
@@ -43,10 +52,21 @@ function checkBudget(what: string, value: unknown): number {
   return value;
 }
 
+function checkWhole(what: string, value: unknown, high: number): number {
+  if (typeof value !== "number" || !Number.isInteger(value) || !(value >= 0 && value <= high)) {
+    throw new RangeError(`${what} must be an integer in [0, ${high}], got ${String(value)}`);
+  }
+  return value + 0; // -0 reads as 0
+}
+
 /**
  * The collector's decision for `slot` of `stream`: `eps` is the publication round's budget (0:
- * no publication round), `next` the dissimilarity budget of slot + 1 (0: none). The constructor
- * checks every field (a RangeError or TypeError names the wrong one); a decision is frozen.
+ * no publication round), `next` the dissimilarity budget of slot + 1 (0: none). An lpd or lpa
+ * decision also names the publication round's users: the upper-half positions
+ * [from, from + size) (offsets from 2^31, modulo 2^31: inInterval()), `from` an integer in
+ * [0, 2^31 - 1] and `size` one in [0, 2^31], size > 0 exactly when eps > 0; both are 0 for lbd
+ * and lba. The constructor checks every field (a RangeError or TypeError names the wrong one);
+ * a decision is frozen.
  */
 export class Decision {
   readonly stream: string;
@@ -54,8 +74,20 @@ export class Decision {
   readonly slot: number;
   readonly eps: number;
   readonly next: number;
+  /** Where the publication interval starts in the upper half (lpd, lpa; 0 for lbd, lba). */
+  readonly from: number;
+  /** How many positions the publication interval holds (lpd, lpa; 0 for lbd, lba). */
+  readonly size: number;
 
-  constructor(stream: string, protocol: RoundProtocol, slot: number, eps: number, next: number) {
+  constructor(
+    stream: string,
+    protocol: RoundProtocol,
+    slot: number,
+    eps: number,
+    next: number,
+    from: number = 0,
+    size: number = 0,
+  ) {
     this.stream = checkText("stream", stream);
     if (!isRoundProtocol(protocol)) {
       throw new RangeError(`protocol must be one of ${ROUND_PROTOCOLS.join(", ")}, got ${String(protocol)}`);
@@ -64,19 +96,30 @@ export class Decision {
     this.slot = checkInteger("slot", slot, 0, MAX_SLOT) + 0; // -0 reads as slot 0
     this.eps = checkBudget("eps", eps);
     this.next = checkBudget("next", next);
+    const population = isPopulationProtocol(protocol);
+    this.from = checkWhole("from", from, population ? HALF - 1 : 0);
+    this.size = checkWhole("size", size, population ? HALF : 0);
+    if (population && this.size > 0 !== this.eps > 0) {
+      throw new RangeError(
+        "an lpd or lpa decision names users (size > 0) exactly when it names a publication budget (eps > 0)",
+      );
+    }
     Object.freeze(this);
   }
 }
 
 /**
  * A decision's JSON text, keys in this order, numbers as the reports write them:
- * `{"v":1,"stream":"app","protocol":"lbd","slot":1042,"eps":0.025,"next":0.05}`.
+ * `{"v":1,"stream":"app","protocol":"lbd","slot":1042,"eps":0.025,"next":0.05}`, and for lpd and
+ * lpa the interval after them:
+ * `{"v":1,"stream":"app","protocol":"lpd","slot":1042,"eps":1,"next":1,"from":0,"size":4096}`.
  */
 export function decisionText(decision: Decision): string {
   const d = decision;
+  const interval = isPopulationProtocol(d.protocol) ? `,"from":${d.from},"size":${d.size}` : "";
   return (
     `{"v":${DECISION_VERSION},"stream":${formatString(d.stream)},"protocol":"${d.protocol}",` +
-    `"slot":${d.slot},"eps":${String(d.eps)},"next":${String(d.next)}}`
+    `"slot":${d.slot},"eps":${String(d.eps)},"next":${String(d.next)}${interval}}`
   );
 }
 
@@ -138,8 +181,11 @@ function rawValues(text: string): Map<string, string> {
 
 /**
  * Read and check a decision's bytes (UTF-8) or text; an error says what is wrong. The keys are
- * exactly v, stream, protocol, slot, eps and next in this order; v is the integer 1, slot an
- * integer (no fraction, no exponent) in [0, 2^53 - 1], eps and next numbers in [0, 500].
+ * exactly v, stream, protocol, slot, eps and next in this order, and from and size after them
+ * when the protocol is lpd or lpa (an lbd or lba decision holding them is refused); v is the
+ * integer 1, slot an integer (no fraction, no exponent) in [0, 2^53 - 1], eps and next numbers in
+ * [0, 500]; for lpd and lpa from is an integer in [0, 2^31 - 1] and size one in [0, 2^31], size > 0
+ * exactly when eps > 0.
  */
 export function parseDecision(data: Uint8Array | string): Decision {
   let text: string;
@@ -151,11 +197,14 @@ export function parseDecision(data: Uint8Array | string): Decision {
     throw new TypeError("a decision is read from a string or a Uint8Array");
   }
   const record: unknown = JSON.parse(text);
-  const keys = typeof record === "object" && record !== null && !Array.isArray(record) ? Object.keys(record) : [];
-  if (keys.length !== DECISION_KEYS.length || keys.some((k, i) => k !== DECISION_KEYS[i])) {
-    throw new RangeError(`a decision is an object with the keys ${DECISION_KEYS.join(", ")}`);
+  const isObject = typeof record === "object" && record !== null && !Array.isArray(record);
+  const keys = isObject ? Object.keys(record) : [];
+  const population = isObject && isPopulationProtocol((record as Record<string, unknown>).protocol);
+  const expected: readonly string[] = population ? POPULATION_KEYS : DECISION_KEYS;
+  if (keys.length !== expected.length || keys.some((k, i) => k !== expected[i])) {
+    throw new RangeError(`a decision is an object with the keys ${expected.join(", ")}`);
   }
-  const r = record as Record<(typeof DECISION_KEYS)[number], unknown>;
+  const r = record as Record<(typeof POPULATION_KEYS)[number], unknown>;
   // JSON.parse reads 1.0 and 1e0 as 1: v and slot must be written as integers
   const raw = rawValues(text);
   const isInteger = (key: string) => INTEGER_LITERAL.test(raw.get(key) ?? "");
@@ -171,5 +220,14 @@ export function parseDecision(data: Uint8Array | string): Decision {
   }
   // an integer's -0 is 0 (a Python int), a fraction's -0.0 stays -0
   const budget = (key: "eps" | "next") => (isInteger(key) ? (r[key] as number) + 0 : r[key]) as number;
-  return new Decision(r.stream as string, r.protocol, r.slot as number, budget("eps"), budget("next"));
+  // from and size: integers as json.loads reads them (1.0 is a float there, refused)
+  const whole = (key: "from" | "size") => {
+    if (!population) return 0;
+    if (!isInteger(key)) {
+      const high = key === "from" ? HALF - 1 : HALF;
+      throw new RangeError(`${key} must be an integer in [0, ${high}], got ${(raw.get(key) ?? "").slice(0, 100)}`);
+    }
+    return r[key] as number;
+  };
+  return new Decision(r.stream as string, r.protocol, r.slot as number, budget("eps"), budget("next"), whole("from"), whole("size"));
 }

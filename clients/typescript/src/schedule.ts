@@ -1,33 +1,55 @@
 /**
  * When a user reports, with what budget; LPU's keyed group hash. LBD and LBA (two rounds a slot,
  * rounds.ts) report a dissimilarity round every slot from the stream's first, at E/(2w), and a
- * publication round at the budget the collector's decision names.
+ * publication round at the budget the collector's decision names. LPD and LPA (two rounds a slot
+ * over a divided population, population.ts) report a dissimilarity round at E once every w slots
+ * (the user's phase) and publication rounds at E where the slot's decision names the user's
+ * position; both checked against the decisions (client.ts), not here.
  */
 
-import { hmacSha256 } from "./sha256.js";
+import { phase, position } from "./population.js";
+import { framedHmac } from "./sha256.js";
 
-/** The protocols with two rounds a slot, the second at the budget the collector decides. */
-export const ROUND_PROTOCOLS = ["lbd", "lba"] as const;
+/**
+ * The protocols with two rounds a slot, the second as the collector decides: at the budget it
+ * names (lbd, lba) or by the users it names (lpd, lpa: population division).
+ */
+export const ROUND_PROTOCOLS = ["lbd", "lba", "lpd", "lpa"] as const;
 export type RoundProtocol = (typeof ROUND_PROTOCOLS)[number];
+/** The two-round protocols that divide the population, every report at E. */
+export const POPULATION_PROTOCOLS = ["lpd", "lpa"] as const;
+export type PopulationProtocol = (typeof POPULATION_PROTOCOLS)[number];
+/** The protocols that need the stream's public key (LPU's groups, LPD's and LPA's positions). */
+export const KEYED = ["lpu", ...POPULATION_PROTOCOLS] as const;
 export const PROTOCOLS = ["lbu", "lsp", "lpu", "plbu", ...ROUND_PROTOCOLS] as const;
 export type Protocol = (typeof PROTOCOLS)[number];
 /** The protocols whose w and E are the stream's, the same for every user. */
 export const HOMOGENEOUS = ["lbu", "lsp", "lpu", ...ROUND_PROTOCOLS] as const;
 const PREFIX = "pwevent-lpu-v1";
 
-/** Whether `protocol` has two rounds a slot (lbd, lba). */
+/** Whether `protocol` has two rounds a slot (lbd, lba, lpd, lpa). */
 export function isRoundProtocol(protocol: unknown): protocol is RoundProtocol {
-  return protocol === "lbd" || protocol === "lba";
+  return (ROUND_PROTOCOLS as readonly unknown[]).includes(protocol);
+}
+
+/** Whether `protocol` divides the population (lpd, lpa). */
+export function isPopulationProtocol(protocol: unknown): protocol is PopulationProtocol {
+  return protocol === "lpd" || protocol === "lpa";
+}
+
+/** Whether `protocol` needs the stream's public key (lpu, lpd, lpa). */
+export function isKeyed(protocol: unknown): boolean {
+  return protocol === "lpu" || isPopulationProtocol(protocol);
 }
 
 /**
- * The budget one report spends: E/w (lbu, plbu), E (lsp, lpu) or, for a dissimilarity report,
- * E/(2w) (lbd, lba).
+ * The budget one report spends: E/w (lbu, plbu), E (lsp, lpu, and every report of lpd, lpa) or,
+ * for a dissimilarity report, E/(2w) (lbd, lba).
  */
 export function reportBudget(protocol: Protocol, w: number, E: number): number {
   if (protocol === "lbu" || protocol === "plbu") return E / w;
-  if (isRoundProtocol(protocol)) return E / (2 * w);
-  if (protocol === "lsp" || protocol === "lpu") return E;
+  if (protocol === "lbd" || protocol === "lba") return E / (2 * w);
+  if (protocol === "lsp" || protocol === "lpu" || isPopulationProtocol(protocol)) return E;
   throw new RangeError(`unknown protocol ${String(protocol)}; choose from ${PROTOCOLS.join(", ")}`);
 }
 
@@ -37,27 +59,22 @@ export function reportBudget(protocol: Protocol, w: number, E: number): number {
  * as 4 big-endian bytes and its bytes; the tag's first 8 bytes big-endian, modulo w.
  */
 export function lpuPhase(key: string, user: string, w: number, epoch: number): number {
-  const encoder = new TextEncoder();
-  const parts = [encoder.encode(PREFIX)];
-  for (const part of [user, String(w), String(epoch)]) {
-    const data = encoder.encode(part);
-    const length = new Uint8Array(4);
-    new DataView(length.buffer).setUint32(0, data.length);
-    parts.push(length, data);
-  }
-  const message = new Uint8Array(parts.reduce((n, p) => n + p.length, 0));
-  let at = 0;
-  for (const p of parts) {
-    message.set(p, at);
-    at += p.length;
-  }
-  const tag = new DataView(hmacSha256(encoder.encode(key), message).buffer);
-  const value = (BigInt(tag.getUint32(0)) << 32n) | BigInt(tag.getUint32(4));
+  const tag = framedHmac(key, PREFIX, [user, String(w), String(epoch)]);
+  const view = new DataView(tag.buffer, tag.byteOffset, tag.byteLength);
+  const value = (BigInt(view.getUint32(0)) << 32n) | BigInt(view.getUint32(4));
   return Number(value % BigInt(w));
 }
 
-/** Where a protocol has a user report; LPU's groups are cached per epoch. */
+/**
+ * Where a protocol has a user report; LPU's groups are cached per epoch. For lpd and lpa this is
+ * the dissimilarity round (round 1) at the user's phase, when the slot asks one; their
+ * publication rounds name their users (the decisions' intervals).
+ */
 export class Schedule {
+  /** The user's public position for lpd and lpa (population.ts), null for the others. */
+  readonly position: number | null;
+  /** The user's dissimilarity phase for lpd and lpa: in [0, w) or, a publication user, null. */
+  readonly phase: number | null;
   private epoch = -1;
   private group = 0;
   private previous = 0;
@@ -69,24 +86,28 @@ export class Schedule {
     readonly key: string,
     readonly user: string,
     readonly rotate: number,
-  ) {}
+  ) {
+    this.position = isPopulationProtocol(protocol) ? position(key, user) : null;
+    this.phase = this.position === null ? null : phase(this.position, w);
+  }
 
   /** Whether the user reports at `slot` (never before the stream's first slot). */
   due(slot: number): boolean {
     if (slot < this.start) return false;
+    if (this.position !== null) return this.phase !== null && (slot - this.start) % this.w === this.phase;
     if (this.protocol === "lbu" || this.protocol === "plbu" || isRoundProtocol(this.protocol)) return true;
     const offset = slot - this.start;
     const w = this.w;
     if (this.protocol === "lsp") return offset % w === 0;
     const block = Math.floor(offset / w);
-    const position = offset - block * w;
+    const at = offset - block * w;
     const epoch = this.rotate > 0 ? Math.floor(block / this.rotate) : 0;
     if (epoch !== this.epoch) {
       this.group = lpuPhase(this.key, this.user, w, epoch);
       this.previous = epoch > 0 ? lpuPhase(this.key, this.user, w, epoch - 1) : 0;
       this.epoch = epoch;
     }
-    if (position !== this.group) return false;
+    if (at !== this.group) return false;
     if (this.rotate > 0 && block > 0 && block % this.rotate === 0) return this.group >= this.previous;
     return true;
   }

@@ -1,4 +1,7 @@
-/** SHA-256 and HMAC-SHA256 (FIPS 180-4, RFC 2104), synchronous, for LPU's group and the vectors. */
+/**
+ * SHA-256 and HMAC-SHA256 (FIPS 180-4, RFC 2104), synchronous, for LPU's groups, LPD's and LPA's
+ * positions and the vectors.
+ */
 
 const K = new Uint32Array([
   0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1, 0x923f82a4, 0xab1c5ed5,
@@ -76,4 +79,27 @@ export function hmacSha256(key: Uint8Array, message: Uint8Array): Uint8Array {
   inner.set(message, 64);
   outer.set(sha256(inner), 64);
   return sha256(outer);
+}
+
+/**
+ * HMAC-SHA256 keyed with `key`'s UTF-8 bytes over `prefix`'s UTF-8 bytes and then, for each of
+ * `parts`, its UTF-8 length as 4 big-endian bytes and its UTF-8 bytes: the tag of LPU's groups
+ * and of LPD's and LPA's positions (each with its own prefix).
+ */
+export function framedHmac(key: string, prefix: string, parts: readonly string[]): Uint8Array {
+  const encoder = new TextEncoder();
+  const chunks = [encoder.encode(prefix)];
+  for (const part of parts) {
+    const data = encoder.encode(part);
+    const length = new Uint8Array(4);
+    new DataView(length.buffer).setUint32(0, data.length);
+    chunks.push(length, data);
+  }
+  const message = new Uint8Array(chunks.reduce((n, c) => n + c.length, 0));
+  let at = 0;
+  for (const c of chunks) {
+    message.set(c, at);
+    at += c.length;
+  }
+  return hmacSha256(encoder.encode(key), message);
 }

@@ -1,8 +1,10 @@
 // The client with the platform's CSPRNG: reports parse, the ledger holds, the state round-trips.
 import assert from "node:assert/strict";
+import { createHmac } from "node:crypto";
 import { test } from "node:test";
 
 import {
+  checkConfig,
   CLIENT_NAME,
   CounterWords,
   CryptoWords,
@@ -10,11 +12,16 @@ import {
   decisionText,
   dissimilarityBudget,
   grrKeepThreshold,
+  inInterval,
+  inRound1,
   LdpClient,
   LedgerRefusal,
   oracleCells,
   oueThreshold,
   parseDecision,
+  phase,
+  position,
+  POSITIONS,
   slotOf,
   topicName,
   virtualSlot,
@@ -339,4 +346,266 @@ test("two rounds: a slot whose virtual slot has no exact double is refused", () 
   assert.notEqual(client.report(2 ** 52 - 1, 0), null); // virtual slot 2^53 - 2
   assert.notEqual(client.answer(new Decision("app", "lbd", 2 ** 52 - 1, 0.5, 0.5), 0), null); // 2^53 - 1
   assert.throws(() => client.report(2 ** 52, 0, new Decision("app", "lbd", 2 ** 52 - 1, 0.5, 0.5)), RangeError);
+});
+
+// LPD and LPA: population division by public positions (population.ts).
+const HALF = 2 ** 31;
+
+/** The first user `<prefix>-<i>` whose position under `key` lies in the upper half (or the lower). */
+function populationUser(key, prefix, upper) {
+  for (let i = 0; i < 10000; i++) {
+    const user = `${prefix}-${i}`;
+    const at = position(key, user);
+    if (at >= HALF === upper) return { user, at };
+  }
+  throw new Error("no such user");
+}
+
+test("population: positions are HMAC-SHA256's first 4 bytes, phases exact", () => {
+  for (const [key, user] of [["k", "u"], ["pop-key", "zoë 🚀"], ["x".repeat(100), "u".repeat(256)]]) {
+    const data = Buffer.from(user, "utf-8");
+    const length = Buffer.alloc(4);
+    length.writeUInt32BE(data.length);
+    const tag = createHmac("sha256", Buffer.from(key, "utf-8"))
+      .update(Buffer.from("pwevent-lpd-v1", "ascii"))
+      .update(length)
+      .update(data)
+      .digest();
+    assert.equal(position(key, user), tag.readUInt32BE(0), `${key} ${user}`);
+  }
+  assert.equal(POSITIONS, 2 ** 32);
+  assert.equal(HALF, 2 ** 31);
+  // floor(at w / 2^31) exactly, where at w exceeds 2^53
+  assert.equal(phase(HALF - 1, 2 ** 31 - 1), 2 ** 31 - 2);
+  assert.equal(phase(HALF - 2, 2 ** 31 - 1), 2 ** 31 - 3);
+  assert.equal(phase(1, 2 ** 31 - 1), 0);
+  assert.equal(phase(0, 7), 0);
+  assert.equal(phase(HALF, 7), null);
+  assert.equal(phase(2 ** 32 - 1, 7), null);
+  assert.throws(() => phase(2 ** 32, 7), RangeError);
+  assert.throws(() => phase(1, 0), RangeError);
+  // the interval [from, from + size) of the upper half, offsets modulo 2^31
+  assert.equal(inInterval(HALF + 5, 5, 1), true);
+  assert.equal(inInterval(HALF + 5, 6, 10), false);
+  assert.equal(inInterval(HALF + 5, 0, 5), false);
+  assert.equal(inInterval(HALF + 1, HALF - 2, 4), true); // wraps around: offsets 2^31 - 2, 2^31 - 1, 0, 1
+  assert.equal(inInterval(HALF + 2, HALF - 2, 4), false);
+  assert.equal(inInterval(2 ** 32 - 1, HALF - 1, 1), true);
+  assert.equal(inInterval(HALF - 1, 0, HALF), false); // a dissimilarity user: never
+  assert.equal(inRound1(0, 4, 5, 3), false); // before the first slot
+  assert.equal(inRound1(0, 5, 5, 3), true);
+});
+
+test("population: lpd and lpa are due by phase, in round 1 only", () => {
+  const key = "the-stream-key";
+  for (const protocol of ["lpd", "lpa"]) {
+    for (const w of [1, 3, 7]) {
+      const start = 20;
+      const low = populationUser(key, `low-${w}`, false);
+      const high = populationUser(key, `high-${w}`, true);
+      const k = Number((BigInt(low.at) * BigInt(w)) / 2n ** 31n);
+      const lows = new LdpClient({ protocol, user: low.user, d: 4, w, E: 2, start, lpuKey: key });
+      const highs = new LdpClient({ protocol, user: high.user, d: 4, w, E: 2, start, lpuKey: key });
+      assert.equal(lows.position, low.at);
+      assert.equal(highs.position, high.at);
+      assert.equal(lows.eps, 2); // every report at E
+      assert.equal(lows.ledger.w, w); // real slots, window w
+      assert.equal(phase(low.at, w), k);
+      assert.equal(phase(high.at, w), null);
+      for (let slot = 0; slot < start + 4 * w + 2; slot++) {
+        const due = slot >= start && (slot - start) % w === k;
+        assert.equal(lows.due(slot), due, `${protocol} w ${w} slot ${slot}`);
+        assert.equal(highs.due(slot), false, `${protocol} w ${w} slot ${slot}`);
+      }
+    }
+  }
+  // reports at the phase: round 1 at E, spent at the real slot; elsewhere nothing
+  const w = 3;
+  const start = 5;
+  const low = populationUser(key, "lower", false);
+  const k = start + phase(low.at, w);
+  const client = new LdpClient({ protocol: "lpd", user: low.user, d: 4, w, E: 2, start, lpuKey: key });
+  const asked = (slot) => new Decision("app", "lpd", slot - 1, 0, 2);
+  if (k === start) assert.notEqual(client.report(k, 1), null); // the first slot needs no decision
+  else assert.equal(client.report(k, 1), null); // the decision of slot k - 1 missed
+  const r = decode(client.report(k + w, 1, asked(k + w)));
+  assert.deepEqual(Object.keys(r), ["v", "protocol", "user", "slot", "round", "eps", "E", "w", "d", "oracle", "bits", "client"]);
+  assert.equal(r.protocol, "lpd");
+  assert.equal(r.round, 1);
+  assert.equal(r.eps, 2);
+  assert.equal(r.slot, k + w);
+  assert.equal(client.report(k + w + 1, 1, asked(k + w + 1)), null); // not its phase
+  assert.equal(client.report(k + 2 * w, 1, new Decision("app", "lpd", k + 2 * w - 1, 0, 0)), null); // next: none
+  const blank = decode(client.report(k + 3 * w, null, asked(k + 3 * w))); // no value: cell d
+  assert.equal(blank.eps, 2);
+  assert.equal(unpackBits(blank.bits, 5).length, 5);
+  assert.deepEqual(client.ledger.dump(), [[k + 3 * w, 2]]);
+  assert.deepEqual(client.state().spends, [[k + 3 * w, 2]]); // real slots
+  // a dissimilarity user never answers a publication round, even one naming the whole upper half
+  assert.equal(client.answer(new Decision("app", "lpd", k + 4 * w, 2, 2, 0, HALF), 1), null);
+  assert.deepEqual(client.ledger.dump(), [[k + 3 * w, 2]]);
+});
+
+test("population: a publication user answers inside the decision's interval only, wrap-around included", () => {
+  const key = "pop-key";
+  const w = 3;
+  const E = 2;
+  const { user, at } = populationUser(key, "pub", true);
+  const off = at - HALF;
+  assert.ok(off > 8 && off < HALF - 8, "a user away from the half's ends");
+  const client = new LdpClient({ protocol: "lpa", user, d: 3, w, E, start: 0, lpuKey: key });
+  const d = (slot, from, size) => new Decision("app", "lpa", slot, E, E, from, size);
+  let slot = 0;
+  const answer = (from, size, value = 1) => {
+    const bytes = client.answer(d(slot, from, size), value);
+    slot += w; // one answer per window at most: keep the next one allowed
+    return decode(bytes);
+  };
+  const inside = answer(off, 1); // exactly its position
+  assert.equal(inside.round, 2);
+  assert.equal(inside.eps, E);
+  assert.equal(inside.protocol, "lpa");
+  assert.equal(answer(off + 1, HALF - 1), null); // every upper position but its own (wraps around)
+  assert.equal(answer(0, off), null); // just below it
+  assert.notEqual(answer(0, off + 1), null); // up to it
+  assert.equal(answer(off + 1, 5), null); // just above it
+  assert.notEqual(answer(HALF - 3, off + 4), null); // wraps around: [2^31 - 3, 2^31) and [0, off]
+  assert.equal(answer(HALF - 3, off + 3), null); // wraps around, stopping just short of it
+  assert.notEqual(answer(off - 2, 5, null), null); // no value: answered as cell d
+  assert.notEqual(answer(0, HALF), null); // the whole upper half
+  assert.equal(client.report(slot, 1), null); // never a dissimilarity user
+  assert.equal(client.report(slot + 1, 1, new Decision("app", "lpa", slot, 0, E)), null);
+  assert.equal(client.answer(new Decision("app", "lpa", slot, 0, E), 1), null); // no publication round
+  const spends = client.ledger.dump();
+  assert.deepEqual(spends, [[slot - w, E]]);
+});
+
+test("population: forged decisions (eps != E, next != E, other protocol or slot) are argument errors", () => {
+  const key = "pop-key";
+  const E = 2;
+  const high = populationUser(key, "forge-high", true);
+  const lpa = new LdpClient({ protocol: "lpa", user: high.user, d: 3, w: 2, E, lpuKey: key });
+  const off = high.at - HALF;
+  const notRefusal = (e) => e instanceof RangeError && !(e instanceof LedgerRefusal);
+  for (const eps of [1, 0.5, 3, 500]) {
+    assert.throws(() => lpa.answer(new Decision("app", "lpa", 4, eps, E, off, 1), 1), notRefusal, `eps ${eps}`);
+    // even outside its interval: the budget is checked first
+    assert.throws(() => lpa.answer(new Decision("app", "lpa", 4, eps, E, off + 1, 1), null), notRefusal);
+  }
+  assert.throws(() => lpa.answer(new Decision("app", "lpd", 4, E, E, off, 1), 1), notRefusal); // other protocol
+  assert.throws(() => lpa.answer(new Decision("app", "lba", 4, E / 2, E), 1), notRefusal);
+  assert.deepEqual(lpa.ledger.dump(), []);
+  const low = populationUser(key, "forge-low", false);
+  const w = 2;
+  const lpd = new LdpClient({ protocol: "lpd", user: low.user, d: 3, w, E, lpuKey: key });
+  const k = phase(low.at, w);
+  const due = k + 2 * w;
+  assert.equal(lpd.due(due), true);
+  assert.throws(() => lpd.report(due, 1, new Decision("app", "lpd", due - 1, 0, 1)), notRefusal); // next != E
+  assert.throws(() => lpd.report(due, 1, new Decision("app", "lpd", due - 1, 0, E / (2 * w))), notRefusal);
+  assert.throws(() => lpd.report(due, 1, new Decision("app", "lpd", due, 0, E)), notRefusal); // not slot - 1
+  assert.throws(() => lpd.report(due, 1, new Decision("app", "lpa", due - 1, 0, E)), notRefusal);
+  assert.throws(() => lpd.report(due, 1, { stream: "app", protocol: "lpd", slot: due - 1, eps: 0, next: E, from: 0, size: 0 }), TypeError);
+  assert.deepEqual(lpd.ledger.dump(), []);
+  assert.notEqual(lpd.report(due, 1, new Decision("app", "lpd", due - 1, E, E, 0, 1)), null);
+  // a slot past 2^52 - 1 is refused as for lbd and lba
+  const top = new LdpClient({ protocol: "lpa", user: high.user, d: 3, w: 2, E, lpuKey: key });
+  assert.notEqual(top.answer(new Decision("app", "lpa", 2 ** 52 - 1, E, E, 0, HALF), 0), null);
+  assert.throws(() => top.answer(new Decision("app", "lpa", 2 ** 52, E, E, 0, HALF), 0), RangeError);
+});
+
+test("population: lpd and lpa need the stream's public key", () => {
+  for (const protocol of ["lpd", "lpa"]) {
+    const config = { protocol, user: "u", d: 4, w: 2, E: 1 };
+    assert.throws(() => checkConfig(config), RangeError, `${protocol} without a key`);
+    assert.throws(() => new LdpClient(config), RangeError);
+    assert.throws(() => new LdpClient({ ...config, lpuKey: "" }), RangeError);
+    assert.throws(() => new LdpClient({ ...config, lpuKey: "k".repeat(257) }), RangeError);
+    assert.throws(() => new LdpClient({ ...config, lpuKey: "\ud800" }), RangeError);
+    assert.throws(() => new LdpClient({ ...config, lpuKey: 7 }), TypeError);
+    const ok = new LdpClient({ ...config, lpuKey: "k".repeat(256) });
+    assert.equal(ok.position, position("k".repeat(256), "u"));
+    assert.equal(new LdpClient({ ...config, lpuKey: "é".repeat(128) }).eps, 1);
+  }
+  assert.equal(new LdpClient({ protocol: "lbd", user: "u", d: 4, w: 2, E: 1 }).position, null); // lbd needs none
+});
+
+test("population: the ledger refuses a second interval naming the user within w slots", () => {
+  const key = "pop-key";
+  const w = 4;
+  const E = 1.5;
+  const { user, at } = populationUser(key, "twice", true);
+  const off = at - HALF;
+  const config = { protocol: "lpd", user, d: 2, w, E, start: 3, lpuKey: key };
+  const client = new LdpClient(config);
+  const named = (slot, from = off, size = 1) => new Decision("app", "lpd", slot, E, E, from, size);
+  assert.notEqual(client.answer(named(10), 1), null);
+  for (const slot of [11, 12, 13]) {
+    // a forged decision naming the user again within w slots: refused, nothing spent nor drawn
+    assert.throws(
+      () => client.answer(named(slot, (off + HALF - 1) % HALF, 3), 0),
+      (e) => e instanceof LedgerRefusal && e.code === "over_budget",
+      `slot ${slot}`,
+    );
+  }
+  assert.throws(
+    () => client.answer(named(10), 1),
+    (e) => e instanceof LedgerRefusal && e.code === "not_after_last",
+  );
+  assert.deepEqual(client.ledger.dump(), [[10, E]]);
+  // the kept state holds real slots and keeps refusing
+  const kept = JSON.parse(JSON.stringify(client.state()));
+  assert.deepEqual(kept.spends, [[10, E]]);
+  const again = new LdpClient(config, { state: kept });
+  assert.throws(
+    () => again.answer(named(13), 1),
+    (e) => e instanceof LedgerRefusal && e.code === "over_budget",
+  );
+  assert.notEqual(again.answer(named(14), 1), null); // w slots on
+  assert.deepEqual(again.ledger.dump(), [[14, E]]);
+  assert.notEqual(client.answer(named(14), 1), null);
+});
+
+test("population: decisions carry their interval, written and read strictly", () => {
+  const d = new Decision("app", "lpd", 1042, 1, 1, 0, 4096);
+  assert.equal(decisionText(d), '{"v":1,"stream":"app","protocol":"lpd","slot":1042,"eps":1,"next":1,"from":0,"size":4096}');
+  assert.deepEqual(parseDecision(decisionText(d)), d);
+  assert.ok(Object.isFrozen(d));
+  assert.equal(d.from, 0);
+  assert.equal(d.size, 4096);
+  const none = new Decision("app", "lpa", 3, 0, 0);
+  assert.equal(decisionText(none), '{"v":1,"stream":"app","protocol":"lpa","slot":3,"eps":0,"next":0,"from":0,"size":0}');
+  const lbd = new Decision("app", "lbd", 3, 0.5, 0.25);
+  assert.equal(lbd.from, 0);
+  assert.equal(lbd.size, 0);
+  assert.equal(decisionText(lbd), '{"v":1,"stream":"app","protocol":"lbd","slot":3,"eps":0.5,"next":0.25}');
+  const edge = new Decision("app", "lpa", 1, 1, 1, HALF - 1, HALF);
+  assert.deepEqual(parseDecision(decisionText(edge)), edge);
+  for (const [from, size, eps] of [
+    [HALF, 1, 1], // from past the half
+    [-1, 1, 1],
+    [0.5, 1, 1],
+    [0, HALF + 1, 1], // more than the half
+    [0, 0, 1], // a publication budget naming nobody
+    [0, 5, 0], // users named without a budget
+    [0, 1.5, 1],
+  ]) {
+    assert.throws(() => new Decision("app", "lpd", 1, eps, 1, from, size), RangeError, `${from} ${size} ${eps}`);
+  }
+  assert.throws(() => new Decision("app", "lbd", 1, 0.5, 0.25, 1, 0), RangeError); // lbd: from 0
+  assert.throws(() => new Decision("app", "lba", 1, 0.5, 0.25, 0, 1), RangeError); // lba: size 0
+  const text = decisionText(d);
+  for (const bad of [
+    text.replace(',"from":0,"size":4096', ""), // lpd without its interval
+    text.replace('"from":0', '"from":0.0'),
+    text.replace('"size":4096', '"size":4096.0'),
+    text.replace('"size":4096', '"size":4.096e3'),
+    text.replace('"from":0', '"from":"0"'),
+    text.replace('"from":0,"size":4096', '"size":4096,"from":0'),
+    text.replace('"size":4096', '"size":4096,"extra":1'),
+    decisionText(lbd).replace("}", ',"from":0,"size":0}'), // lbd with an interval
+  ]) {
+    assert.throws(() => parseDecision(bad), (e) => !(e instanceof LedgerRefusal), bad);
+  }
+  assert.equal(parseDecision(text.replace('"from":0', '"from":-0')).from, 0);
 });

@@ -19,8 +19,10 @@ import {
   lpuPhase,
   oueThreshold,
   parseDecision,
+  phase,
   plbuUsesGrr,
   portableExp,
+  position,
   sha256,
 } from "../dist/index.js";
 
@@ -62,6 +64,19 @@ test("numbers as the wire writes them", () => {
 
 test("LPU groups", () => {
   for (const g of vectors.lpu_groups) assert.equal(lpuPhase(g.key, g.user, g.w, g.epoch), g.group, JSON.stringify(g));
+});
+
+test("LPD's and LPA's positions and phases", () => {
+  assert.ok(vectors.positions.length > 0);
+  let lower = 0;
+  for (const p of vectors.positions) {
+    const where = JSON.stringify(p);
+    assert.equal(position(p.key, p.user), p.position, where);
+    assert.ok(p.phases.length > 0, where);
+    for (const [w, k] of p.phases) assert.equal(phase(p.position, w), k, `${where} w ${w}`);
+    if (p.position < 2 ** 31) lower++;
+  }
+  assert.ok(lower > 0 && lower < vectors.positions.length, "both halves in the vectors");
 });
 
 test("GRR draws, rejection included", () => {
@@ -114,7 +129,11 @@ test("decisions: read, refused, and written back byte for byte", () => {
     }
     for (const data of [bytes, text]) {
       const d = parseDecision(data);
-      assert.deepEqual({ stream: d.stream, protocol: d.protocol, slot: d.slot, eps: d.eps, next: d.next }, read, text);
+      assert.deepEqual(
+        { stream: d.stream, protocol: d.protocol, slot: d.slot, eps: d.eps, next: d.next, from: d.from, size: d.size },
+        read,
+        text,
+      );
       assert.equal(decisionText(d), text);
       assert.deepEqual(encodeDecision(d), bytes);
     }
@@ -152,6 +171,8 @@ test("round clients: both rounds' reports, refusals, errors, ledgers and words d
     });
   }
   assert.deepEqual([...outcomes].sort(), ["error", "none", "refused", "report"]);
+  const protocols = new Set(vectors.round_clients.map((c) => c.config.protocol));
+  for (const p of ["lbd", "lba", "lpd", "lpa"]) assert.ok(protocols.has(p), `a ${p} round client`);
 });
 
 test("SHA-256 and HMAC-SHA256 agree with node:crypto", () => {

@@ -20,8 +20,9 @@ public final class ClientLedger {
   private List<Spend> spends = new ArrayList<>();
 
   /**
-   * An empty ledger of window {@code w} and budget {@code E}: a long, since the two-round
-   * protocols keep theirs over 2w virtual slots (w up to 2^31 - 1).
+   * An empty ledger of window {@code w} and budget {@code E}: a long, since lbd and lba keep
+   * theirs over 2w virtual slots (w up to 2^31 - 1); lpd and lpa keep theirs over real slots,
+   * window w.
    */
   public ClientLedger(long w, double budget) {
     this.w = w;

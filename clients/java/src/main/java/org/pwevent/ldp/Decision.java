@@ -8,23 +8,39 @@ import java.util.List;
 import java.util.Map;
 
 /**
- * The collector's decision for {@code slot} of {@code stream} in a two-round protocol (lbd, lba):
- * {@code eps} is the publication round's budget (0: no publication round), {@code next} the
- * dissimilarity budget of slot + 1 (0: none). The constructor checks every field.
+ * The collector's decision for {@code slot} of {@code stream} in a two-round protocol (lbd, lba,
+ * lpd, lpa): {@code eps} is the publication round's budget (0: no publication round), {@code next}
+ * the dissimilarity budget of slot + 1 (0: none). An lpd or lpa decision also names the
+ * publication round's users: the upper-half positions [from, from + size) (offsets from 2^31,
+ * modulo 2^31: {@link Schedule#inInterval}); {@code size} is 0 exactly when {@code eps} is. Both
+ * are 0 for lbd and lba. The constructor checks every field.
  *
- * <p>Slot t of a two-round stream runs a dissimilarity round (every user holding a value reports
- * at E/(2w)), then the collector's decision, then a publication round at the decision's eps. A
- * client keeps its ledger over virtual slots ({@link #virtualSlot}: round r of slot t is 2t + r -
- * 1) against a window of 2w and budget E, so a forged decision cannot make it overspend.
+ * <p>Slot t of a two-round stream runs a dissimilarity round, then the collector's decision, then
+ * a publication round at the decision's eps. In lbd and lba every user holding a value reports
+ * round 1 at E/(2w), and a client keeps its ledger over virtual slots ({@link #virtualSlot}:
+ * round r of slot t is 2t + r - 1) against a window of 2w and budget E, so a forged decision
+ * cannot make it overspend. In lpd and lpa a user reports round 1 at its phase only and round 2
+ * when the interval holds its position, every report at E, and a client keeps its ledger over
+ * real slots against a window of w and budget E: a user reports at most once in any w slots.
  *
  * <p>On the wire a decision is one JSON object, keys in this order, numbers as the reports write
- * them: {@code {"v":1,"stream":"app","protocol":"lbd","slot":1042,"eps":0.025,"next":0.05}}.
+ * them: {@code {"v":1,"stream":"app","protocol":"lbd","slot":1042,"eps":0.025,"next":0.05}}, and
+ * for lpd and lpa the interval after them:
+ * {@code {"v":1,"stream":"app","protocol":"lpd","slot":1042,"eps":1,"next":1,"from":0,"size":4096}}.
  */
-public record Decision(String stream, String protocol, long slot, double eps, double next) {
+public record Decision(
+    String stream, String protocol, long slot, double eps, double next, long from, long size) {
   /** The decision format's version. */
   public static final int VERSION = 1;
-  /** A decision's keys, in their order. */
+  /** A decision's keys, in their order (lbd, lba). */
   public static final List<String> KEYS = List.of("v", "stream", "protocol", "slot", "eps", "next");
+  /** An lpd or lpa decision's keys, in their order: the publication interval after the budgets. */
+  public static final List<String> POPULATION_KEYS =
+      List.of("v", "stream", "protocol", "slot", "eps", "next", "from", "size");
+  /** The largest {@code from} of an lpd or lpa decision: 2^31 - 1. */
+  public static final long MAX_FROM = Schedule.HALF - 1;
+  /** The largest {@code size} of an lpd or lpa decision: 2^31, the whole upper half. */
+  public static final long MAX_SIZE = Schedule.HALF;
 
   /** Every field checked; IllegalArgumentException names the wrong one. */
   public Decision {
@@ -36,6 +52,21 @@ public record Decision(String stream, String protocol, long slot, double eps, do
     Wire.checkRange("slot", slot, 0, Wire.MAX_SLOT);
     checkBudget("eps", eps);
     checkBudget("next", next);
+    boolean population = Schedule.isPopulation(protocol);
+    Wire.checkRange("from", from, 0, population ? MAX_FROM : 0);
+    Wire.checkRange("size", size, 0, population ? MAX_SIZE : 0);
+    if (population && (size > 0) != (eps > 0.0)) {
+      throw new IllegalArgumentException("an lpd or lpa decision names users (size > 0) exactly "
+          + "when it names a publication budget (eps > 0)");
+    }
+  }
+
+  /**
+   * A decision without a publication interval (from and size 0): any lbd or lba decision, and
+   * an lpd or lpa decision without a publication round.
+   */
+  public Decision(String stream, String protocol, long slot, double eps, double next) {
+    this(stream, protocol, slot, eps, next, 0, 0);
   }
 
   private static void checkBudget(String what, double value) {
@@ -54,11 +85,16 @@ public record Decision(String stream, String protocol, long slot, double eps, do
     return budget / (2.0 * (double) w);
   }
 
-  /** The decision's JSON text, keys in order, numbers as the reports write them. */
+  /**
+   * The decision's JSON text, keys in order ({@link #KEYS}, or {@link #POPULATION_KEYS} for lpd
+   * and lpa), numbers as the reports write them.
+   */
   public String text() {
+    String interval = Schedule.isPopulation(protocol)
+        ? ",\"from\":" + from + ",\"size\":" + size : "";
     return "{\"v\":" + VERSION + ",\"stream\":" + Wire.formatString(stream) + ",\"protocol\":\""
         + protocol + "\",\"slot\":" + slot + ",\"eps\":" + Wire.formatNumber(eps) + ",\"next\":"
-        + Wire.formatNumber(next) + "}";
+        + Wire.formatNumber(next) + interval + "}";
   }
 
   /** The decision's bytes: {@link #text()} in UTF-8. */
@@ -68,10 +104,12 @@ public record Decision(String stream, String protocol, long slot, double eps, do
 
   /**
    * Read and check a decision's UTF-8 bytes as the Python reference does (json.loads, then the
-   * checks): an object with exactly the keys v, stream, protocol, slot, eps, next in this order
-   * (JSON's rules otherwise: whitespace between tokens, escapes, a repeated key's last value at
-   * its first place), v the integer 1, stream 1 to 256 UTF-8 bytes without a lone surrogate,
-   * protocol lbd or lba, slot an integer in [0, 2^53 - 1], eps and next numbers in [0, 500].
+   * checks): an object with exactly the keys v, stream, protocol, slot, eps, next in this order,
+   * and from, size after them when the protocol is lpd or lpa (JSON's rules otherwise:
+   * whitespace between tokens, escapes, a repeated key's last value at its first place), v the
+   * integer 1, stream 1 to 256 UTF-8 bytes without a lone surrogate, protocol lbd, lba, lpd or
+   * lpa, slot an integer in [0, 2^53 - 1], eps and next numbers in [0, 500]; for lpd and lpa
+   * from an integer in [0, 2^31 - 1] and size one in [0, 2^31], size > 0 exactly when eps > 0.
    * IllegalArgumentException for anything else, malformed UTF-8 among it (a leading byte order
    * mark is skipped).
    */
@@ -96,8 +134,12 @@ public record Decision(String stream, String protocol, long slot, double eps, do
 
   private static Decision read(Reader reader) {
     Map<String, Value> record = reader.document();
-    if (!List.copyOf(record.keySet()).equals(KEYS)) {
-      throw new IllegalArgumentException("a decision is an object with the keys " + KEYS);
+    Value named = record.get("protocol");
+    boolean population = named != null && named.kind == Value.STRING
+        && Schedule.isPopulation(named.string);
+    List<String> keys = population ? POPULATION_KEYS : KEYS;
+    if (!List.copyOf(record.keySet()).equals(keys)) {
+      throw new IllegalArgumentException("a decision is an object with the keys " + keys);
     }
     Value v = record.get("v");
     if (v.kind != Value.INTEGER || !v.integer.equals(BigInteger.ONE)) {
@@ -119,8 +161,21 @@ public record Decision(String stream, String protocol, long slot, double eps, do
         || slot.integer.compareTo(BigInteger.valueOf(Wire.MAX_SLOT)) > 0) {
       throw new IllegalArgumentException("slot must be an integer in [0, " + Wire.MAX_SLOT + "]");
     }
-    return new Decision(stream.string, protocol.string, slot.integer.longValueExact(),
-        budget("eps", record.get("eps")), budget("next", record.get("next")));
+    double eps = budget("eps", record.get("eps"));
+    double next = budget("next", record.get("next"));
+    long from = population ? whole("from", record.get("from"), MAX_FROM) : 0;
+    long size = population ? whole("size", record.get("size"), MAX_SIZE) : 0;
+    return new Decision(stream.string, protocol.string, slot.integer.longValueExact(), eps, next,
+        from, size);
+  }
+
+  /** An integer in [0, high] (an int of json.loads, not a float nor a bool). */
+  private static long whole(String what, Value value, long high) {
+    if (value.kind != Value.INTEGER || value.integer.signum() < 0
+        || value.integer.compareTo(BigInteger.valueOf(high)) > 0) {
+      throw new IllegalArgumentException(what + " must be an integer in [0, " + high + "]");
+    }
+    return value.integer.longValueExact();
   }
 
   private static double budget(String what, Value value) {

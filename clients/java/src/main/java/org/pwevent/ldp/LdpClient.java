@@ -16,11 +16,18 @@ import java.util.Objects;
  * whether the user had a value at a slot stays as private as the value itself: the report's
  * presence says nothing.
  *
- * <p>The two-round protocols (lbd, lba) keep the ledger over virtual slots, 2 slot + round - 1,
+ * <p>The two-round protocols lbd and lba keep the ledger over virtual slots, 2 slot + round - 1,
  * against a window of 2w ({@link Decision}): {@link #report(long, Integer, Decision)} sends
  * round 1 (the dissimilarity report at E/(2w)), at the stream's first slot and where the previous
  * slot's decision asks for it, and {@link #answer(Decision, Integer)} round 2 (the publication
  * report) at the budget the slot's decision names.
+ *
+ * <p>The population protocols lpd and lpa ask each user one round kind by its public position
+ * ({@link Schedule#position}, under the stream's public key): a user in the lower half reports
+ * round 1 at its phase ({@link #due(long)}), where the previous slot's decision asks for it, a
+ * user in the upper half answers round 2 where the slot's decision names an interval holding its
+ * position. Every report spends E, and the ledger is kept over real slots against a window of w
+ * and budget E: a user reports at most once in any w slots, whatever a forged decision asks.
  */
 public final class LdpClient {
   /** The library's name and version, written into every report. */
@@ -33,6 +40,7 @@ public final class LdpClient {
   private final ClientLedger ledger;
   private final Schedule schedule;
   private final boolean rounds;
+  private final boolean population;
   private final double eps;
   private final boolean grr;
   private final int cells;
@@ -53,13 +61,15 @@ public final class LdpClient {
     this.words = words;
     Wire.checkText("client", client);
     rounds = config.rounds();
+    population = config.population();
     eps = config.eps();
     cells = Wire.oracleCells(config.d());
     grr = config.protocol().equals("plbu") && Oracles.plbuUsesGrr(eps, cells);
     threshold = grr ? Oracles.grrKeepThreshold(eps, cells) : Oracles.oueThreshold(eps);
     schedule = new Schedule(config.protocol(), config.start(), config.w(), config.lpuKey(),
         config.user(), config.rotate());
-    ledger = new ClientLedger(rounds ? 2L * config.w() : config.w(), config.budget());
+    ledger = new ClientLedger(rounds && !population ? 2L * config.w() : config.w(),
+        config.budget());
     head = "{\"v\":" + Wire.VERSION + ",\"protocol\":\"" + config.protocol() + "\",\"user\":"
         + Wire.formatString(config.user()) + ",\"slot\":";
     rest = ",\"E\":" + Wire.formatNumber(config.budget()) + ",\"w\":" + config.w() + ",\"d\":"
@@ -88,7 +98,11 @@ public final class LdpClient {
     return grr ? "grr" : "oue";
   }
 
-  /** Whether the user reports at {@code slot} (with a value there or without). */
+  /**
+   * Whether the user reports at {@code slot} (with a value there or without); for lpd and lpa
+   * whether it is one of the slot's dissimilarity users (lower half, at its phase), when the
+   * slot asks a dissimilarity round (publication rounds name their users in the decision).
+   */
   public boolean due(long slot) {
     return schedule.due(slot);
   }
@@ -122,10 +136,11 @@ public final class LdpClient {
       }
       if (decision.next() != eps) {
         throw new IllegalArgumentException("the decision asks a dissimilarity budget of "
-            + decision.next() + ", not the stream's E/(2w) = " + eps);
+            + decision.next() + ", not the stream's " + (population ? "E" : "E/(2w)") + " = "
+            + eps);
       }
     }
-    return send(slot, cell, eps, Decision.virtualSlot(slot, 1), 1);
+    return send(slot, cell, eps, population ? slot : Decision.virtualSlot(slot, 1), 1);
   }
 
   /**
@@ -135,7 +150,7 @@ public final class LdpClient {
    * with or without a value, so that whether the user had one stays as private as the value.
    * Throws {@link LedgerRefusal} when the budget does not allow it or the slot is not after the
    * last report's (nothing drawn, nothing spent), and IllegalArgumentException for a value
-   * outside [0, d). Produce it keyed by {@link #userKey()}. For lbd and lba this is
+   * outside [0, d). Produce it keyed by {@link #userKey()}. For the two-round protocols this is
    * {@code report(slot, value, null)}: the dissimilarity report of the stream's first slot.
    */
   public byte[] report(long slot, Integer value) {
@@ -143,12 +158,13 @@ public final class LdpClient {
   }
 
   /**
-   * As {@link #report(long, Integer)}; for lbd and lba the dissimilarity report (round 1, at
-   * E/(2w)): sent at the stream's first slot (the decision is not read there), and after it only
-   * when {@code decision}, the previous slot's, asks for one (null without a decision, or when
-   * it names no dissimilarity round). IllegalArgumentException for a decision of another
-   * protocol or slot, or asking another budget than E/(2w), and for any decision given to a
-   * one-round protocol.
+   * As {@link #report(long, Integer)}; for the two-round protocols the dissimilarity report
+   * (round 1, at E/(2w) for lbd and lba, at E for lpd and lpa, where only the users due at the
+   * slot report: {@link #due(long)}): sent at the stream's first slot (the decision is not read
+   * there), and after it only when {@code decision}, the previous slot's, asks for one (null
+   * without a decision, or when it names no dissimilarity round). IllegalArgumentException for a
+   * decision of another protocol or slot, or asking another budget than the round's (E/(2w), or
+   * E for lpd and lpa), and for any decision given to a one-round protocol.
    */
   public byte[] report(long slot, Integer value, Decision decision) {
     String text = reportText(slot, value, decision);
@@ -168,6 +184,16 @@ public final class LdpClient {
     if (decision.eps() == 0.0 || slot < config.start()) {
       return null;
     }
+    if (population) {
+      if (decision.eps() != config.budget()) {
+        throw new IllegalArgumentException(
+            "the decision asks " + decision.eps() + ", not the stream's E = " + config.budget());
+      }
+      if (!Schedule.inInterval(schedule.position(), decision.from(), decision.size())) {
+        return null;
+      }
+      return send(slot, cell, decision.eps(), slot, 2);
+    }
     if (!(decision.eps() <= config.budget() / 2)) {
       throw new IllegalArgumentException(
           "the decision asks " + decision.eps() + ", over E/2 = " + config.budget() / 2);
@@ -176,13 +202,15 @@ public final class LdpClient {
   }
 
   /**
-   * The publication report (round 2 of lbd and lba) of cell {@code value} at the budget
-   * {@code decision} names for its slot, as UTF-8 bytes; null when the decision names none
-   * (eps 0) or the slot lies before the stream's first. A null {@code value} (no value) is
-   * answered as well, as cell d at the same budget, so the answer says nothing of whether the
-   * user had a value. Throws {@link LedgerRefusal} when the ledger refuses it, and
-   * IllegalArgumentException for a one-round protocol, a decision of another protocol or one
-   * asking more than E/2.
+   * The publication report (round 2) of cell {@code value} at the budget {@code decision} names
+   * for its slot, as UTF-8 bytes; null when the decision names none (eps 0) or the slot lies
+   * before the stream's first, and for lpd and lpa when the decision's interval
+   * [from, from + size) of the upper half does not hold the user's position
+   * ({@link Schedule#inInterval}). A null {@code value} (no value) is answered as well, as cell
+   * d at the same budget, so the answer says nothing of whether the user had a value. Throws
+   * {@link LedgerRefusal} when the ledger refuses it, and IllegalArgumentException for a
+   * one-round protocol, a decision of another protocol or slot, or one asking more than E/2
+   * (lbd, lba) or another budget than E (lpd, lpa).
    */
   public byte[] answer(Decision decision, Integer value) {
     String text = answerText(decision, value);

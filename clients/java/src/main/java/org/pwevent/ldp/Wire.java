@@ -20,7 +20,10 @@ public final class Wire {
   public static final int MAX_VALUE_CELLS = MAX_CELLS - 1;
   /** The largest slot (JavaScript's largest exact integer). */
   public static final long MAX_SLOT = (1L << 53) - 1;
-  /** The largest slot of a two-round report: its virtual slot, 2 slot + 1, stays exact. */
+  /**
+   * The largest slot of a two-round report (lbd, lba: its virtual slot, 2 slot + 1, stays exact;
+   * lpd and lpa keep the same cap).
+   */
   public static final long MAX_ROUND_SLOT = (1L << 52) - 1;
 
   private Wire() {}

@@ -2,6 +2,7 @@ package org.pwevent.ldp;
 
 import static org.junit.jupiter.api.Assertions.assertArrayEquals;
 import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertNotNull;
 import static org.junit.jupiter.api.Assertions.assertNull;
 import static org.junit.jupiter.api.Assertions.assertThrows;
@@ -343,5 +344,256 @@ class ClientTest {
       }
       assertTrue(total <= budget * ClientLedger.SLACK, "window ending at " + end);
     }
+  }
+
+  private static final String KEY = "pop-key";
+
+  /** The first user {@code <prefix>-<i>} whose position under {@link #KEY} is in the upper half (or the lower). */
+  private static String populationUser(String prefix, boolean upper) {
+    for (int i = 0; i < 10_000; i++) {
+      String user = prefix + "-" + i;
+      if ((Schedule.position(KEY, user) >= Schedule.HALF) == upper) {
+        return user;
+      }
+    }
+    throw new AssertionError("no such user");
+  }
+
+  @Test
+  void positionsAndPhases() {
+    long half = Schedule.HALF;
+    assertEquals(0, Schedule.phase(0, 7));
+    assertEquals(6, Schedule.phase(half - 1, 7));
+    assertEquals(Integer.MAX_VALUE - 1, Schedule.phase(half - 1, Integer.MAX_VALUE)); // ~2^62, exact
+    assertEquals(1, Schedule.phase(half / 2, 2));
+    assertNull(Schedule.phase(half, 3));
+    assertNull(Schedule.phase(2 * half - 1, 3));
+    assertThrows(IllegalArgumentException.class, () -> Schedule.phase(2 * half, 3));
+    assertThrows(IllegalArgumentException.class, () -> Schedule.phase(-1, 3));
+    for (String user : new String[] {"a", "b", "\u00e9t\u00e9", "x".repeat(256)}) {
+      long at = Schedule.position(KEY, user);
+      assertTrue(at >= 0 && at < 2 * half, user);
+      assertEquals(at, Schedule.position(KEY, user));
+    }
+    assertTrue(Schedule.position("k1", "u") != Schedule.position("k2", "u"));
+    // the interval's offsets wrap around the upper half
+    assertTrue(Schedule.inInterval(half + 5, 5, 1));
+    assertFalse(Schedule.inInterval(half + 5, 6, half - 1));
+    assertTrue(Schedule.inInterval(half, half - 3, 4)); // [2^31 - 3, 2^31) and [0, 1)
+    assertTrue(Schedule.inInterval(2 * half - 1, half - 3, 4));
+    assertFalse(Schedule.inInterval(half + 1, half - 3, 4));
+    assertTrue(Schedule.inInterval(half + 1, 0, half));
+    assertFalse(Schedule.inInterval(half - 1, 0, half)); // a lower-half user is never named
+    assertFalse(Schedule.inInterval(half + 1, 0, 0));
+  }
+
+  @Test
+  void populationDueByPhase() {
+    int w = 3;
+    long start = 5;
+    for (String protocol : new String[] {"lpd", "lpa"}) {
+      String low = populationUser("low", false);
+      LdpClient lower = new LdpClient(new ReportConfig(protocol, low, 4, w, 2.0, start, KEY, 0));
+      assertTrue(lower.config().rounds());
+      assertTrue(lower.config().population());
+      assertEquals(2.0, lower.config().eps()); // every report at E
+      int phase = Schedule.phase(Schedule.position(KEY, low), w);
+      int due = 0;
+      for (long slot = 0; slot < 40; slot++) {
+        boolean expected = slot >= start && (slot - start) % w == phase;
+        assertEquals(expected, lower.due(slot), protocol + " slot " + slot);
+        assertEquals(Schedule.inRound1(Schedule.position(KEY, low), slot, start, w), lower.due(slot));
+        due += expected ? 1 : 0;
+      }
+      assertEquals((40 - start + w - 1 - phase) / w, due, protocol);
+      // a dissimilarity user reports at E on the real slot, at the first slot or where asked
+      long first = start + phase;
+      Decision ask = new Decision("app", protocol, first - 1, 0, 2.0);
+      if (first == start) {
+        assertNotNull(lower.report(first, 1));
+      } else {
+        assertNull(lower.report(first, 1)); // not asked
+        assertNotNull(lower.report(first, 1, ask));
+      }
+      assertEquals(List.of(new ClientLedger.Spend(first, 2.0)), lower.state());
+      assertNull(lower.report(first + 1, 1, new Decision("app", protocol, first, 0, 2.0))); // not due
+      // it is never a publication user, whatever the interval
+      assertNull(lower.answer(new Decision("app", protocol, first + w, 2.0, 2.0, 0, Schedule.HALF), 1));
+      assertEquals(1, lower.state().size());
+
+      String high = populationUser("high", true);
+      LdpClient upper = new LdpClient(new ReportConfig(protocol, high, 4, w, 2.0, start, KEY, 0));
+      for (long slot = 0; slot < 40; slot++) {
+        assertFalse(upper.due(slot), protocol + " upper slot " + slot);
+      }
+      assertNull(upper.report(start, 1)); // never a dissimilarity user
+      assertEquals(List.of(), upper.state());
+    }
+  }
+
+  @Test
+  @SuppressWarnings("unchecked")
+  void publicationUserInsideAndOutsideIntervals() {
+    int w = 2;
+    String high = populationUser("high", true);
+    long off = Schedule.position(KEY, high) - Schedule.HALF; // its offset in the upper half
+    long half = Schedule.HALF;
+    LdpClient client = new LdpClient(new ReportConfig("lpa", high, 3, w, 1.5, 0, KEY, 0));
+    // exactly its position: answered at E, round 2, spent at the real slot
+    Map<String, Object> r = (Map<String, Object>) Json.parse(
+        client.answerText(new Decision("app", "lpa", 0, 1.5, 0, off, 1), 2));
+    assertEquals(2L, r.get("round"));
+    assertEquals(1.5, r.get("eps"));
+    assertEquals(0L, r.get("slot"));
+    assertEquals(List.of(new ClientLedger.Spend(0, 1.5)), client.state());
+    // every other position: not named
+    assertNull(client.answer(new Decision("app", "lpa", 2, 1.5, 0, (off + 1) % half, half - 1), 2));
+    // an interval wrapping around the end of the upper half: from 2^31 - 3 through off
+    Decision wrapping = new Decision("app", "lpa", 2, 1.5, 1.5, half - 3, off + 4);
+    assertTrue(wrapping.from() + wrapping.size() > half);
+    assertNotNull(client.answer(wrapping, null)); // without a value, as a value
+    assertEquals(List.of(new ClientLedger.Spend(2, 1.5)), client.state()); // slot 0 left the window
+    // a wrapping interval that stops just before it, and one that starts just after it
+    assertNull(client.answer(new Decision("app", "lpa", 4, 1.5, 0, half - 3, off + 3), 1));
+    assertNull(client.answer(new Decision("app", "lpa", 4, 1.5, 0, off + 1, half - 1), 1));
+    // one that wraps around and holds it near its end
+    assertNotNull(client.answer(new Decision("app", "lpa", 4, 1.5, 0, (off + half - 5) % half, 10), 0));
+    // no publication round, or a slot before the stream's first: nothing
+    assertNull(client.answer(new Decision("app", "lpa", 6, 0, 1.5), 1));
+    LdpClient late = new LdpClient(new ReportConfig("lpa", high, 3, w, 1.5, 10, KEY, 0));
+    assertNull(late.answer(new Decision("app", "lpa", 9, 1.5, 0, off, 1), 1));
+    assertEquals(List.of(), late.state());
+    assertEquals(List.of(new ClientLedger.Spend(4, 1.5)), client.state());
+  }
+
+  @Test
+  void forgedPopulationDecisionsThrow() {
+    int w = 3;
+    String high = populationUser("high", true);
+    long off = Schedule.position(KEY, high) - Schedule.HALF;
+    LdpClient upper = new LdpClient(new ReportConfig("lpd", high, 4, w, 2.0, 0, KEY, 0));
+    // a publication budget other than E, below or above: refused, nothing drawn or spent
+    assertThrows(IllegalArgumentException.class,
+        () -> upper.answer(new Decision("app", "lpd", 3, 1.0, 2.0, off, 1), 1));
+    assertThrows(IllegalArgumentException.class,
+        () -> upper.answer(new Decision("app", "lpd", 3, 4.0, 2.0, off, 1), null));
+    // even when the interval does not name the user
+    assertThrows(IllegalArgumentException.class,
+        () -> upper.answer(new Decision("app", "lpd", 3, 1.0, 2.0, (off + 1) % Schedule.HALF, 1), 1));
+    // another protocol's or slot's decision
+    assertThrows(IllegalArgumentException.class, () -> upper.answer(
+        new Decision("app", "lpa", 3, 2.0, 2.0, off, 1), 1));
+    assertThrows(IllegalArgumentException.class, () -> upper.answer(
+        new Decision("app", "lbd", 3, 1.0, 2.0), 1));
+    assertEquals(List.of(), upper.state());
+    assertNotNull(upper.answer(new Decision("app", "lpd", 3, 2.0, 2.0, off, 1), 1));
+
+    String low = populationUser("low", false);
+    LdpClient lower = new LdpClient(new ReportConfig("lpd", low, 4, w, 2.0, 0, KEY, 0));
+    long slot = Schedule.phase(Schedule.position(KEY, low), w) + w; // due, after the first slot
+    assertTrue(lower.due(slot));
+    // a dissimilarity budget other than E
+    assertThrows(IllegalArgumentException.class,
+        () -> lower.report(slot, 1, new Decision("app", "lpd", slot - 1, 0, 1.0)));
+    assertThrows(IllegalArgumentException.class,
+        () -> lower.report(slot, 1, new Decision("app", "lpd", slot - 2, 0, 2.0)));
+    assertNull(lower.report(slot, 1, new Decision("app", "lpd", slot - 1, 0, 0))); // not asked
+    assertEquals(List.of(), lower.state());
+    assertNotNull(lower.report(slot, 1, new Decision("app", "lpd", slot - 1, 0, 2.0)));
+    // a one-round protocol takes no decision; a population decision names users only with a budget
+    assertThrows(IllegalArgumentException.class, () -> new Decision("app", "lpd", 1, 2.0, 2.0));
+    assertThrows(IllegalArgumentException.class, () -> new Decision("app", "lpd", 1, 0, 2.0, 0, 5));
+  }
+
+  @Test
+  void populationProtocolsNeedTheKey() {
+    for (String protocol : new String[] {"lpd", "lpa"}) {
+      assertThrows(IllegalArgumentException.class,
+          () -> new ReportConfig(protocol, "u", 4, 2, 1.0, 0), protocol);
+      assertThrows(IllegalArgumentException.class,
+          () -> new ReportConfig(protocol, "u", 4, 2, 1.0, 0, null, 0), protocol);
+      assertThrows(IllegalArgumentException.class,
+          () -> new ReportConfig(protocol, "u", 4, 2, 1.0, 0, "", 0), protocol);
+      assertThrows(IllegalArgumentException.class,
+          () -> new ReportConfig(protocol, "u", 4, 2, 1.0, 0, "k".repeat(257), 0), protocol);
+      assertThrows(IllegalArgumentException.class,
+          () -> new ReportConfig(protocol, "u", 4, 2, 1.0, 0, "\ud800", 0), protocol);
+      ReportConfig ok = new ReportConfig(protocol, "u", 4, 2, 1.0, 0, "k".repeat(256), 0);
+      assertEquals(1.0, ok.eps());
+      assertTrue(ReportConfig.HOMOGENEOUS.contains(protocol));
+    }
+  }
+
+  @Test
+  void intervalsWithinWSlotsNamingTheSameUserAreRefused() {
+    int w = 4;
+    String high = populationUser("high", true);
+    long off = Schedule.position(KEY, high) - Schedule.HALF;
+    LdpClient client = new LdpClient(new ReportConfig("lpa", high, 5, w, 1.0, 0, KEY, 0));
+    assertNotNull(client.answer(new Decision("app", "lpa", 10, 1.0, 1.0, off, 1), 2));
+    // forged: the next intervals name it again within w slots; the ledger (real slots, window
+    // w, budget E) refuses, nothing drawn, nothing spent
+    for (long slot = 11; slot < 10 + w; slot++) {
+      Decision again = new Decision("app", "lpa", slot, 1.0, 1.0, (off + Schedule.HALF - 1) % Schedule.HALF, 3);
+      assertEquals("over_budget", assertThrows(LedgerRefusal.class, () -> client.answer(again, 2)).code());
+      assertEquals("over_budget",
+          assertThrows(LedgerRefusal.class, () -> client.answer(again, null)).code());
+    }
+    assertEquals("not_after_last", assertThrows(LedgerRefusal.class,
+        () -> client.answer(new Decision("app", "lpa", 10, 1.0, 1.0, off, 1), 2)).code());
+    assertEquals(List.of(new ClientLedger.Spend(10, 1.0)), client.state());
+    // w slots on, the window has passed
+    assertNotNull(client.answer(new Decision("app", "lpa", 10 + w, 1.0, 1.0, 0, Schedule.HALF), 2));
+    assertEquals(List.of(new ClientLedger.Spend(10 + w, 1.0)), client.state());
+    // kept state holds real slots: a client loading it refuses as well
+    LdpClient again = new LdpClient(new ReportConfig("lpa", high, 5, w, 1.0, 0, KEY, 0));
+    again.loadState(client.state());
+    assertEquals("over_budget", assertThrows(LedgerRefusal.class,
+        () -> again.answer(new Decision("app", "lpa", 11 + w, 1.0, 1.0, off, 1), 2)).code());
+  }
+
+  @Test
+  void populationDecisionsOnTheWire() {
+    Decision d = new Decision("app", "lpd", 1042, 1, 1, 0, 4096);
+    String text = "{\"v\":1,\"stream\":\"app\",\"protocol\":\"lpd\",\"slot\":1042,\"eps\":1,"
+        + "\"next\":1,\"from\":0,\"size\":4096}";
+    assertEquals(text, d.text());
+    assertEquals(d, Decision.parse(text));
+    assertEquals(d, Decision.parse(d.encode()));
+    assertEquals(0, d.from());
+    assertEquals(4096, d.size());
+    Decision none = new Decision("app", "lpa", 3, 0, 0);
+    assertEquals("{\"v\":1,\"stream\":\"app\",\"protocol\":\"lpa\",\"slot\":3,\"eps\":0,"
+        + "\"next\":0,\"from\":0,\"size\":0}", none.text());
+    Decision widest = new Decision("app", "lpa", 3, 2, 0, Schedule.HALF - 1, Schedule.HALF);
+    assertEquals(widest, Decision.parse(widest.text()));
+    // lbd and lba keep the old six keys: from and size are 0 and never written
+    assertEquals(CANONICAL, new Decision("app", "lbd", 1042, 0.025, 0.05, 0, 0).text());
+    String[] refused = {
+      "{\"v\":1,\"stream\":\"app\",\"protocol\":\"lbd\",\"slot\":1,\"eps\":0,\"next\":0,"
+          + "\"from\":0,\"size\":0}",
+      "{\"v\":1,\"stream\":\"app\",\"protocol\":\"lpd\",\"slot\":1,\"eps\":1,\"next\":1}",
+      "{\"v\":1,\"stream\":\"app\",\"protocol\":\"lpd\",\"slot\":1,\"eps\":1,\"next\":1,"
+          + "\"size\":5,\"from\":0}",
+      "{\"v\":1,\"stream\":\"app\",\"protocol\":\"lpd\",\"slot\":1,\"eps\":1,\"next\":1,"
+          + "\"from\":true,\"size\":5}",
+      "{\"v\":1,\"stream\":\"app\",\"protocol\":\"lpd\",\"slot\":1,\"eps\":1,\"next\":1,"
+          + "\"from\":0,\"size\":5.0}",
+      "{\"v\":1,\"stream\":\"app\",\"protocol\":\"lpd\",\"slot\":1,\"eps\":1,\"next\":1,"
+          + "\"from\":-1,\"size\":5}",
+      "{\"v\":1,\"stream\":\"app\",\"protocol\":\"lpd\",\"slot\":1,\"eps\":0,\"next\":1,"
+          + "\"from\":0,\"size\":5}",
+    };
+    for (String t : refused) {
+      assertThrows(IllegalArgumentException.class, () -> Decision.parse(t), t);
+    }
+    assertThrows(IllegalArgumentException.class, () -> new Decision("app", "lbd", 1, 0.5, 0, 1, 0));
+    assertThrows(IllegalArgumentException.class, () -> new Decision("app", "lba", 1, 0.5, 0, 0, 1));
+    assertThrows(IllegalArgumentException.class,
+        () -> new Decision("app", "lpd", 1, 1, 0, Schedule.HALF, 1));
+    assertThrows(IllegalArgumentException.class,
+        () -> new Decision("app", "lpd", 1, 1, 0, 0, Schedule.HALF + 1));
+    assertThrows(IllegalArgumentException.class, () -> new Decision("app", "lpd", 1, 1, 0, -1, 1));
+    assertThrows(IllegalArgumentException.class, () -> new Decision("app", "lpd", 1, 1, 0, 0, 0));
   }
 }

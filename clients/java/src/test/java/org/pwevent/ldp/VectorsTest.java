@@ -110,6 +110,24 @@ class VectorsTest {
 
   @Test
   @SuppressWarnings("unchecked")
+  void positions() {
+    List<Map<String, Object>> cases = section("positions");
+    assertTrue(!cases.isEmpty(), "no positions in the vectors: regenerate them");
+    for (Map<String, Object> p : cases) {
+      long position = whole(p.get("position"));
+      assertEquals(position, Schedule.position((String) p.get("key"), (String) p.get("user")),
+          p.toString());
+      for (Object o : (List<Object>) p.get("phases")) {
+        List<Object> pair = (List<Object>) o;
+        Object phase = pair.get(1);
+        assertEquals(phase == null ? null : integer(phase), Schedule.phase(position,
+            integer(pair.get(0))), p + " w " + pair.get(0));
+      }
+    }
+  }
+
+  @Test
+  @SuppressWarnings("unchecked")
   void grrDraws() {
     for (Map<String, Object> g : section("grr_draws")) {
       List<Object> given = (List<Object>) g.get("words");
@@ -176,9 +194,11 @@ class VectorsTest {
         continue;
       }
       Decision expected = new Decision((String) read.get("stream"), (String) read.get("protocol"),
-          whole(read.get("slot")), num(read.get("eps")), num(read.get("next")));
+          whole(read.get("slot")), num(read.get("eps")), num(read.get("next")),
+          whole(read.get("from")), whole(read.get("size")));
       assertEquals(expected, Decision.parse(text), text);
       assertEquals(expected, Decision.parse(bytes), text);
+      assertEquals(expected, Decision.parse(expected.encode()), text); // encode reads back
     }
   }
 
