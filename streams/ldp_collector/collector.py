@@ -13,10 +13,8 @@ The estimates are :mod:`mechanisms.local.collector`'s; the checks :mod:`.checks`
 
 from __future__ import annotations
 
-from bisect import bisect_right
 from collections.abc import Iterable
 from itertools import islice
-from operator import itemgetter
 from typing import NamedTuple
 
 import numpy as np
@@ -322,14 +320,18 @@ class LdpCollector:
             if ledger is None:
                 ledger = self.ledgers[users[k]] = ClientLedger(w, totals[k])
             cut = slots[b - 1] - w  # the spends a window ending at the last slot reaches
-            spends = ledger.spends[bisect_right(ledger.spends, cut, key=itemgetter(0)):]
+            spends = ledger.spends  # trimmed in place: a report pushes out one or two at most
+            drop = 0
+            while drop < len(spends) and spends[drop][0] <= cut:
+                drop += 1
+            if drop:
+                del spends[:drop]
             if b - a == 1:
                 spends.append((slots[a], spent[a]))
             else:
                 first = max(a, b - w)
                 spends += [(s, e) for s, e in zip(slots[first:b], spent[first:b], strict=True)
                            if s > cut]
-            ledger.spends = spends
         add_reports(self._open, kept)
 
     def _open(self, slot: int) -> OpenSlot:
