@@ -198,3 +198,28 @@ def live_topic(protocol: str, cells: np.ndarray, d: int, w: int, E: float,  # no
     return parts, written
 
 
+def rounds_in_process(protocol: str, cells: np.ndarray, d: int, w: int, E: float  # noqa: N803
+        ) -> tuple[list[dict], list[dict], list[list[Sent]], list[list[Sent]]]:
+    """Clients and one collector of a two-round stream slot by slot: decisions, releases and
+    each slot's reports (round 1, round 2)."""
+    collector = LdpCollector(protocol, d, origin_ms=ORIGIN_MS, slot_ms=SLOT_MS, start=ROUNDS_START,
+                             E=E, w=w, lpu_key=LPU_KEY)
+    devices = RoundDevices(protocol, cells, d, w, E)
+    decisions, releases, first, second = [], [], [], []
+    previous = None
+    for t in range(cells.shape[1]):
+        sent = devices.round1(t, previous)
+        assert collector.offer_all(s.record for s in sent) == []
+        out = collector.close_until(ORIGIN_MS + (ROUNDS_START + t + 1) * SLOT_MS)
+        releases += [o for o in out if "decision" not in o]
+        (decided,) = [o for o in out if "decision" in o]
+        decisions.append(decided)
+        previous = Decision("s", protocol, decided["decision"], decided["eps"], decided["next"],
+                            decided.get("from", 0), decided.get("size", 0))
+        answers = devices.round2(t, previous)
+        assert collector.offer_all(s.record for s in answers) == []
+        first.append(sent)
+        second.append(answers)
+    releases += [o for o in collector.close_until(ORIGIN_MS + (ROUNDS_START + cells.shape[1] + 1)
+                                                  * SLOT_MS) if "decision" not in o]
+    return decisions, releases, first, second

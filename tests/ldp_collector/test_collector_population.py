@@ -16,9 +16,8 @@ from ldp_collector_kit import (
     ORIGIN_MS,
     ROUNDS_START,
     SLOT_MS,
-    RoundDevices,
-    Sent,
     drifting_cells,
+    rounds_in_process,
 )
 
 from mechanisms.local import CounterWords, LedgerRefusal, ReportConfig, Reporter
@@ -30,37 +29,11 @@ from streams.ldp_collector import LdpCollector
 START = ROUNDS_START
 
 
-def run(protocol: str, cells: np.ndarray, d: int, w: int, E: float  # noqa: N803
-        ) -> tuple[list[dict], list[dict], list[list[Sent]], list[list[Sent]]]:
-    """Clients and one collector slot by slot: decisions, releases and each slot's reports."""
-    collector = LdpCollector(protocol, d, origin_ms=ORIGIN_MS, slot_ms=SLOT_MS, start=START,
-                             E=E, w=w, lpu_key=LPU_KEY)
-    devices = RoundDevices(protocol, cells, d, w, E)
-    decisions, releases, first, second = [], [], [], []
-    previous = None
-    for t in range(cells.shape[1]):
-        sent = devices.round1(t, previous)
-        assert collector.offer_all(s.record for s in sent) == []
-        out = collector.close_until(ORIGIN_MS + (START + t + 1) * SLOT_MS)
-        releases += [o for o in out if "decision" not in o]
-        (decided,) = [o for o in out if "decision" in o]
-        decisions.append(decided)
-        previous = Decision("s", protocol, decided["decision"], decided["eps"], decided["next"],
-                            decided["from"], decided["size"])
-        answers = devices.round2(t, previous)
-        assert collector.offer_all(s.record for s in answers) == []
-        first.append(sent)
-        second.append(answers)
-    releases += [o for o in collector.close_until(ORIGIN_MS + (START + cells.shape[1] + 1)
-                                                  * SLOT_MS) if "decision" not in o]
-    return decisions, releases, first, second
-
-
 @pytest.mark.parametrize("protocol", ["lpd", "lpa"])
 def test_each_user_once_a_window_and_the_estimates_within_their_bars(protocol: str) -> None:
     users, slots, d, w, E = 3000, 12, 4, 3, 2.0
     cells = drifting_cells(users, slots, d, seed=11)
-    decisions, releases, first, second = run(protocol, cells, d, w, E)
+    decisions, releases, first, second = rounds_in_process(protocol, cells, d, w, E)
     assert [r["slot"] for r in releases] == list(range(START, START + slots))
     at = np.array([position(LPU_KEY, f"u{i}") for i in range(users)])
     lower = at < HALF
@@ -90,7 +63,8 @@ def test_each_user_once_a_window_and_the_estimates_within_their_bars(protocol: s
 
 
 def test_lpa_nullifies_what_its_publications_absorbed() -> None:
-    decisions, _, first, _ = run("lpa", drifting_cells(3000, 12, 4, seed=11), 4, 3, 2.0)
+    cells = drifting_cells(3000, 12, 4, seed=11)
+    decisions, _, first, _ = rounds_in_process("lpa", cells, 4, 3, 2.0)
     nullified = [t for t in range(1, 12) if decisions[t - 1]["next"] == 0]
     assert nullified and all(first[t] == [] for t in nullified)
 

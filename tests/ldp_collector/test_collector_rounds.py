@@ -14,13 +14,12 @@ from ldp_collector_kit import (
     ROUNDS_START,
     SLOT_MS,
     Replay,
-    RoundDevices,
-    Sent,
     drifting_cells,
     every_cell,
     live_topic,
     oue_split,
     padded,
+    rounds_in_process,
 )
 
 from mechanisms.baselines.ldp_ids import LdpIds
@@ -40,36 +39,11 @@ def decision_of(out: dict, protocol: str) -> Decision:
     return Decision(STREAM, protocol, out["decision"], out["eps"], out["next"])
 
 
-def run_in_process(protocol: str, cells: np.ndarray, d: int, w: int, E: float  # noqa: N803
-                   ) -> tuple[list[dict], list[dict], list[list[Sent]], list[list[Sent]]]:
-    """Clients and one collector slot by slot: decisions, releases and each slot's reports."""
-    collector = LdpCollector(protocol, d, origin_ms=ORIGIN_MS, slot_ms=SLOT_MS, start=START,
-                             E=E, w=w)
-    devices = RoundDevices(protocol, cells, d, w, E)
-    decisions, releases, first, second = [], [], [], []
-    previous = None
-    for t in range(cells.shape[1]):
-        sent = devices.round1(t, previous)
-        assert collector.offer_all(s.record for s in sent) == []
-        out = collector.close_until(ORIGIN_MS + (START + t + 1) * SLOT_MS)
-        releases += [o for o in out if "decision" not in o]
-        (decided,) = [o for o in out if "decision" in o]
-        decisions.append(decided)
-        previous = decision_of(decided, protocol)
-        answers = devices.round2(t, previous)
-        assert collector.offer_all(s.record for s in answers) == []
-        first.append(sent)
-        second.append(answers)
-    releases += [o for o in collector.close_until(ORIGIN_MS + (START + cells.shape[1] + 1)
-                                                  * SLOT_MS) if "decision" not in o]
-    return decisions, releases, first, second
-
-
 @pytest.mark.parametrize("protocol", ["lbd", "lba"])
 def test_decisions_and_releases_are_the_evaluations_from_the_same_bits(protocol: str) -> None:
     users, slots, d, w, E = 400, 12, 4, 3, 4.0
     cells = drifting_cells(users, slots, d, seed=7)
-    decisions, releases, first, second = run_in_process(protocol, cells, d, w, E)
+    decisions, releases, first, second = rounds_in_process(protocol, cells, d, w, E)
     assert [r["slot"] for r in releases] == list(range(START, START + slots))
     published = [r["published"] for r in releases]
     assert 2 <= sum(published) < slots  # the test publishes at the jumps, not everywhere
@@ -103,7 +77,7 @@ def test_decisions_and_releases_are_the_evaluations_from_the_same_bits(protocol:
 
 def test_lba_nullifies_the_slots_a_publication_absorbed() -> None:
     cells = drifting_cells(400, 12, 4, seed=3)
-    decisions, releases, first, _ = run_in_process("lba", cells, 4, 3, 4.0)
+    decisions, releases, first, _ = rounds_in_process("lba", cells, 4, 3, 4.0)
     nullified = [t for t in range(1, 12) if decisions[t - 1]["next"] == 0]
     assert nullified and all(first[t] == [] for t in nullified)
     assert all(decisions[t]["eps"] == 0 for t in nullified)
