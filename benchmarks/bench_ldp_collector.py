@@ -11,7 +11,9 @@ of the CSPRNG; making the reports is not timed):
   collector's decisions (made once, untimed; the timed collector takes the same reports slot
   by slot and decides the same);
 - ``lpd-oue-d8``: LPD (E = 4, w = 10), the same with the population divided: each round asks
-  the users its decision names (the central job still takes every user at every slot).
+  the users its decision names (the central job still takes every user at every slot);
+- ``mtsp-oue-d8``: MTSP-LDP (E = 4, w = 10) over 8 cells, round 1 over each user's level of
+  the tree, round 2 over the decision's intervals.
 
 Timed, in alternation, best of ``--repeat``: (a) a fresh :class:`streams.ldp_collector.
 LdpCollector` taking every record (``offer_all``) and closing every slot; (b) the central job in
@@ -74,6 +76,7 @@ CASES = {
     "plbu-mixed-d8": Case("plbu", 8, PLBU_LEVELS, "pbd"),
     "lbd-oue-d8": Case("lbd", 8, ((10, 4.0),), "bd"),
     "lpd-oue-d8": Case("lpd", 8, ((10, 4.0),), "bd"),
+    "mtsp-oue-d8": Case("mtsp", 8, ((10, 4.0),), "bd"),
 }
 #: The public key of the population cases' positions.
 KEY = "bench"
@@ -115,7 +118,7 @@ def make_reports(case: Case, users: int, slots: int, seed: int) -> tuple[Local, 
     cells = rng.integers(0, case.d, (slots, users)).tolist()
     local: Local = []
     central: Central = []
-    rounds = case.protocol in ("lbd", "lba", "lpd", "lpa")
+    rounds = case.protocol in ("lbd", "lba", "lpd", "lpa", "mtsp")
     deciding = LdpCollector(case.protocol, case.d, origin_ms=ORIGIN_MS, slot_ms=SLOT_MS,
                             start=START, E=case.levels[0][1], w=case.levels[0][0],
                             lpu_key=KEY) if rounds else None
@@ -144,7 +147,8 @@ def make_reports(case: Case, users: int, slots: int, seed: int) -> tuple[Local, 
             out = [o for o in deciding.close_until(ORIGIN_MS + (slot + 1) * SLOT_MS)
                    if "decision" in o][0]
             previous = Decision("bench", case.protocol, slot, out["eps"], out["next"],
-                                out.get("from", 0), out.get("size", 0))
+                                out.get("from", 0), out.get("size", 0),
+                                tuple(out.get("starts", ())))
     return local, central
 
 

@@ -138,6 +138,92 @@ def variance_factors(parts: Partitions, h: int) -> np.ndarray:
                     build_tree(parts.starts.astype(np.float64)))
 
 
+def node_estimates(ones: np.ndarray, groups: np.ndarray, active: np.ndarray, q: np.ndarray,
+                   gap: np.ndarray, top: np.ndarray, bottom: np.ndarray,
+                   level_group: np.ndarray, reported: np.ndarray,
+                   levels: Sequence[tuple[int, int, int]]
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """M1's node estimates of runs from their reports: ``ones`` (runs, nodes) the 1-bits per
+    node, ``groups`` (runs, h) the reporters of each level, ``active`` (runs,) all of them;
+    per run OUE's ``q``, ``gap`` = (1/2 - q)^2 and the variance's ``top``/``bottom``
+    (a = top/(m bottom)); ``level_group`` the group of each node (the root: level 1's),
+    ``reported`` the real nodes below the root, ``levels`` (leaves per node, first node, real
+    nodes) of levels 1..h. Returns the estimates, their variance estimates and the observed
+    nodes (:func:`~mechanisms.baselines.private_tree.estimate_tree`)."""
+    q, gap = np.asarray(q)[:, None], np.asarray(gap)[:, None]
+    top, bottom = np.asarray(top)[:, None], np.asarray(bottom)[:, None]
+    total = np.asarray(active)[:, None]
+    m = groups[:, level_group]
+    has = m > 0
+    ms = np.where(has, m, 1)
+    f = (ones - ms * q) / (ms * (0.5 - q))
+    a = top / (ms * bottom)
+    b = (0.25 - q * (1.0 - q)) / (ms * gap)
+    c = np.where(total > 1, (total - ms) / (ms * np.maximum(total - 1, 1)), 0.0)
+    observed = has & (c < 1.0) & reported
+    with np.errstate(divide="ignore", invalid="ignore"):
+        estimate = (a + b * f + c * (f - f * f)) / (1.0 - c)
+    var = np.where(observed, estimate, 0.0)
+    observed[:, 0] = True
+    freq = np.where(has & reported, f, 0.0)
+    freq[:, 0] = 1.0
+    if not has.all():  # a level nobody reports takes its parent's estimate halved
+        for level, (_, start, real) in enumerate(levels, start=1):
+            nodes = slice(start, start + real)
+            parent = np.repeat(freq[:, level_slice(level - 1)] / 2.0, 2, axis=1)[:, :real]
+            freq[:, nodes] = np.where(has[:, start : start + 1], freq[:, nodes], parent)
+    return freq, var, observed
+
+
+def dissimilarities(diff: np.ndarray, var: np.ndarray, observed: np.ndarray) -> np.ndarray:
+    """Each run's mean over its observed nodes of diff^2 - var (M1's dissimilarity), taken over
+    the runs with the same number of observed nodes at once (a mean over a row of that
+    length)."""
+    gap = np.square(diff) - var
+    sizes = observed.sum(axis=1)
+    out = np.empty(diff.shape[0])
+    for size in sorted(set(sizes.tolist())):
+        same = sizes == size
+        out[same] = gap[same][observed[same]].reshape(-1, size).mean(axis=1)
+    return out
+
+
+def oba(window: np.ndarray, in_window: np.ndarray, variance: np.ndarray, E: np.ndarray,
+        remaining: np.ndarray, exhausted: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """OBA of runs (:func:`~mechanisms.baselines.mtsp_ldp.allocate`): ``window`` (runs, W) the
+    last W dissimilarities, the current last, NaN before a run's window or where nobody held a
+    value; ``in_window`` (runs, W) the k = 1..W within each run's w; ``variance`` (runs, W) the
+    publication error at E/(2k). Returns k* and eps2 (0: approximate)."""
+    R, W = window.shape
+    k = np.arange(1, W + 1)
+    missing = np.isnan(window)
+    # tail[k] sums the dissimilarities ranked below k, from the smallest up (padding: zeros)
+    ordered = np.sort(np.where(missing, -np.inf, window), axis=1)
+    ordered[np.arange(W)[None, :] < missing.sum(axis=1)[:, None]] = 0.0
+    tail = np.concatenate([np.cumsum(ordered, axis=1)[:, ::-1], np.zeros((R, 1))], axis=1)
+    errors = np.empty((R, W + 1))
+    errors[:, 0] = tail[:, 0]
+    errors[:, 1:] = np.where(in_window, k * variance + tail[:, 1:], np.inf)
+    best = np.argmin(errors, axis=1)
+    among = np.count_nonzero(window[:, :-1] > window[:, -1:], axis=1) < best
+    go = (best > 0) & among & ~(remaining <= exhausted)
+    eps2 = np.where(go, np.minimum(E / (2.0 * np.maximum(best, 1)), remaining), 0.0)
+    return best, eps2
+
+
+def interval_trees(ones: np.ndarray, active: np.ndarray, q: np.ndarray, labels: np.ndarray,
+                   share: np.ndarray) -> np.ndarray:
+    """M3's released trees from each run's 1-bits per interval ``ones`` (runs, leaves), its
+    reporters ``active`` and OUE's ``q``: each leaf takes its ``share`` of its interval's
+    estimate (``labels``: -1 where no interval holds it), every other node sums its leaves
+    (:func:`~mechanisms.baselines.private_tree.publish_tree`)."""
+    held = labels >= 0
+    n, q = np.asarray(active)[:, None], np.asarray(q)[:, None]
+    f = (ones - n * q) / (n * (0.5 - q))
+    spread = share * np.take_along_axis(f, np.where(held, labels, 0), axis=1)
+    return build_tree(np.where(held, spread, 0.0))
+
+
 @dataclass(frozen=True)
 class MtspSlot(BatchRelease):
     """One slot of every run: besides the histograms, each run's publication budget ``eps2``,
@@ -241,7 +327,7 @@ class BatchedMtsp:
         freq = var = observed = None
         if rows.size:
             freq, var, observed = self._estimate(rows, counts[rows], active[rows])
-            dis[rows] = self._dissimilarity(freq - self.last[rows], var, observed)
+            dis[rows] = dissimilarities(freq - self.last[rows], var, observed)
         self.window[:, :-1] = self.window[:, 1:]
         self.window[:, -1] = dis
         self.window[~self.recent] = np.nan
@@ -283,43 +369,9 @@ class BatchedMtsp:
                 remaining = remaining - group
                 c = group.reshape(-1, width).sum(axis=1)[:real]
                 ones[i, start : start + real] = binomial(c, 0.5) + binomial(m - c, q)
-        # every node at once, each with its level's group size m (the root: level 1's)
-        q = self.q1[rows][:, None]
-        gap = self.gap1[rows][:, None]
-        top, bottom = self.var1_top[rows][:, None], self.var1_bottom[rows][:, None]
-        total = active[:, None]
-        m = groups[:, self.level_group]
-        has = m > 0
-        ms = np.where(has, m, 1)
-        f = (ones - ms * q) / (ms * (0.5 - q))
-        a = top / (ms * bottom)
-        b = (0.25 - q * (1.0 - q)) / (ms * gap)
-        c = np.where(total > 1, (total - ms) / (ms * np.maximum(total - 1, 1)), 0.0)
-        observed = has & (c < 1.0) & self.reported
-        with np.errstate(divide="ignore", invalid="ignore"):
-            estimate = (a + b * f + c * (f - f * f)) / (1.0 - c)
-        var = np.where(observed, estimate, 0.0)
-        observed[:, 0] = True
-        freq = np.where(has & self.reported, f, 0.0)
-        freq[:, 0] = 1.0
-        if not has.all():  # a level nobody reports takes its parent's estimate halved
-            for level, (_, start, real) in enumerate(levels, start=1):
-                nodes = slice(start, start + real)
-                parent = np.repeat(freq[:, level_slice(level - 1)] / 2.0, 2, axis=1)[:, :real]
-                freq[:, nodes] = np.where(has[:, start : start + 1], freq[:, nodes], parent)
-        return freq, var, observed
-
-    @staticmethod
-    def _dissimilarity(diff: np.ndarray, var: np.ndarray, observed: np.ndarray) -> np.ndarray:
-        """Each run's mean over its observed nodes of diff^2 - var, taken over the runs with the
-        same number of observed nodes at once (a mean over a row of that length)."""
-        gap = np.square(diff) - var
-        sizes = observed.sum(axis=1)
-        out = np.empty(diff.shape[0])
-        for size in sorted(set(sizes.tolist())):
-            same = sizes == size
-            out[same] = gap[same][observed[same]].reshape(-1, size).mean(axis=1)
-        return out
+        return node_estimates(ones, groups, active, self.q1[rows], self.gap1[rows],
+                              self.var1_top[rows], self.var1_bottom[rows], self.level_group,
+                              self.reported, levels)
 
     def _publish(self, rows: np.ndarray, counts: np.ndarray, active: np.ndarray,
                  remaining: np.ndarray, freq: np.ndarray
@@ -327,30 +379,16 @@ class BatchedMtsp:
         """M2 and M3 of the runs ``rows``: the thresholds, partitions and OBA of every run, then
         each publishing run's OUE round over its intervals. Returns k*, eps2 and the number of
         intervals."""
-        h, d, R = self.h, self.d, rows.size
+        h, d = self.h, self.d
         half, exhausted = self.half[rows], self.exhausted[rows]
         cap = np.minimum(half, remaining)
         reference = np.where(cap > exhausted, cap, half)
         threshold = self.split[rows] * np.sqrt(oue_variance(reference, active))
         parts = adaptive_partitions(freq, h, d, threshold)
         factor = variance_factors(parts, h)[:, self.real].mean(axis=1)
-        # OBA over each run's window: tail[k] sums the dissimilarities ranked below k, from
-        # the smallest up (padding in front: zeros)
-        window = self.window[rows]
-        missing = np.isnan(window)
-        W = window.shape[1]
-        ordered = np.sort(np.where(missing, -np.inf, window), axis=1)
-        ordered[np.arange(W)[None, :] < missing.sum(axis=1)[:, None]] = 0.0
-        tail = np.concatenate([np.cumsum(ordered, axis=1)[:, ::-1], np.zeros((R, 1))], axis=1)
         variance = self.oba_top[rows] / (active[:, None] * self.oba_bottom[rows]) * factor[:, None]
-        errors = np.empty((R, W + 1))
-        errors[:, 0] = tail[:, 0]
-        errors[:, 1:] = np.where(self.in_window[rows], self.k * variance + tail[:, 1:], np.inf)
-        best = np.argmin(errors, axis=1)
-        among = np.count_nonzero(window[:, :-1] > window[:, -1:], axis=1) < best
-        go = (best > 0) & among & ~(remaining <= exhausted)
-        eps2 = np.where(go, np.minimum(self.E[rows] / (2.0 * np.maximum(best, 1)), remaining),
-                        0.0)
+        best, eps2 = oba(self.window[rows], self.in_window[rows], variance, self.E[rows],
+                         remaining, exhausted)
         publishing = np.flatnonzero(eps2 > 0)
         if publishing.size:
             self._release(rows[publishing], counts[publishing], active[publishing],
@@ -377,8 +415,5 @@ class BatchedMtsp:
         for i, (b, size) in enumerate(zip(rows.tolist(), sizes, strict=True)):
             rng, c = self.rngs[b], interval_counts[i, :size]
             ones[i, :size] = rng.binomial(c, 0.5) + rng.binomial(int(c.sum()) - c, q[i])
-        n, q = active[:, None], q[:, None]
-        f = (ones - n * q) / (n * (0.5 - q))
-        spread = share * np.take_along_axis(f, np.where(held, labels, 0), axis=1)
         self.last = self.last.copy()  # trees already handed out keep their values
-        self.last[rows] = build_tree(np.where(held, spread, 0.0))
+        self.last[rows] = interval_trees(ones, active, q, labels, share)

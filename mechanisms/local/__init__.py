@@ -9,6 +9,9 @@ wire format of the client libraries (docs/ldp-reports.md), pure and free of I/O.
   that would overspend any window.
 - :mod:`~mechanisms.local.wire`: a report's bytes, written and read.
 - :mod:`~mechanisms.local.words`: the word sources; the test vectors' counter-based one.
+- :mod:`~mechanisms.local.rounds`, :mod:`~mechanisms.local.population`,
+  :mod:`~mechanisms.local.tree`: the two-round protocols' decisions (lbd, lba; lpd, lpa; mtsp)
+  and the collector's planners (:mod:`~mechanisms.local.tree_planner` for mtsp).
 - :mod:`~mechanisms.local.reporter`: one user's client, the pieces together.
 
 The Python client (:mod:`streams.ldp_client`) and the TypeScript and Java clients (``clients/``)

@@ -32,6 +32,14 @@ from mechanisms.local.schedule import (
     report_budget,
     reports_at,
 )
+from mechanisms.local.tree import (
+    TREE_PROTOCOL,
+    interval_of,
+    level_cells,
+    node_of,
+    tree_height,
+    tree_level,
+)
 from mechanisms.local.wire import MAX_CELLS, MAX_SLOT, check_text, encode_report, oracle_cells
 from mechanisms.local.words import WordSource
 
@@ -46,8 +54,8 @@ class ReportConfig:
     """What a client needs: the protocol, the user, the domain's ``d`` value cells (the oracle
     runs over ``d + 1``: cell ``d`` is "no value", :func:`oracle_cells`), the window ``w``
     and budget ``E`` (the stream's for all but plbu, the user's own for plbu), the stream's
-    first slot ``start``, the stream's public key (``lpu_key``: LPU's groups, LPD's and LPA's
-    positions) and LPU's rotation (epochs of ``rotate`` blocks; 0: one group for good)."""
+    first slot ``start``, the stream's public key (``lpu_key``: LPU's groups, LPD's, LPA's and
+    MTSP's positions) and LPU's rotation (epochs of ``rotate`` blocks; 0: one group for good)."""
 
     protocol: str
     user: str
@@ -81,7 +89,7 @@ class ReportConfig:
 
     @property
     def eps(self) -> float:
-        """The budget one report spends (a dissimilarity report's for lbd/lba)."""
+        """The budget one report spends (a dissimilarity report's for lbd, lba, mtsp)."""
         return report_budget(self.protocol, self.w, self.E)
 
     @property
@@ -99,15 +107,24 @@ class Reporter:
     by the previous slot's decision, and :meth:`answer` round 2, asked by the slot's own. The
     population ones (lpd, lpa: :mod:`mechanisms.local.population`) ask each user one round kind
     by its public position, every report at E, and keep the ledger over real slots (window w):
-    a user answers at most once in any w slots."""
+    a user answers at most once in any w slots. mtsp (:mod:`mechanisms.local.tree`) keeps the
+    ledger as lbd does and reports round 1 over its level's nodes, round 2 over the decision's
+    intervals."""
 
     def __init__(self, config: ReportConfig, words: WordSource, client: str) -> None:
         """A reporter with an empty ledger; ``client`` names the library in every report."""
         self.config, self.words, self.client = config, words, check_text("client", client)
         self.rounds = config.protocol in ROUND_PROTOCOLS
         self.population = config.protocol in POPULATION_PROTOCOLS
+        self.tree = config.protocol == TREE_PROTOCOL
         #: the user's public position (lpd, lpa), None for the others
         self.position = position(config.lpu_key, config.user) if self.population else None
+        #: mtsp: the tree's height, the user's level and that level's nodes (0 for the others)
+        self.height = self.level = self.level_cells = 0
+        if self.tree:
+            self.height = tree_height(oracle_cells(config.d))
+            self.level = tree_level(position(config.lpu_key, config.user), self.height)
+            self.level_cells = level_cells(oracle_cells(config.d), self.height, self.level)
         virtual = self.rounds and not self.population
         self.ledger = ClientLedger(2 * config.w if virtual else config.w, config.E)
         eps = config.eps
@@ -131,7 +148,7 @@ class Reporter:
         or None when the user does not report there; :class:`~mechanisms.local.ledger.
         LedgerRefusal` when the ledger refuses it (nothing drawn, nothing spent). A user reports
         every slot it is due, with a value or without, so that whether it had one stays as
-        private as the value. For lbd/lba this is the dissimilarity report, asked at the
+        private as the value. For lbd, lba and mtsp this is the dissimilarity report, asked at the
         stream's first slot and by ``decision``, the previous slot's, after it (without it, none
         is sent)."""
         c = self.config
@@ -152,11 +169,14 @@ class Reporter:
                 raise ValueError(f"the decision asks a dissimilarity budget of "
                                  f"{decision.next!r}, not the stream's {self.eps!r}")
         at = slot if self.population else virtual_slot(slot, 1)
+        if self.tree:
+            return self._send(slot, node_of(value, self.height, self.level), self.eps, at, 1,
+                              self.level_cells)
         return self._send(slot, value, self.eps, at, 1)
 
     def answer(self, decision: Decision, value: int | None) -> bytes | None:
-        """The publication report (lbd/lba round 2) of ``value`` (None: no value) at the budget
-        ``decision`` names for its slot, or None when it names none;
+        """The publication report (round 2 of lbd, lba, mtsp) of ``value`` (None: no value) at
+        the budget ``decision`` names for its slot, or None when it names none;
         :class:`~mechanisms.local.ledger.LedgerRefusal` when the ledger refuses it."""
         c = self.config
         if not self.rounds:
@@ -176,6 +196,13 @@ class Reporter:
             return self._send(slot, value, decision.eps, slot, 2)
         if not decision.eps <= c.E / 2:
             raise ValueError(f"the decision asks {decision.eps!r}, over E/2 = {c.E / 2!r}")
+        if self.tree:
+            starts = decision.starts
+            if starts[-1] >= self.cells:
+                raise ValueError(f"the decision's intervals reach cell {starts[-1]}, past the "
+                                 f"{self.cells} cells of the stream")
+            return self._send(slot, interval_of(value, starts), decision.eps,
+                              virtual_slot(slot, 2), 2, len(starts))
         return self._send(slot, value, decision.eps, virtual_slot(slot, 2), 2)
 
     def _check(self, slot: object, value: object) -> tuple[int, int]:
@@ -194,10 +221,11 @@ class Reporter:
             raise ValueError(f"the decision is for {decision.protocol} slot {decision.slot}, "
                              f"not {self.config.protocol} slot {slot}")
 
-    def _send(self, slot: int, value: int, eps: float, at: int, round_: int | None) -> bytes:
+    def _send(self, slot: int, value: int, eps: float, at: int, round_: int | None,
+              width: int = 0) -> bytes:
         """Randomise cell ``value`` (``d``: no value) at budget ``eps``, spent at ledger slot
-        ``at``: the report."""
-        c, cells = self.config, self.cells
+        ``at``: the report; mtsp randomises node or interval ``value`` of ``width``."""
+        c, cells = self.config, width or self.cells
         self.ledger.check(at, eps)
         if self.oracle == "grr":
             payload: bytes | int = grr_cell(value, cells, self.threshold,
@@ -207,5 +235,5 @@ class Reporter:
             payload = pack_bits(oue_bits(value, cells, threshold, self.words.take(cells)))
         self.ledger.commit(at, eps)
         return encode_report(c.protocol, c.user, slot, eps, c.E, c.w, c.d, payload,
-                             self.client, round_)
+                             self.client, round_, width if self.tree else None)
 

@@ -41,6 +41,7 @@ from mechanisms.local.collector import SlotEstimate, noise_variance, oue_probabi
 from mechanisms.local.ledger import ClientLedger
 from mechanisms.local.oracles import MAX_EPS
 from mechanisms.local.schedule import POPULATION_PROTOCOLS, ROUND_PROTOCOLS
+from mechanisms.local.tree import TREE_PROTOCOL, check_starts
 from mechanisms.local.wire import (
     MAX_ROUND_SLOT,
     MAX_SLOT,
@@ -56,6 +57,8 @@ DECISION_VERSION: Final = 1
 _DECISION_KEYS: Final = ("v", "stream", "protocol", "slot", "eps", "next")
 #: An lpd or lpa decision's keys: its publication interval after the budgets.
 _POPULATION_KEYS: Final = (*_DECISION_KEYS, "from", "size")
+#: An mtsp decision's keys: its publication partition after the budgets.
+_TREE_KEYS: Final = (*_DECISION_KEYS, "starts")
 #: The width of the upper half of the positions, where publication intervals lie.
 _HALF: Final = 2**31
 
@@ -76,7 +79,9 @@ class Decision:
     budget (0: no publication round), ``next`` the dissimilarity budget of slot + 1 (0: none).
     An lpd or lpa decision also names the publication round's users: the upper-half positions
     ``[lo, lo + size)`` (offsets modulo 2^31, :mod:`mechanisms.local.population`); ``size`` is
-    0 exactly when ``eps`` is. Both are 0 for lbd and lba."""
+    0 exactly when ``eps`` is. Both are 0 for the others. An mtsp decision names the
+    publication round's partition of the cells by the intervals' first cells, ``starts``
+    (:mod:`mechanisms.local.tree`), empty exactly when ``eps`` is 0; empty for the others."""
 
     stream: str
     protocol: str
@@ -85,6 +90,7 @@ class Decision:
     next: float
     lo: int = 0
     size: int = 0
+    starts: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         """Check every field; ValueError names the wrong one."""
@@ -107,6 +113,12 @@ class Decision:
         if population and (self.size > 0) != (self.eps > 0):
             raise ValueError("an lpd or lpa decision names users (size > 0) exactly when it "
                              "names a publication budget (eps > 0)")
+        starts = check_starts(self.starts)
+        object.__setattr__(self, "starts", starts)
+        tree = self.protocol == TREE_PROTOCOL
+        if bool(starts) != (tree and self.eps > 0):
+            raise ValueError("an mtsp decision names a partition (starts) exactly when it names "
+                             "a publication budget (eps > 0); the others name none")
 
 
 def encode_decision(decision: Decision) -> bytes:
@@ -114,13 +126,18 @@ def encode_decision(decision: Decision) -> bytes:
 
         {"v":1,"stream":"app","protocol":"lbd","slot":1042,"eps":0.025,"next":0.05}
 
-    and for lpd and lpa, the interval after them::
+    for lpd and lpa, the interval after them::
 
         {"v":1,"stream":"app","protocol":"lpd","slot":1042,"eps":1,"next":1,"from":0,"size":4096}
+
+    and for mtsp, the partition's first cells::
+
+        {"v":1,"stream":"app","protocol":"mtsp","slot":1042,"eps":0.25,"next":0.05,"starts":[0,4,6]}
     """
     d = decision
     interval = (f',"from":{d.lo},"size":{d.size}' if d.protocol in POPULATION_PROTOCOLS
-                else "")
+                else f',"starts":[{",".join(map(str, d.starts))}]'
+                if d.protocol == TREE_PROTOCOL else "")
     return (f'{{"v":{DECISION_VERSION},"stream":{format_string(d.stream)},'
             f'"protocol":"{d.protocol}","slot":{d.slot},"eps":{format_number(d.eps)},'
             f'"next":{format_number(d.next)}{interval}}}').encode()
@@ -133,21 +150,24 @@ def parse_decision(data: bytes) -> Decision:
         record = json.loads(data.decode("utf-8-sig"))
     except (UnicodeDecodeError, RecursionError) as error:
         raise ValueError(f"not a decision: {error}"[:200]) from None
-    keys = (_POPULATION_KEYS if isinstance(record, dict)
-            and record.get("protocol") in POPULATION_PROTOCOLS else _DECISION_KEYS)
+    protocol = record.get("protocol") if isinstance(record, dict) else None
+    keys = (_POPULATION_KEYS if protocol in POPULATION_PROTOCOLS
+            else _TREE_KEYS if protocol == TREE_PROTOCOL else _DECISION_KEYS)
     if not isinstance(record, dict) or tuple(record) != keys:
         raise ValueError(f"a decision is an object with the keys {list(keys)}")
     if record["v"] != DECISION_VERSION or type(record["v"]) is not int:
         raise ValueError(f"unknown decision version {record['v']!r}"[:200])
     return Decision(record["stream"], record["protocol"], record["slot"], record["eps"],
-                    record["next"], record.get("from", 0), record.get("size", 0))
+                    record["next"], record.get("from", 0), record.get("size", 0),
+                    record.get("starts", ()))
 
 
 @dataclass(frozen=True)
 class Outcome:
     """A slot's decision as the planner took it: the publication budget (0: none), the next
     slot's dissimilarity budget (0: none), the test's two sides (nan when not tested) and, for
-    lpd and lpa, the publication interval (:class:`Decision`'s ``lo`` and ``size``)."""
+    lpd and lpa, the publication interval (:class:`Decision`'s ``lo`` and ``size``), for mtsp
+    the partition (``starts``)."""
 
     eps: float
     next: float
@@ -155,6 +175,7 @@ class Outcome:
     threshold: float
     lo: int = 0
     size: int = 0
+    starts: tuple[int, ...] = ()
 
 
 class RoundPlanner:

@@ -19,6 +19,9 @@ slot, where the evaluation's slot 1 lies. The protocols follow the evaluation
 - ``lbd``, ``lba`` (two rounds a slot, :mod:`mechanisms.local.rounds`): every slot a
   dissimilarity report at E/(2w); a publication report at the budget the collector's decision
   for the slot names, when it names one.
+- ``mtsp`` (two rounds a slot over a tree, :mod:`mechanisms.local.tree`): every slot a
+  dissimilarity report at E/(2w) over the user's level of the tree; a publication report over
+  the decision's intervals at the budget it names.
 - ``lpd``, ``lpa`` (two rounds a slot over a divided population,
   :mod:`mechanisms.local.population`): a dissimilarity report at E once every w slots (the
   user's phase) and publication reports at E where the slot's decision names the user's
@@ -33,11 +36,12 @@ from typing import Final
 
 #: The protocols with two rounds a slot, the second as the collector decides: at the budget it
 #: names (lbd, lba) or by the users it names (lpd, lpa: population division).
-ROUND_PROTOCOLS: Final = ("lbd", "lba", "lpd", "lpa")
+ROUND_PROTOCOLS: Final = ("lbd", "lba", "lpd", "lpa", "mtsp")
 #: The two-round protocols that divide the population, every report at E.
 POPULATION_PROTOCOLS: Final = ("lpd", "lpa")
-#: The protocols that need the stream's public key (LPU's groups, LPD's and LPA's positions).
-KEYED: Final = ("lpu", *POPULATION_PROTOCOLS)
+#: The protocols that need the stream's public key (LPU's groups, LPD's, LPA's and MTSP's
+#: positions).
+KEYED: Final = ("lpu", *POPULATION_PROTOCOLS, "mtsp")
 PROTOCOLS: Final = ("lbu", "lsp", "lpu", "plbu", *ROUND_PROTOCOLS)
 #: The protocols whose w and E are the stream's, the same for every user.
 HOMOGENEOUS: Final = ("lbu", "lsp", "lpu", *ROUND_PROTOCOLS)
@@ -47,10 +51,11 @@ LPU_HASH_PREFIX: Final = b"pwevent-lpu-v1"
 
 def report_budget(protocol: str, w: int, E: float) -> float:  # noqa: N803 - the papers' name
     """The budget one report spends: E/w (``lbu``, ``plbu``), E (``lsp``, ``lpu``, and every
-    report of ``lpd``, ``lpa``) or, for a dissimilarity report, E/(2w) (``lbd``, ``lba``)."""
+    report of ``lpd``, ``lpa``) or, for a dissimilarity report, E/(2w) (``lbd``, ``lba``,
+    ``mtsp``)."""
     if protocol in ("lbu", "plbu"):
         return float(E) / float(w)
-    if protocol in ("lbd", "lba"):
+    if protocol in ("lbd", "lba", "mtsp"):
         return float(E) / (2.0 * float(w))
     if protocol in ("lsp", "lpu", *POPULATION_PROTOCOLS):
         return float(E)

@@ -4,13 +4,15 @@ byte for byte alike by every client library.
 Keys in this order, no spaces::
 
     {"v":2,"protocol":"lbu","user":"alice","slot":1042,"eps":0.1,"E":1,"w":10,"d":8,
-     "oracle":"oue","bits":"a501","client":"pwevent-ldp-python/0.2.0"}
+     "oracle":"oue","bits":"a501","client":"pwevent-ldp-python/0.3.0"}
 
 ``d`` is the number of value cells; the oracle runs over ``d + 1`` (:func:`oracle_cells`), cell
 ``d`` meaning "no value", so that a user reports whether it holds a value or not and the reports'
 presence says nothing. GRR reports carry ``"cell":3`` in place of ``"bits"``. The two-round
-protocols (``lbd``, ``lba``: :mod:`mechanisms.local.rounds`) write ``"round":1`` or ``"round":2``
-after ``"slot"``.
+protocols (``lbd``, ``lba``, ``lpd``, ``lpa``, ``mtsp``: :mod:`mechanisms.local.rounds`) write
+``"round":1`` or ``"round":2`` after ``"slot"``; ``mtsp`` (:mod:`mechanisms.local.tree`) writes
+``"cells":k`` after ``"d"``, the cells its OUE bits run over (its level's nodes in round 1, the
+decision's intervals in round 2).
 Numbers are written as JavaScript's ``String(x)`` writes them (the shortest digits that read back to
 the same double, plain from 1e-6 to 1e21, else with an exponent: ``1e-7``, ``1.5e+21``); strings
 escape ``"``, ``\\`` and U+0000..U+001F (as ``\\u00xx``) and nothing else. :func:`parse_report` is
@@ -38,8 +40,8 @@ MAX_CELLS: Final = 65536
 MAX_SLOT: Final = 2**53 - 1
 #: The largest slot of a two-round report (its virtual slot, 2 slot + 1, stays exact).
 MAX_ROUND_SLOT: Final = 2**52 - 1
-_PROTOCOLS: Final = ("lbu", "lsp", "lpu", "plbu", "lbd", "lba", "lpd", "lpa")
-_ROUNDS: Final = ("lbd", "lba", "lpd", "lpa")
+_PROTOCOLS: Final = ("lbu", "lsp", "lpu", "plbu", "lbd", "lba", "lpd", "lpa", "mtsp")
+_ROUNDS: Final = ("lbd", "lba", "lpd", "lpa", "mtsp")
 _POPULATION: Final = ("lpd", "lpa")
 
 
@@ -101,25 +103,28 @@ def check_text(what: str, text: object) -> str:
 
 def encode_report(protocol: str, user: str, slot: int, eps: float, E: float,  # noqa: N803
                   w: int, d: int, payload: bytes | int, client: str,
-                  round_: int | None = None) -> bytes:
+                  round_: int | None = None, cells: int | None = None) -> bytes:
     """One report's bytes: ``payload`` is OUE's packed bits (bytes) or GRR's cell (int);
-    ``round_`` (1 or 2) for the two-round protocols, None for the others."""
+    ``round_`` (1 or 2) for the two-round protocols, None for the others; ``cells`` for mtsp
+    (the cells the bits run over), None for the others."""
     if isinstance(payload, bytes):
         tail = f'"oracle":"oue","bits":"{payload.hex()}"'
     else:
         tail = f'"oracle":"grr","cell":{int(payload)}'
     rounds = "" if round_ is None else f'"round":{int(round_)},'
+    width = "" if cells is None else f'"cells":{int(cells)},'
     return (f'{{"v":{WIRE_VERSION},"protocol":"{protocol}","user":{format_string(user)},'
             f'"slot":{int(slot)},{rounds}"eps":{format_number(eps)},"E":{format_number(E)},'
-            f'"w":{int(w)},"d":{int(d)},{tail},"client":{format_string(client)}}}'
+            f'"w":{int(w)},"d":{int(d)},{width}{tail},"client":{format_string(client)}}}'
             ).encode()
 
 
 @dataclass(frozen=True)
 class ParsedReport:
-    """A report as the collector reads it: ``bits`` (OUE, a bool array of d + 1) or ``cell``
-    (GRR, in [0, d], d for "no value");
-    ``round`` is 1 or 2 for the two-round protocols, 0 for the others."""
+    """A report as the collector reads it: ``bits`` (OUE, a bool array of ``cells``) or
+    ``cell`` (GRR, in [0, d], d for "no value");
+    ``round`` is 1 or 2 for the two-round protocols, 0 for the others; ``cells`` the cells the
+    oracle ran over: d + 1, or for mtsp its ``cells`` key."""
 
     protocol: str
     user: str
@@ -133,6 +138,12 @@ class ParsedReport:
     cell: int | None
     client: str
     round: int = 0
+    cells: int = 0
+
+    def __post_init__(self) -> None:
+        """``cells`` defaults to the oracle's d + 1."""
+        if not self.cells:
+            object.__setattr__(self, "cells", oracle_cells(self.d))
 
 
 def _integer(record: dict, key: str, low: int, high: int) -> int:
@@ -153,8 +164,9 @@ def parse_report(data: bytes) -> ParsedReport:
     """Read and check one report's bytes; ValueError says what is wrong. Unknown keys are
     refused (version 2 has none), and so are budgets inconsistent with the protocol
     (``eps`` must be E/w for ``lbu``/``plbu``, E for ``lsp``/``lpu`` and both rounds of
-    ``lpd``/``lpa``, E/(2w) in round 1 of ``lbd``/``lba`` and at most E/2 in their round 2, whose
-    exact budget the collector's decision names)."""
+    ``lpd``/``lpa``, E/(2w) in round 1 of ``lbd``/``lba``/``mtsp`` and at most E/2 in their
+    round 2, whose exact budget the collector's decision names; ``mtsp`` through OUE only, its
+    bits over its ``cells``)."""
     record = json.loads(data)
     if not isinstance(record, dict):
         raise ValueError("a report is a JSON object")
@@ -168,8 +180,12 @@ def parse_report(data: bytes) -> ParsedReport:
     keys.add("bits" if oracle == "oue" else "cell")
     if protocol in _ROUNDS:
         keys.add("round")
+    if protocol == "mtsp":
+        keys.add("cells")
     if oracle not in ("oue", "grr") or set(record) != keys:
         raise ValueError(f"a report has exactly the keys {sorted(keys)}, got {sorted(record)}")
+    if protocol == "mtsp" and oracle != "oue":
+        raise ValueError("mtsp reports through OUE only")
     user, client = check_text("user", record["user"]), check_text("client", record["client"])
     slot = _integer(record, "slot", 0, MAX_ROUND_SLOT if protocol in _ROUNDS else MAX_SLOT)
     w, d = _integer(record, "w", 1, 2**31 - 1), _integer(record, "d", 1, MAX_CELLS - 1)
@@ -181,12 +197,14 @@ def parse_report(data: bytes) -> ParsedReport:
     elif eps != (E / w if protocol in ("lbu", "plbu")
                  else E / (2 * w) if round_ and protocol not in _POPULATION else E):
         raise ValueError(f"eps {eps!r} is not what {protocol} spends with E = {E!r}, w = {w}")
+    cells = _integer(record, "cells", 1, oracle_cells(d)) if "cells" in keys else oracle_cells(d)
     bits, cell = None, None
     if oracle == "oue":
         text = record["bits"]
         if not isinstance(text, str) or text != text.lower():
             raise ValueError("'bits' must be lowercase hex")
-        bits = unpack_bits(bytes.fromhex(text), oracle_cells(d))
+        bits = unpack_bits(bytes.fromhex(text), cells)
     else:
         cell = _integer(record, "cell", 0, d)
-    return ParsedReport(protocol, user, slot, eps, E, w, d, oracle, bits, cell, client, round_)
+    return ParsedReport(protocol, user, slot, eps, E, w, d, oracle, bits, cell, client, round_,
+                        cells)

@@ -1,4 +1,4 @@
-"""``pwevent demo --mechanism lbu|lsp|lpu|plbu|lbd|lba|lpd|lpa``: the local-DP collector end to
+"""``pwevent demo --mechanism lbu|lsp|lpu|plbu|lbd|lba|lpd|lpa|mtsp``: the local-DP collector end to
 end on this machine. One client per user randomises its reports
 (:mod:`streams.cli.replay_ldp`), a worker collects them from ``<prefix>.ldp-reports``
 (:mod:`streams.ldp_collector.kafka_job`), and the demo follows ``<prefix>.ldp-releases`` and
@@ -29,17 +29,19 @@ def score(releases: dict[int, dict], devices: Devices) -> dict:
     """The releases against the true counts of the users who reported: mean absolute error
     per cell ("no value" one of them), and the share of cells whose 95% bars (counts ± 1.96
     std) hold the true count, over the slots with bars (a two-round stream's: those that
-    published a fresh estimate; the others repeat an earlier slot's)."""
+    published a fresh estimate; the others repeat an earlier slot's) and the cells with bars
+    (an mtsp cell sharing its interval has none)."""
     errors, inside, cells = [], 0, 0
     for slot, doc in releases.items():
         if doc.get("std") is None or doc.get("published") is False:
             continue
         true = devices.truth.get(slot, np.zeros(len(doc["counts"]) + 1, dtype=np.int64))
         counts = np.array([*doc["counts"], doc["no_value"]])
-        std = np.array([*doc["std"], doc["no_value_std"]])
+        std = np.array([np.nan if s is None else s for s in [*doc["std"], doc["no_value_std"]]])
         errors.append(np.abs(counts - true).mean())
-        inside += int((np.abs(counts - true) <= 1.96 * std).sum())
-        cells += len(counts)
+        barred = ~np.isnan(std)
+        inside += int((np.abs(counts - true)[barred] <= 1.96 * std[barred]).sum())
+        cells += int(barred.sum())
     return {"mean_abs_error": float(np.mean(errors)) if errors else None,
             "coverage_95": inside / cells if cells else None}
 

@@ -1,4 +1,5 @@
-"""``pwevent worker --mechanism lbu|lsp|lpu|plbu|lbd|lba|lpd|lpa``: the local-DP collector on Kafka
+"""``pwevent worker --mechanism lbu|lsp|lpu|plbu|lbd|lba|lpd|lpa|mtsp``: the local-DP collector on
+Kafka
 (:mod:`streams.ldp_collector.kafka_job`)."""
 
 from __future__ import annotations
@@ -20,8 +21,8 @@ LDP_OPTIONS = (
            "--ldp-window slots (default: %(default)s)", type=float, default=1.0, metavar="E"),
     option("--ldp-window", "local DP, all but plbu: the stream's window w in slots "
            "(default: %(default)s)", type=int, default=10, metavar="W"),
-    option("--lpu-key", "local DP, lpu, lpd, lpa: the stream's public key of the users' groups "
-           "and positions (default: the --stream name)", default="", metavar="KEY"),
+    option("--lpu-key", "local DP, lpu, lpd, lpa, mtsp: the stream's public key of the users' "
+           "groups and positions (default: the --stream name)", default="", metavar="KEY"),
     option("--lpu-rotate", "local DP, lpu: blocks of w slots per epoch of the groups, 0 for "
            "groups kept for good (default: %(default)s)", type=int, default=0, metavar="N"),
 )

@@ -39,7 +39,10 @@ schema_version.
 
 --ldp reads the local-DP collector's releases instead (<prefix>.ldp-releases): per cell the
 estimated count with normal error bars, count ± z·std, from the standard deviation the release
-carries; --json adds confidence, lower and upper to each record.
+carries; --json adds confidence, lower and upper to each record. --range A:B (with --stream)
+answers MTSP-LDP's range query on every release, the count of the value cells A..B, with
+--delta N its count over the last N slots and with --event RATIO the event flag; --json adds
+them as "range": {"from", "to", "count", "std", "period", "event"}.
 
 Exit status: 0 done (or interrupted while following), 2 a usage or broker error."""
 
@@ -56,6 +59,14 @@ RELEASES_OPTIONS = (
     option("--ldp", "read the local-DP collector's releases (<prefix>.ldp-releases): per "
            "cell the estimated count with normal error bars from its standard deviation",
            action="store_true"),
+    option("--range", "with --ldp and --stream: add each release's count of the value cells "
+           "A to B (MTSP-LDP's range query, from the released tree; budget-free), with its "
+           "standard deviation where the bars cover the range", metavar="A:B"),
+    option("--delta", "with --range: also the range's count over the N slots ending at each "
+           "release (default: 1)", type=int, default=1, metavar="N"),
+    option("--event", "with --range: flag a slot whose --delta period's count exceeds RATIO "
+           "times the previous period's (MTSP-LDP's event monitoring)", type=float,
+           metavar="RATIO"),
     option("--timeout", "seconds allowed to connect and, without --follow, for reading to "
            "make progress (default: 30)", type=float, default=30.0, metavar="S"),
 )
@@ -162,7 +173,7 @@ def run_ldp(args: argparse.Namespace, broker: str, out: TextIO) -> int:
     import asyncio
 
     from streams.kafka.offsets import read_topic
-    from streams.releases.ldp import decode_ldp_releases
+    from streams.releases.ldp import decode_ldp_releases, range_queries
 
     if args.follow:
         print("pwevent releases: error: --ldp reads what is on the topic; --follow is not "
@@ -177,6 +188,15 @@ def run_ldp(args: argparse.Namespace, broker: str, out: TextIO) -> int:
         return 2
     docs = decode_ldp_releases(records, stream=args.stream, from_slot=args.from_slot,
                                confidence=args.confidence)
+    if args.range is not None:
+        try:
+            a, b = (int(x) for x in args.range.split(":"))
+            if args.stream is None:
+                raise ValueError("--range needs --stream: one stream's releases")
+            docs = range_queries(docs, a, b, delta=args.delta, ratio=args.event)
+        except ValueError as exc:
+            print(f"pwevent releases: error: --range {args.range}: {exc}", file=sys.stderr)
+            return 2
     with_stream = args.stream is None
     if not args.json:
         out.write(_columns("stream" if with_stream else None, "slot", "start (UTC)",
@@ -185,11 +205,16 @@ def run_ldp(args: argparse.Namespace, broker: str, out: TextIO) -> int:
         if args.json:
             out.write(orjson.dumps(doc).decode() + "\n")
             continue
-        if doc["upper"] is None:
-            cells = [f"{j}: {c:.1f}" for j, c in enumerate(doc["counts"])]
-        else:
-            cells = [f"{j}: {c:.1f}±{u - c:.1f}"
-                     for j, (c, u) in enumerate(zip(doc["counts"], doc["upper"], strict=True))]
+        upper = doc["upper"] or [None] * len(doc["counts"])
+        cells = [f"{j}: {c:.1f}" if u is None else f"{j}: {c:.1f}±{u - c:.1f}"
+                 for j, (c, u) in enumerate(zip(doc["counts"], upper, strict=True))]
+        if "range" in doc:
+            r = doc["range"]
+            cells.append(f"| {r['from']}..{r['to']}: {r['count']:.1f}"
+                         + ("" if r["std"] is None else f" (std {r['std']:.1f})")
+                         + ("" if r["period"] is None else f", last {args.delta}: "
+                            f"{r['period']:.1f}")
+                         + (f", event {r['event']}" if "event" in r else ""))
         out.write(_columns(doc["stream"] if with_stream else None, str(doc["slot"]),
                            _time(doc["start"]), str(doc["reporters"]), "  ".join(cells)) + "\n")
     return 0

@@ -1,4 +1,4 @@
-"""``pwevent replay --mechanism lbu|lsp|lpu|plbu|lbd|lba|lpd|lpa``: a dataset or recorded file
+"""``pwevent replay --mechanism lbu|lsp|lpu|plbu|lbd|lba|lpd|lpa|mtsp``: a dataset or recorded file
 replayed through one local-DP client per user (:class:`~streams.ldp_client.devices.Devices`) into
 ``<prefix>.ldp-reports``, then the watermark records that close its last slot; with
 ``--in-process``, through the collector in this process, printing its releases. The two-round

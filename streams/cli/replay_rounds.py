@@ -1,4 +1,5 @@
-"""``pwevent replay --mechanism lbd|lba|lpd|lpa``: a replay of a two-round stream, slot by slot.
+"""``pwevent replay --mechanism lbd|lba|lpd|lpa|mtsp``: a replay of a two-round stream, slot by
+slot.
 
 Its devices answer the collector's decisions (:mod:`mechanisms.local.rounds`), so the replay
 cannot send a whole history at once. For each slot t from the stream's first it sends the

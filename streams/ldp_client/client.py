@@ -12,7 +12,7 @@ from mechanisms.local.rounds import Decision
 from streams.job.slot_clock import SlotClock
 
 #: The library's name and version, written into every report.
-CLIENT_NAME = "pwevent-ldp-python/0.2.0"
+CLIENT_NAME = "pwevent-ldp-python/0.3.0"
 #: The topic the reports go to, under the stream's topic prefix.
 TOPIC = "ldp-reports"
 

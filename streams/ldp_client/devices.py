@@ -1,6 +1,6 @@
 """Many devices at once, for replays: one :class:`~streams.ldp_client.client.LdpClient` per
 user, each randomising its own reports as an app's client would (``pwevent replay --mechanism
-lbu|lsp|lpu|plbu|lbd|lba|lpd|lpa``).
+lbu|lsp|lpu|plbu|lbd|lba|lpd|lpa|mtsp``).
 
     devices = Devices("lbu", d=8, start=0, requirement=lambda user: (10, 1.0))
     records = devices.reports(slot, [(user, cell), ...])  # [(key, value)] to ldp-reports

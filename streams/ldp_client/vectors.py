@@ -32,6 +32,7 @@ from mechanisms.local import (
 )
 from mechanisms.local.population import HALF, phase, position
 from mechanisms.local.rounds import Decision, encode_decision, parse_decision
+from mechanisms.local.tree import level_cells, node_of, tree_height, tree_level
 
 PATH = Path(__file__).resolve().parents[2] / "clients" / "vectors" / "ldp-vectors.json"
 CLIENT = "vectors"
@@ -145,9 +146,113 @@ BAD_CONFIGS = [
 
 
 def decision(protocol: str, slot: int, eps: float, nxt: float, lo: int = 0,
-             size: int = 0) -> str:
+             size: int = 0, starts: tuple[int, ...] = ()) -> str:
     """A decision's text, for the round clients' steps."""
-    return encode_decision(Decision("app", protocol, slot, eps, nxt, lo, size)).decode()
+    return encode_decision(Decision("app", protocol, slot, eps, nxt, lo, size, starts)).decode()
+
+
+TREE_KEY = "tree-key"
+
+
+def tree_user(prefix: str, d: int, level: int) -> str:
+    """The first user ``<prefix>-<i>`` at ``level`` of the tree over d + 1 cells."""
+    h = tree_height(d + 1)
+    for i in range(10_000):
+        user = f"{prefix}-{i}"
+        if tree_level(position(TREE_KEY, user), h) == level:
+            return user
+    raise AssertionError("no such user")
+
+
+def tree_cases() -> list[tuple[str, dict, list]]:
+    """mtsp clients: a leaf-level user and a root-level one through published and skipped
+    slots, a missed decision, and decisions that do not fit (past the cells, over E/2)."""
+    d, w, E, start = 6, 2, 1.0, 3
+    one = E / (2 * w)
+    leaf = {"protocol": "mtsp", "user": tree_user("leaf", d, 3), "d": d, "w": w, "E": E,
+            "start": start, "lpu_key": TREE_KEY}
+    top = {"protocol": "mtsp", "user": tree_user("top", d, 1), "d": d, "w": w, "E": E,
+           "start": start, "lpu_key": TREE_KEY}
+    parts = (0, 2, 4, 6)
+    steps = [(1, 3, 5, None), (2, 3, 5, decision("mtsp", 3, 0.5, one, starts=parts)),
+             (1, 4, None, decision("mtsp", 3, 0.5, one, starts=parts)),
+             (2, 4, None, decision("mtsp", 4, 0, one)),
+             (1, 5, 0, decision("mtsp", 4, 0, one)),
+             (2, 5, 0, decision("mtsp", 5, 0.25, one, starts=(0,))),
+             (1, 6, 3, decision("mtsp", 5, 0.25, one, starts=(0,))),
+             (2, 6, 3, decision("mtsp", 6, 0.25, one, starts=(0, 1, 2, 3, 4, 5, 6))),
+             (1, 7, 5, None), (2, 7, 5, decision("mtsp", 7, 0.25, one, starts=(0, 3))),
+             (1, 8, 2, decision("mtsp", 7, 0.25, one, starts=(0, 3)))]
+    forged = [(1, 3, 1, None), (2, 3, 1, decision("mtsp", 3, 0.5, one, starts=(0, 7))),
+              (2, 3, 1, decision("mtsp", 3, 0.75, one, starts=(0, 4))),
+              (2, 3, 1, decision("lbd", 3, 0.25, one)),
+              (2, 3, 1, decision("mtsp", 3, 0.5, one, starts=(0, 4))),
+              (1, 4, 4, decision("mtsp", 3, 0.5, one, starts=(0, 4))),
+              (2, 4, 4, decision("mtsp", 4, 0.5, one, starts=(0, 1))),
+              (1, 5, None, decision("mtsp", 4, 0.5, one, starts=(0, 1))),
+              (2, 5, 5, decision("mtsp", 5, 0.5, one, starts=(0, 5))),
+              (2, 5, 6, decision("mtsp", 5, 0.5, one, starts=(0, 5)))]
+    return [("mtsp: a leaf-level user", leaf, steps),
+            ("mtsp: a root-level user, decisions that do not fit", top, forged)]
+
+
+def query_releases() -> list[dict]:
+    """Six releases of a stream of 5 value cells, as the collector writes their counts, bars
+    and (mtsp) intervals, with counts drawn from the counter words."""
+    words = CounterWords("queries").take(64).tolist()
+    docs = []
+    for t in range(6):
+        counts = [(words[8 * t + j] % 100_000) / 997.0 - 20.0 for j in range(5)]
+        doc: dict = {"slot": t, "counts": counts,
+                     "no_value": (words[8 * t + 5] % 5000) / 101.0}
+        if t % 3 == 0:  # an mtsp release: intervals [0, 2), [2, 3), [3, 6)
+            doc["std"] = [None, None, 3.25, None, None]
+            doc["intervals"] = {"starts": [0, 2, 3], "counts": [counts[0] + counts[1],
+                                                               counts[2], 7.5],
+                                "std": [4.5, 3.25, 6.125]}
+        elif t % 3 == 1:  # every cell estimated alone
+            doc["std"] = [1.5 + j / 8 for j in range(5)]
+        else:  # no bars yet
+            doc["std"] = None
+        docs.append(doc)
+    return docs
+
+
+def range_query_cases() -> list[dict]:
+    """Range queries (MTSP-LDP's M4) over :func:`query_releases`: each query's ``range`` per
+    release, or ``error`` when refused."""
+    from streams.releases.ldp import range_queries
+
+    cases = []
+    for a, b, delta, ratio, margin in [(0, 0, 1, None, 0.0), (0, 1, 2, 1.5, 0.0),
+                                       (2, 2, 3, 0.5, -1.0), (1, 4, 1, 1.0, 2.5),
+                                       (0, 4, 6, 1.0, 0.0), (3, 5, 1, None, 0.0),
+                                       (2, 1, 1, None, 0.0), (0, 1, 7, None, 0.0)]:
+        case: dict = {"from": a, "to": b, "delta": delta, "ratio": ratio, "margin": margin}
+        try:
+            docs = range_queries(query_releases(), a, b, delta=delta, ratio=ratio,
+                                 margin=margin)
+            case["ranges"] = [doc["range"] for doc in docs]
+        except ValueError:
+            case["error"] = True
+        cases.append(case)
+    return cases
+
+
+def tree_level_cases() -> list[dict]:
+    """Users' levels of the tree (mtsp) over several domains, each level's width and the node
+    of some cells."""
+    cases = []
+    for i in range(16):
+        key, user = ["k", TREE_KEY, "\u00e9t\u00e9", "x" * 100][i % 4], f"u{i * 13}"
+        d = [1, 2, 3, 6, 7, 8, 100, 65535][i % 8]
+        cells = d + 1
+        h = tree_height(cells)
+        level = tree_level(position(key, user), h)
+        cases.append({"key": key, "user": user, "d": d, "height": h, "level": level,
+                      "widths": [level_cells(cells, h, lv) for lv in range(1, h + 1)],
+                      "nodes": [[x, node_of(x, h, level)] for x in (0, d // 2, d)]})
+    return cases
 
 
 POPULATION_KEY = "pop-key"
@@ -249,6 +354,18 @@ DECISION_TEXTS = [
     '{"v":1,"stream":"app","protocol":"lpa","slot":1,"eps":1,"next":1,"from":0.5,"size":5}',
     '{"v":1,"stream":"app","protocol":"lpa","slot":1,"eps":1,"next":1,"size":5,"from":0}',
     '{"v":1,"stream":"app","protocol":"lbd","slot":1,"eps":0,"next":0,"from":0,"size":0}',
+    decision("mtsp", 4, 0.25, 0.125, starts=(0, 2, 65535)), decision("mtsp", 0, 0, 0.125),
+    '{"v":1,"stream":"app","protocol":"mtsp","slot":1,"eps":0.5,"next":0.1,"starts":[1,2]}',
+    '{"v":1,"stream":"app","protocol":"mtsp","slot":1,"eps":0.5,"next":0.1,"starts":[0,2,2]}',
+    '{"v":1,"stream":"app","protocol":"mtsp","slot":1,"eps":0.5,"next":0.1,"starts":[0,3,2]}',
+    '{"v":1,"stream":"app","protocol":"mtsp","slot":1,"eps":0.5,"next":0.1,"starts":[0,1.5]}',
+    '{"v":1,"stream":"app","protocol":"mtsp","slot":1,"eps":0.5,"next":0.1,"starts":[0,65536]}',
+    '{"v":1,"stream":"app","protocol":"mtsp","slot":1,"eps":0.5,"next":0.1,"starts":[]}',
+    '{"v":1,"stream":"app","protocol":"mtsp","slot":1,"eps":0,"next":0.1,"starts":[0]}',
+    '{"v":1,"stream":"app","protocol":"mtsp","slot":1,"eps":0.5,"next":0.1,"starts":"0"}',
+    '{"v":1,"stream":"app","protocol":"mtsp","slot":1,"eps":0.5,"next":0.1}',
+    '{"v":1,"stream":"app","protocol":"mtsp","slot":1,"eps":0.5,"next":0.1,"starts":[true]}',
+    '{"v":1,"stream":"app","protocol":"lbd","slot":1,"eps":0,"next":0,"starts":[]}',
 ]
 
 
@@ -259,7 +376,8 @@ def decision_cases() -> list[dict]:
         try:
             d = parse_decision(text.encode())
             read: dict | None = {"stream": d.stream, "protocol": d.protocol, "slot": d.slot,
-                                 "eps": d.eps, "next": d.next, "from": d.lo, "size": d.size}
+                                 "eps": d.eps, "next": d.next, "from": d.lo, "size": d.size,
+                                 "starts": list(d.starts)}
         except ValueError:
             read = None
         cases.append({"text": text, "read": read})
@@ -359,12 +477,15 @@ def build() -> dict:
         "numbers": [{"x": x, "text": format_number(x)} for x in number_cases()],
         "lpu_groups": lpu,
         "positions": position_cases(),
+        "tree_levels": tree_level_cases(),
+        "query_releases": query_releases(),
+        "range_queries": range_query_cases(),
         "grr_draws": grr_draws(),
         "bad_configs": BAD_CONFIGS,
         "clients": [run_client(*case) for case in CLIENT_CASES],
         "decisions": decision_cases(),
         "round_clients": [run_round_client(*case)
-                          for case in [*ROUND_CASES, *population_cases()]],
+                          for case in [*ROUND_CASES, *population_cases(), *tree_cases()]],
     }
 
 

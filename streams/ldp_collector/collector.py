@@ -34,6 +34,8 @@ from mechanisms.local.rounds import (
     RoundPlanner,
     dissimilarity_budget,
 )
+from mechanisms.local.tree import TREE_PROTOCOL, level_cells, tree_height
+from mechanisms.local.tree_planner import TreePlanner, TreeReports
 from streams.job.slot_clock import SlotClock
 from streams.ldp_collector.checks import Refusal, Stream, read_record
 from streams.ldp_collector.keeping import ledger_regime, previous_max
@@ -80,10 +82,20 @@ class LdpCollector:
         self.rounds = protocol in ROUND_PROTOCOLS
         #: lpd, lpa: the population divided by the users' public positions
         self.population = protocol in POPULATION_PROTOCOLS
-        planner = PopulationPlanner if self.population else RoundPlanner
-        self.planner = (planner(protocol, w, E, self.stream.cells, start)  # type: ignore[arg-type]
-                        if self.rounds else None)
-        #: each user's public position (lpd, lpa), computed once
+        #: mtsp: two rounds over a tree (:mod:`mechanisms.local.tree`)
+        self.tree = protocol == TREE_PROTOCOL
+        cells = self.stream.cells
+        self.planner: RoundPlanner | PopulationPlanner | TreePlanner | None = None
+        if self.tree:
+            self.planner = TreePlanner(w, E, cells, start)  # type: ignore[arg-type]
+        elif self.rounds:
+            planner = PopulationPlanner if self.population else RoundPlanner
+            self.planner = planner(protocol, w, E, cells, start)  # type: ignore[arg-type]
+        #: mtsp: the tree's height and the reports' width at each level (index: level - 1)
+        self.height = tree_height(cells)
+        self.level_widths = np.array([level_cells(cells, self.height, level)
+                                      for level in range(1, self.height + 1)], dtype=np.int64)
+        #: each user's public position (lpd, lpa, mtsp), computed once
         self.positions: dict[str, int] = {}
         self.decisions: dict[int, Outcome] = {}
         self.round_reporters = 0  # the last asked dissimilarity round's
@@ -221,8 +233,11 @@ class LdpCollector:
                    else dissimilarity_budget(self.stream.w, self.stream.E))  # type: ignore[arg-type]
         asked = np.empty(slot.size)
         named = np.ones(slot.size, dtype=bool)  # lpd, lpa: the user is one the round asks
-        at_user = self._positions(reports.users) if self.population else None
-        if at_user is not None:
+        at_user = self._positions(reports.users) if self.population or self.tree else None
+        if self.tree:  # round 1 over the user's level, round 2 over the decision's intervals
+            level = 1 + (at_user * self.height >> 32)  # type: ignore[operator]
+            named = round2 | (reports.width == self.level_widths[level - 1])
+        elif at_user is not None:
             named = round1_mask(at_user, slot, start, self.stream.w)  # type: ignore[arg-type]
         for t in set(deciding.tolist()):
             outcome = self.decisions.get(t)
@@ -230,7 +245,10 @@ class LdpCollector:
             asked[at & round2] = 0.0 if outcome is None else outcome.eps
             asked[at & ~round2] = (opening if t == start - 1
                                    else 0.0 if outcome is None else outcome.next)
-            if at_user is not None and outcome is not None:
+            if self.tree and outcome is not None:
+                two = at & round2
+                named[two] = reports.width[two] == len(outcome.starts)
+            elif at_user is not None and outcome is not None:
                 two = at & round2
                 named[two] = interval_mask(at_user[two], outcome.lo, outcome.size)
         ok = (asked > 0) & (reports.eps == asked) & named & ~waiting
@@ -238,7 +256,7 @@ class LdpCollector:
         return reports.take(np.flatnonzero(ok)), unasked, held
 
     def _positions(self, users: list[str]) -> np.ndarray:
-        """The users' public positions (lpd, lpa), from the cache."""
+        """The users' public positions (lpd, lpa, mtsp), from the cache."""
         cache, key = self.positions, self.stream.lpu_key
         out = np.empty(len(users), dtype=np.int64)
         for i, user in enumerate(users):
@@ -338,7 +356,7 @@ class LdpCollector:
         """The open slot ``slot``, made if it has nothing yet."""
         kept = self.open.get(slot)
         if kept is None:
-            kept = self.open[slot] = OpenSlot(self.stream.cells)
+            kept = self.open[slot] = OpenSlot(self.stream.cells, self.tree)
         return kept
 
     def _keep(self, report: ParsedReport) -> None:
@@ -416,6 +434,8 @@ class LdpCollector:
                              f"{virtual}")
         planner = self.planner
         assert planner is not None
+        if self.tree:
+            return self._close_tree_round(virtual)
         estimate = self.estimate(virtual)
         self.open.pop(virtual, None)
         self.next_slot = virtual + 1
@@ -423,7 +443,7 @@ class LdpCollector:
         if virtual % 2 == 0:
             if planner.asked > 0:
                 self.round_reporters = estimate.reporters
-            outcome = self.decisions[slot] = planner.decide(estimate)
+            outcome = self.decisions[slot] = planner.decide(estimate)  # type: ignore[arg-type]
             self.decisions.pop(slot - 2, None)
             decided = {"decision": slot, "eps": outcome.eps, "next": outcome.next}
             if self.population:
@@ -431,7 +451,13 @@ class LdpCollector:
             return decided
         published = self.decisions[slot].eps > 0 and estimate.reporters > 0
         if published:
-            planner.publish(slot, estimate)
+            planner.publish(slot, estimate)  # type: ignore[call-arg]
+        return self._round_release(slot, published)
+
+    def _round_release(self, slot: int, published: bool) -> dict:
+        """A two-round stream's release of ``slot`` from its planner's last estimate."""
+        planner = self.planner
+        assert planner is not None
         n = self.round_reporters
         std = n * np.sqrt(planner.last_variance)
         informative = planner.estimated_at is not None and n > 0 and bool(np.isfinite(std).all())
@@ -443,6 +469,50 @@ class LdpCollector:
             "published": published,
             "estimated_at": planner.estimated_at,
         }
+
+    def _close_tree_round(self, virtual: int) -> dict:
+        """:meth:`close_round` of an mtsp stream: round 1 counted per level of the tree, round
+        2 per interval of the decision's partition. The release adds ``intervals``: the last
+        publication's intervals (``starts``, their first cells), their ``counts`` and ``std``
+        (None before the first publication); a cell's own ``std`` is None where its interval
+        holds several cells (its share is spread, not estimated), and so ``no_value_std``."""
+        planner = self.planner
+        assert isinstance(planner, TreePlanner)
+        kept = self.open.pop(virtual, None) or OpenSlot(self.stream.cells, True)
+        self.next_slot = virtual + 1
+        slot = virtual // 2
+        if virtual % 2 == 0:
+            groups = np.zeros(self.height, dtype=np.int64)
+            ones = np.zeros(2 ** (self.height + 1) - 1, dtype=np.int64)
+            for level, (width, first) in enumerate(zip(self.level_widths.tolist(), [
+                    (1 << level) - 1 for level in range(1, self.height + 1)], strict=True)):
+                reports, counts = kept.widths.get(width, (0, None))
+                groups[level] = reports
+                if reports:
+                    ones[first : first + width] = counts[:width]
+            self.round_reporters = int(groups.sum())
+            outcome = self.decisions[slot] = planner.decide(TreeReports(groups, ones))
+            self.decisions.pop(slot - 2, None)
+            return {"decision": slot, "eps": outcome.eps, "next": outcome.next,
+                    "starts": list(outcome.starts)}
+        starts = self.decisions[slot].starts
+        reports, counts = kept.widths.get(len(starts), (0, None)) if starts else (0, None)
+        published = reports > 0
+        planner.publish(slot, reports, counts[: len(starts)] if published else np.zeros(0))
+        release = self._round_release(slot, published)
+        n, last = self.round_reporters, planner.intervals
+        if release["std"] is not None and last is not None:  # spread cells: no bars
+            alone = np.diff([*last.starts, self.stream.cells]) == 1
+            owner = np.searchsorted(last.starts, np.arange(self.stream.cells), side="right") - 1
+            release["std"] = [s if alone[k] else None
+                              for s, k in zip(release["std"], owner.tolist(), strict=False)]
+            if not alone[owner[-1]]:
+                release["no_value_std"] = None
+        release["intervals"] = None if last is None or n == 0 else {
+            "starts": list(last.starts),
+            "counts": [float(x) for x in last.frequency * n],
+            "std": [float(x) for x in n * np.sqrt(last.variance)]}
+        return release
 
     def close_until(self, time_ms: int) -> list[dict]:
         """Close, in order, every open slot that ends at or before ``time_ms`` (a watermark):

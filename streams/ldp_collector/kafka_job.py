@@ -1,4 +1,5 @@
-"""The local-DP collector on Kafka: ``pwevent worker --mechanism lbu|lsp|lpu|plbu|lbd|lba|lpd|lpa``
+"""The local-DP collector on Kafka: ``pwevent worker --mechanism
+lbu|lsp|lpu|plbu|lbd|lba|lpd|lpa|mtsp``
 (docs/ldp-reports.md, "The collector on Kafka").
 
 It reads every partition of ``<prefix>.ldp-reports`` from its first offset, keeps what the
@@ -39,7 +40,7 @@ from streams.records.input_formats import DEAD_LETTER_PAYLOAD_BYTES
 log = logging.getLogger("pwevent.ldp")
 
 #: The protocols the collector runs on Kafka.
-KAFKA_PROTOCOLS = ("lbu", "lsp", "lpu", "plbu", "lbd", "lba", "lpd", "lpa")
+KAFKA_PROTOCOLS = ("lbu", "lsp", "lpu", "plbu", "lbd", "lba", "lpd", "lpa", "mtsp")
 #: The most records one poll of the consumer returns.
 POLL_RECORDS = 20_000
 

@@ -23,6 +23,7 @@ import orjson
 
 from mechanisms.local import MAX_EPS, ParsedReport, plbu_uses_grr, reports_at
 from mechanisms.local.rounds import POPULATION_PROTOCOLS, ROUND_PROTOCOLS, virtual_slot
+from mechanisms.local.tree import TREE_PROTOCOL
 from mechanisms.local.wire import MAX_ROUND_SLOT, MAX_SLOT, WIRE_VERSION, check_text
 from streams.ldp_collector.checks import Refusal, Stream, read_record
 
@@ -31,6 +32,8 @@ _OUE_KEYS: Final = ("v", "protocol", "user", "slot", "eps", "E", "w", "d", "orac
 _GRR_KEYS: Final = _OUE_KEYS[:9] + ("cell", "client")
 #: A two-round report's keys: ``round`` after ``slot``.
 _ROUND_KEYS: Final = _OUE_KEYS[:4] + ("round",) + _OUE_KEYS[4:]
+#: An mtsp report's keys: ``cells`` after ``d``.
+_TREE_KEYS: Final = _ROUND_KEYS[:9] + ("cells",) + _ROUND_KEYS[9:]
 #: Lowercase hex digit -> its value; anything else 16.
 _HEX: Final = np.full(256, 16, dtype=np.uint8)
 _HEX[np.frombuffer(b"0123456789abcdef", dtype=np.uint8)] = np.arange(16, dtype=np.uint8)
@@ -40,7 +43,9 @@ _HEX[np.frombuffer(b"0123456789abcdef", dtype=np.uint8)] = np.arange(16, dtype=n
 class Reports:
     """Accepted reports as columns: their positions in the batch (increasing), users, slots,
     budgets, requirements, oracle (``grr``: True for GRR), OUE bits ((n, d + 1), zero rows for
-    GRR; the last column "no value"), GRR cells (-1 for OUE) and clients.
+    GRR; the last column "no value"), GRR cells (-1 for OUE), clients and the cells each
+    report's bits run over (``width``: d + 1, or an mtsp report's ``cells``, its bits in the
+    first columns).
 
     A two-round stream's reports are on the clients' ledger's time line: ``slot`` is the
     virtual slot 2 slot + round - 1 and ``w`` twice the stream's
@@ -56,28 +61,31 @@ class Reports:
     bits: np.ndarray
     cell: np.ndarray
     clients: list[str]
+    width: np.ndarray
 
     def take(self, rows: np.ndarray) -> Reports:
         """The reports at ``rows``."""
         pick = rows.tolist()
         return Reports(self.index[rows], [self.users[i] for i in pick], self.slot[rows],
                        self.eps[rows], self.E[rows], self.w[rows], self.grr[rows],
-                       self.bits[rows], self.cell[rows], [self.clients[i] for i in pick])
+                       self.bits[rows], self.cell[rows], [self.clients[i] for i in pick],
+                       self.width[rows])
 
     def report(self, row: int, protocol: str) -> ParsedReport:
         """Row ``row`` as :func:`mechanisms.local.parse_report` gives it (a two-round report
         with its virtual slot and doubled window, as it is kept)."""
-        grr = bool(self.grr[row])
+        grr, width = bool(self.grr[row]), int(self.width[row])
         return ParsedReport(protocol, self.users[row], int(self.slot[row]), float(self.eps[row]),
                             float(self.E[row]), int(self.w[row]), self.bits.shape[1] - 1,
-                            "grr" if grr else "oue", None if grr else self.bits[row],
-                            int(self.cell[row]) if grr else None, self.clients[row])
+                            "grr" if grr else "oue", None if grr else self.bits[row, :width],
+                            int(self.cell[row]) if grr else None, self.clients[row],
+                            cells=width)
 
 
 def _empty(d: int) -> Reports:
     i, f = np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float64)
     return Reports(i, [], i, f, f, i, np.zeros(0, dtype=bool), np.zeros((0, d), dtype=bool), i,
-                   [])
+                   [], i)
 
 
 def _concat(parts: list[Reports], d: int) -> Reports:
@@ -103,7 +111,7 @@ def _from_parsed(rows: list[tuple[int, ParsedReport]], d: int) -> Reports:
     bits = np.zeros((len(rows), d), dtype=bool)
     for k, (_, r) in enumerate(rows):
         if r.oracle == "oue":
-            bits[k] = r.bits
+            bits[k, : r.cells] = r.bits
     return Reports(np.array([i for i, _ in rows], dtype=np.int64), [r.user for _, r in rows],
                    np.array([r.slot for _, r in rows], dtype=np.int64),
                    np.array([r.eps for _, r in rows], dtype=np.float64),
@@ -111,7 +119,8 @@ def _from_parsed(rows: list[tuple[int, ParsedReport]], d: int) -> Reports:
                    np.array([r.w for _, r in rows], dtype=np.int64),
                    np.array([r.oracle == "grr" for _, r in rows], dtype=bool), bits,
                    np.array([-1 if r.cell is None else r.cell for _, r in rows], dtype=np.int64),
-                   [r.client for _, r in rows])
+                   [r.client for _, r in rows],
+                   np.array([r.cells for _, r in rows], dtype=np.int64))
 
 
 def _each(test: Callable[[object], bool], column: Sequence) -> np.ndarray:
@@ -210,7 +219,8 @@ def _bits(texts: Sequence, d: int) -> tuple[np.ndarray, np.ndarray]:
 def _parse(stream: Stream, keys: Sequence, values: Sequence) -> tuple[list[tuple], list[int]]:
     """The records orjson reads as objects with the wire's keys in order, as (position, key,
     is GRR, field values...); the positions of the others."""
-    shapes = {_ROUND_KEYS if stream.protocol in ROUND_PROTOCOLS else _OUE_KEYS: False}
+    shapes = {_TREE_KEYS if stream.protocol == TREE_PROTOCOL else _ROUND_KEYS
+              if stream.protocol in ROUND_PROTOCOLS else _OUE_KEYS: False}
     if stream.protocol == "plbu":
         shapes[_GRR_KEYS] = True
     docs = None
@@ -241,6 +251,8 @@ def _screen(stream: Stream, rows: list[tuple]) -> tuple[Reports, list[int]]:
         return _empty(cells), []
     rounds = stream.protocol in ROUND_PROTOCOLS
     columns = list(zip(*rows, strict=True))
+    tree = stream.protocol == TREE_PROTOCOL
+    width_of = columns.pop(12) if tree else ()
     round_of = columns.pop(7) if rounds else ()
     (index, keys, grr, v, protocol, users, slot, eps, E, w, dd, oracle, payload,  # noqa: N806
      client) = columns
@@ -274,11 +286,15 @@ def _screen(stream: Stream, rows: list[tuple]) -> tuple[Reports, list[int]]:
         uses = {e: plbu_uses_grr(e, cells) for e in set(epss[ok].tolist())}
         ok &= np.array([uses.get(e, False) for e in epss.tolist()], dtype=bool) == grr_rows
     bits = np.zeros((n, cells), dtype=bool)
+    widths = np.full(n, cells, dtype=np.int64)
+    if tree:
+        widths, good = _integers(width_of, 1, cells)
+        ok &= good
     reported = np.full(n, -1, dtype=np.int64)
-    oue_rows = np.flatnonzero(ok & ~grr_rows)
-    if oue_rows.size:
-        got, good = _bits([payload[i] for i in oue_rows.tolist()], cells)
-        bits[oue_rows] = got
+    for width in set(widths[ok & ~grr_rows].tolist()):
+        oue_rows = np.flatnonzero(ok & ~grr_rows & (widths == width))
+        got, good = _bits([payload[i] for i in oue_rows.tolist()], width)
+        bits[oue_rows, :width] = got
         ok[oue_rows] = good
     grr_at = np.flatnonzero(ok & grr_rows)
     if grr_at.size:
@@ -293,7 +309,7 @@ def _screen(stream: Stream, rows: list[tuple]) -> tuple[Reports, list[int]]:
     if rounds:
         slots, ws = 2 * slots + round_no - 1, 2 * ws
     accepted = Reports(positions, list(users), slots, epss, Es, ws, grr_rows, bits, reported,
-                       list(client)).take(np.flatnonzero(ok))
+                       list(client), widths).take(np.flatnonzero(ok))
     return accepted, positions[~ok].tolist()
 
 

@@ -263,5 +263,6 @@ def decision_record(stream: str, protocol: str, outcome: dict) -> tuple[bytes, b
     value :func:`~mechanisms.local.rounds.encode_decision`'s bytes."""
     slot = int(outcome["decision"])
     decision = Decision(stream, protocol, slot, outcome["eps"], outcome["next"],
-                        outcome.get("from", 0), outcome.get("size", 0))
+                        outcome.get("from", 0), outcome.get("size", 0),
+                        tuple(outcome.get("starts", ())))
     return f"{stream}/{slot}".encode(), encode_decision(decision)

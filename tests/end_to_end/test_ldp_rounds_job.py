@@ -1,10 +1,11 @@
-"""``pwevent worker --mechanism lbd|lba|lpd|lpa`` on both brokers: two rounds a slot, the
+"""``pwevent worker --mechanism lbd|lba|lpd|lpa|mtsp`` on both brokers: two rounds a slot, the
 decisions on ``<prefix>.ldp-decisions``. A replay through clients answers them slot by slot while
-the worker is SIGKILLed and restarted (lba on Apache Kafka, the population-division lpa on the
-embedded broker); the releases and decisions equal the replay run in process, once per slot; the
-reports audit clean; an lpd demo scores its bars. With one partition held back, the
-partitions whose reports wait for a decision are paused, and nothing is late. Live, devices
-read each decision from the topic and answer it in time."""
+the worker is SIGKILLed and restarted (the population-division lpa on Apache Kafka, the tree's
+mtsp on the embedded broker, whose range queries `pwevent releases --range` answers); the
+releases and decisions equal the replay run in process, once per slot; the reports audit clean
+(lbd's decisions run through the held-back test below); an lpd demo scores its bars. With one
+partition held back, the partitions whose reports wait for a decision are paused, and nothing is
+late. Live, devices read each decision from the topic and answer it in time."""
 
 from __future__ import annotations
 
@@ -70,7 +71,7 @@ def _by_key(bootstrap: str, topic: str) -> dict[bytes, list[bytes]]:
 
 def test_a_replay_answering_decisions_survives_a_sigkill_and_equals_in_process(
         broker, tmp_path: Path) -> None:
-    mechanism = "lba" if isinstance(broker, ApacheKafka) else "lpa"
+    mechanism = "lpa" if isinstance(broker, ApacheKafka) else "mtsp"
     bootstrap, prefix = broker.bootstrap, "rounds"
     replay = ["replay", "--mechanism", mechanism, "--prefix", prefix, *STREAM, "--dataset",
               "sin", "--users", "300", "--slots", str(SLOTS), "--nonce", "rounds-1"]
@@ -123,6 +124,16 @@ def test_a_replay_answering_decisions_survives_a_sigkill_and_equals_in_process(
     assert shown.returncode == 0, shown.stderr
     assert [orjson.loads(line)["slot"] for line in shown.stdout.splitlines()] == list(
         range(SLOTS))
+    if mechanism == "mtsp":  # the tree's range queries, from the releases alone
+        ranged = _cli("releases", "--ldp", "--json", "--broker", bootstrap, "--prefix", prefix,
+                      "--stream", "s", "--range", "0:1", "--delta", "2", "--event", "1.5")
+        assert ranged.returncode == 0, ranged.stderr
+        rows = [orjson.loads(line) for line in ranged.stdout.splitlines()]
+        assert [r["range"]["count"] for r in rows] == [sum(d["counts"]) for d in expected]
+        assert rows[0]["range"]["period"] is None
+        assert rows[1]["range"]["period"] == rows[0]["range"]["count"] + rows[1]["range"][
+            "count"]
+        assert {r["range"]["event"] for r in rows} <= {0, 1}
 
 
 def test_the_demo_of_a_two_round_stream() -> None:

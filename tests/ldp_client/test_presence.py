@@ -38,8 +38,10 @@ def run(protocol: str, w: int, E: float, values: list, decisions: list) -> list:
     previous: Decision | None = None
     for slot, value in enumerate(values):
         calls = [lambda v=value, p=previous, s=slot: reporter.report(s, v, p)]
-        if protocol in ("lbd", "lba"):
-            decision = Decision("s", protocol, slot, *decisions[slot % len(decisions)])
+        if protocol in ("lbd", "lba", "mtsp"):
+            eps, nxt = decisions[slot % len(decisions)]
+            starts = (0, 2) if protocol == "mtsp" and eps > 0 else ()
+            decision = Decision("s", protocol, slot, eps, nxt, starts=starts)
             calls.append(lambda v=value, dd=decision: reporter.answer(dd, v))
             previous = decision
         for call in calls:
@@ -52,7 +54,7 @@ def run(protocol: str, w: int, E: float, values: list, decisions: list) -> list:
 
 
 @settings(max_examples=120, deadline=None)
-@given(st.sampled_from(["lbu", "lsp", "lpu", "plbu", "lbd", "lba"]), st.integers(1, 4),
+@given(st.sampled_from(["lbu", "lsp", "lpu", "plbu", "lbd", "lba", "mtsp"]), st.integers(1, 4),
        st.sampled_from([0.5, 1.0, 8.0]), st.data())
 def test_a_clients_reports_do_not_depend_on_whether_it_has_a_value(
         protocol: str, w: int, E: float, data: st.DataObject) -> None:  # noqa: N803

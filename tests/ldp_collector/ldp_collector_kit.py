@@ -95,11 +95,13 @@ def grr_split(sent: Sequence[Sent], d: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 class Replay:
-    """Stands in for a numpy Generator: ``binomial`` returns the given draws in order, after
-    checking the probability asked for and that no draw exceeds its trials."""
+    """Stands in for a numpy Generator: ``binomial`` and ``multivariate_hypergeometric`` return
+    the given draws in order, after checking the probability or the sample size asked for and
+    that no draw exceeds what it is drawn from."""
 
-    def __init__(self, draws: list[tuple[float, np.ndarray]]) -> None:
-        """Draws as (probability expected, outcome) pairs."""
+    def __init__(self, draws: list[tuple]) -> None:
+        """Draws as (probability expected, outcome) pairs, or ("group", size expected, outcome)
+        for a hypergeometric one."""
         self.draws = list(draws)
 
     def binomial(self, n: np.ndarray, p: float) -> np.ndarray:
@@ -107,6 +109,13 @@ class Replay:
         expected, out = self.draws.pop(0)
         assert p == expected
         assert np.all(out <= np.asarray(n)) and np.all(out >= 0)
+        return out
+
+    def multivariate_hypergeometric(self, colors: np.ndarray, nsample: int) -> np.ndarray:
+        """The next prepared group."""
+        tag, size, out = self.draws.pop(0)
+        assert tag == "group" and nsample == size == int(np.sum(out))
+        assert np.all(out <= np.asarray(colors)) and np.all(out >= 0)
         return out
 
 
@@ -129,12 +138,16 @@ def drifting_cells(users: int, slots: int, d: int, seed: int) -> np.ndarray:
 class RoundDevices:
     """One client per user, answering each round as the decisions ask."""
 
-    def __init__(self, protocol: str, cells: np.ndarray, d: int, w: int, E: float) -> None:  # noqa: N803
+    def __init__(self, protocol: str, cells: np.ndarray, d: int, w: int, E: float,  # noqa: N803
+                 users: Sequence[str] | None = None) -> None:
+        """Users ``users[i]`` (``u<i>`` by default) holding ``cells[i, t]`` at slot start + t."""
         self.cells, self.protocol, self.d = cells, protocol, d
-        self.clients = [LdpClient(ReportConfig(protocol, f"u{i}", d=d, w=w, E=E,
+        self.users = list(users) if users is not None else [f"u{i}" for i in
+                                                            range(cells.shape[0])]
+        self.clients = [LdpClient(ReportConfig(protocol, user, d=d, w=w, E=E,
                                                start=ROUNDS_START, lpu_key=LPU_KEY),
-                                  words=CounterWords(f"rounds/u{i}"))
-                        for i in range(cells.shape[0])]
+                                  words=CounterWords(f"rounds/{user}"))
+                        for user in self.users]
 
     def round1(self, t: int, decision: Decision | None) -> list[Sent]:
         """The dissimilarity reports at slot ROUNDS_START + t."""
@@ -146,13 +159,13 @@ class RoundDevices:
 
     def _sent(self, t: int, send, round_: int) -> list[Sent]:  # noqa: ANN001
         out = []
-        for i, client in enumerate(self.clients):
+        for i, (user, client) in enumerate(zip(self.users, self.clients, strict=True)):
             cell = int(self.cells[i, t])
             value = send(client, None if cell < 0 else cell)
             if value is not None:
                 stamp = ORIGIN_MS + (ROUNDS_START + t + round_ - 1) * SLOT_MS + 10
-                out.append(Sent(f"u{i}", ROUNDS_START + t, self.d if cell < 0 else cell,
-                                f"u{i}".encode(), value, stamp))
+                out.append(Sent(user, ROUNDS_START + t, self.d if cell < 0 else cell,
+                                user.encode(), value, stamp))
         return out
 
 
@@ -198,13 +211,14 @@ def live_topic(protocol: str, cells: np.ndarray, d: int, w: int, E: float,  # no
     return parts, written
 
 
-def rounds_in_process(protocol: str, cells: np.ndarray, d: int, w: int, E: float  # noqa: N803
-        ) -> tuple[list[dict], list[dict], list[list[Sent]], list[list[Sent]]]:
-    """Clients and one collector of a two-round stream slot by slot: decisions, releases and
-    each slot's reports (round 1, round 2)."""
+def rounds_in_process(protocol: str, cells: np.ndarray, d: int, w: int, E: float,  # noqa: N803
+                      users: Sequence[str] | None = None,
+                      ) -> tuple[list[dict], list[dict], list[list[Sent]], list[list[Sent]]]:
+    """Clients (:class:`RoundDevices`) and one collector of a two-round stream slot by slot:
+    decisions, releases and each slot's reports (round 1, round 2)."""
     collector = LdpCollector(protocol, d, origin_ms=ORIGIN_MS, slot_ms=SLOT_MS, start=ROUNDS_START,
                              E=E, w=w, lpu_key=LPU_KEY)
-    devices = RoundDevices(protocol, cells, d, w, E)
+    devices = RoundDevices(protocol, cells, d, w, E, users)
     decisions, releases, first, second = [], [], [], []
     previous = None
     for t in range(cells.shape[1]):
@@ -215,7 +229,8 @@ def rounds_in_process(protocol: str, cells: np.ndarray, d: int, w: int, E: float
         (decided,) = [o for o in out if "decision" in o]
         decisions.append(decided)
         previous = Decision("s", protocol, decided["decision"], decided["eps"], decided["next"],
-                            decided.get("from", 0), decided.get("size", 0))
+                            decided.get("from", 0), decided.get("size", 0),
+                            tuple(decided.get("starts", ())))
         answers = devices.round2(t, previous)
         assert collector.offer_all(s.record for s in answers) == []
         first.append(sent)

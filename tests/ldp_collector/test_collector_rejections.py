@@ -189,8 +189,10 @@ def test_parameters_and_empty_slots() -> None:
         LdpCollector("lbu", D, origin_ms=0, slot_ms=1, start=0, E=1.0)
     with pytest.raises(ValueError, match="lpu_key"):
         LdpCollector("lpu", D, origin_ms=0, slot_ms=1, start=0, E=1.0, w=2)
-    with pytest.raises(ValueError, match="protocol"):
+    with pytest.raises(ValueError, match="lpu_key"):  # mtsp's levels come from positions
         LdpCollector("mtsp", D, origin_ms=0, slot_ms=1, start=0, E=1.0, w=2)
+    with pytest.raises(ValueError, match="protocol"):
+        LdpCollector("oue", D, origin_ms=0, slot_ms=1, start=0, E=1.0, w=2)
     c = lbu_collector()
     assert c.offer(b"alice", GOOD, ORIGIN_MS + 11 * SLOT_MS + 5) is None
     assert c.watermark == ORIGIN_MS + 11 * SLOT_MS + 5

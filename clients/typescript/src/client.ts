@@ -6,7 +6,9 @@
  * a window of 2w (rounds.ts): report() sends round 1, asked by the previous slot's decision, and
  * answer() round 2, asked by the slot's own. The population ones (lpd, lpa: population.ts) ask
  * each user one round kind by its public position, every report at E, and keep the ledger over
- * real slots (window w): a user answers at most once in any w slots.
+ * real slots (window w): a user answers at most once in any w slots. mtsp (tree.ts) keeps the
+ * ledger as lbd does and reports round 1 over its level's nodes, round 2 over the decision's
+ * intervals.
  */
 
 import { ClientLedger, LedgerRefusal, type Spend } from "./ledger.js";
@@ -19,7 +21,7 @@ import {
   plbuUsesGrr,
   type WordSource,
 } from "./oracles.js";
-import { inInterval } from "./population.js";
+import { inInterval, position } from "./population.js";
 import { Decision, MAX_ROUND_SLOT, virtualSlot } from "./rounds.js";
 import {
   isKeyed,
@@ -30,11 +32,12 @@ import {
   reportBudget,
   Schedule,
 } from "./schedule.js";
+import { intervalOf, isTreeProtocol, levelCells, nodeOf, treeHeight, treeLevel } from "./tree.js";
 import { checkInteger, checkText, formatString, MAX_CELLS, MAX_SLOT, oracleCells, WIRE_VERSION } from "./wire.js";
 import { CryptoWords } from "./words.js";
 
 /** The library's name and version, written into every report. */
-export const CLIENT_NAME = "pwevent-ldp-ts/0.2.0";
+export const CLIENT_NAME = "pwevent-ldp-ts/0.3.0";
 /** The reports' topic under the stream's prefix: `<prefix>.ldp-reports`. */
 export const TOPIC = "ldp-reports";
 
@@ -42,9 +45,9 @@ export const TOPIC = "ldp-reports";
  * What a client needs: the protocol, the user id, the domain's d value cells (an integer in
  * [1, 65535]; the oracle runs over d + 1, cell d meaning "no value"), the window w and budget
  * E (the stream's for all but plbu, the user's own for plbu), the stream's first slot, the
- * stream's public key (`lpuKey`, 1 to 256 UTF-8 bytes: LPU's groups, LPD's and LPA's positions;
- * required for lpu, lpd and lpa) and LPU's rotation (epochs of `rotate` blocks; 0: one group for
- * good).
+ * stream's public key (`lpuKey`, 1 to 256 UTF-8 bytes: LPU's groups, LPD's, LPA's and MTSP's
+ * positions; required for lpu, lpd, lpa and mtsp) and LPU's rotation (epochs of `rotate` blocks;
+ * 0: one group for good).
  */
 export interface ReportConfig {
   protocol: Protocol;
@@ -58,7 +61,7 @@ export interface ReportConfig {
 }
 
 /**
- * The ledger as JSON-ready data, for the app to keep between runs (for lbd/lba the spends'
+ * The ledger as JSON-ready data, for the app to keep between runs (for lbd/lba/mtsp the spends'
  * slots are virtual slots, 2 slot + round - 1; for lpd/lpa, as for the one-round protocols, real
  * slots).
  */
@@ -119,28 +122,39 @@ export function checkConfig(config: ReportConfig): Required<ReportConfig> {
  * `answer(decision, value)` the publication round (round 2) at the budget the slot's decision
  * names. For lpd/lpa the same two calls send round 1 only at the user's phase (a lower-half
  * position) and round 2 only where the slot's decision names the user's (upper-half) position,
- * both at E.
+ * both at E. For mtsp they send what lbd's do, round 1 as the node of the user's level of the
+ * tree (its level from its public position) that holds the cell, round 2 as the decision's
+ * interval that holds it; each report carries "cells", the cells its bits run over.
  */
 export class LdpClient {
   readonly config: Required<ReportConfig>;
   readonly ledger: ClientLedger;
-  /** The budget one report spends (a dissimilarity report's for lbd/lba: E/(2w); E for lpd/lpa). */
+  /** The budget one report spends (a dissimilarity report's for lbd/lba/mtsp: E/(2w); E for lpd/lpa). */
   readonly eps: number;
   readonly oracle: "oue" | "grr";
   /** The cells the oracle runs over: d + 1, cell d meaning "no value". */
   readonly cells: number;
-  /** Whether the protocol has two rounds a slot (lbd, lba, lpd, lpa). */
+  /** Whether the protocol has two rounds a slot (lbd, lba, lpd, lpa, mtsp). */
   readonly rounds: boolean;
   /** Whether the protocol divides the population (lpd, lpa). */
   readonly population: boolean;
+  /** Whether the protocol runs its rounds over a tree (mtsp). */
+  readonly tree: boolean;
   /** The user's public position in [0, 2^32) for lpd and lpa (population.ts), null for the others. */
   readonly position: number | null;
+  /** mtsp: the tree's height over the d + 1 cells (tree.ts); 0 for the others. */
+  readonly height: number;
+  /** mtsp: the user's level in [1, height], from its public position; 0 for the others. */
+  readonly level: number;
+  /** mtsp: the real nodes of the user's level, the cells its round 1 bits run over; 0 for the others. */
+  readonly levelCells: number;
   private readonly words: WordSource;
   private readonly schedule: Schedule;
   private readonly threshold: number;
   private readonly head: string;
   private readonly epsText: string;
   private readonly rest: string;
+  private readonly oracleKey: string;
   private readonly tail: string;
   private readonly encoder = new TextEncoder();
 
@@ -157,13 +171,16 @@ export class LdpClient {
     this.rounds = isRoundProtocol(c.protocol);
     this.population = isPopulationProtocol(c.protocol);
     this.position = this.schedule.position;
-    // lbd, lba: virtual slots against 2w; the others (lpd and lpa too): real slots against w
+    this.tree = isTreeProtocol(c.protocol);
+    this.height = this.tree ? treeHeight(this.cells) : 0;
+    this.level = this.tree ? treeLevel(position(c.lpuKey, c.user), this.height) : 0;
+    this.levelCells = this.tree ? levelCells(this.cells, this.height, this.level) : 0;
+    // lbd, lba, mtsp: virtual slots against 2w; the others (lpd and lpa too): real slots against w
     this.ledger = new ClientLedger(this.rounds && !this.population ? 2 * c.w : c.w, c.E);
     this.head = `{"v":${WIRE_VERSION},"protocol":"${c.protocol}","user":${formatString(c.user)},"slot":`;
     this.epsText = String(this.eps);
-    this.rest =
-      `,"E":${String(c.E)},"w":${c.w},"d":${c.d},` +
-      (this.oracle === "grr" ? `"oracle":"grr","cell":` : `"oracle":"oue","bits":"`);
+    this.rest = `,"E":${String(c.E)},"w":${c.w},"d":${c.d},`;
+    this.oracleKey = this.oracle === "grr" ? `"oracle":"grr","cell":` : `"oracle":"oue","bits":"`;
     this.tail = (this.oracle === "grr" ? "" : '"') + `,"client":${formatString(client)}}`;
     if (options.state !== undefined) this.loadState(options.state);
   }
@@ -199,6 +216,10 @@ export class LdpClient {
         );
       }
     }
+    if (this.tree) {
+      const node = nodeOf(cell, this.height, this.level);
+      return this.send(slot, node, this.eps, virtualSlot(slot, 1), 1, this.levelCells);
+    }
     return this.send(slot, cell, this.eps, this.population ? slot : virtualSlot(slot, 1), 1);
   }
 
@@ -213,7 +234,9 @@ export class LdpClient {
    * and after it only when `decision`, the previous slot's (slot - 1), names a dissimilarity
    * round (its `next`, which must be E/(2w), or 0: none). Without that decision (missed) nothing
    * is sent. For lpd/lpa likewise, at the slots of the user's phase only (due()), `next` being E
-   * (or 0), the report spending E at the real slot. The other protocols take no decision.
+   * (or 0), the report spending E at the real slot. For mtsp as for lbd, the report being the
+   * node of the user's level (`level`) holding the cell, over the level's `levelCells` nodes (its
+   * "cells"). The other protocols take no decision.
    */
   report(slot: number, value: number | null | undefined, decision?: Decision | null): Uint8Array | null {
     const text = this.reportText(slot, value, decision);
@@ -241,18 +264,28 @@ export class LdpClient {
     if (!(decision.eps <= c.E / 2)) {
       throw new RangeError(`the decision asks ${decision.eps}, over E/2 = ${c.E / 2}`);
     }
+    if (this.tree) {
+      const starts = decision.starts;
+      const last = starts[starts.length - 1];
+      if (!(last < this.cells)) {
+        throw new RangeError(`the decision's intervals reach cell ${last}, past the ${this.cells} cells of the stream`);
+      }
+      return this.send(slot, intervalOf(cell, starts), decision.eps, virtualSlot(slot, 2), 2, starts.length);
+    }
     return this.send(slot, cell, decision.eps, virtualSlot(slot, 2), 2);
   }
 
   /**
-   * The publication report (round 2 of lbd/lba/lpd/lpa) of cell `value` as UTF-8 bytes, at the
-   * budget `decision` names for its slot, or null when it names none (eps 0) or the slot is
+   * The publication report (round 2 of lbd/lba/lpd/lpa/mtsp) of cell `value` as UTF-8 bytes, at
+   * the budget `decision` names for its slot, or null when it names none (eps 0) or the slot is
    * before the stream's first. For lpd/lpa the budget must be E and only a user whose position
    * lies in the decision's interval [from, from + size) of the upper half answers (null for the
-   * others), the spend kept at the real slot. A `value` of null or undefined (no value) is
-   * answered as cell d, "no value", at the same budget. Throws LedgerRefusal when the ledger does
-   * not allow it, and an argument error for a one-round protocol, a decision of another protocol
-   * or slot, or one asking more than E/2 (lbd, lba) or other than E (lpd, lpa).
+   * others), the spend kept at the real slot. For mtsp the report is the index of the decision's
+   * interval holding the cell, over its `starts.length` intervals (its "cells"). A `value` of null
+   * or undefined (no value) is answered as cell d, "no value", at the same budget. Throws
+   * LedgerRefusal when the ledger does not allow it, and an argument error for a one-round
+   * protocol, a decision of another protocol or slot, one asking more than E/2 (lbd, lba, mtsp) or
+   * other than E (lpd, lpa), or an mtsp partition reaching past the stream's d + 1 cells.
    */
   answer(decision: Decision, value: number | null | undefined): Uint8Array | null {
     const text = this.answerText(decision, value);
@@ -278,19 +311,22 @@ export class LdpClient {
 
   /**
    * Randomise `cell` (in [0, d], d: no value) over the oracle's d + 1 cells at budget `eps`,
-   * spent at ledger slot `at`: the report's text.
+   * spent at ledger slot `at`: the report's text. mtsp gives `width`, the cells its node or
+   * interval `cell` lies among (written as "cells"); 0 for the others.
    */
-  private send(slot: number, cell: number, eps: number, at: number, round: number): string {
+  private send(slot: number, cell: number, eps: number, at: number, round: number, width: number = 0): string {
     this.ledger.check(at, eps);
+    const cells = width || this.cells;
     const threshold = eps === this.eps ? this.threshold : oueThreshold(eps);
     const payload =
       this.oracle === "grr"
-        ? String(grrCell(cell, this.cells, threshold, this.words))
-        : oueHex(cell, this.cells, threshold, this.words);
+        ? String(grrCell(cell, cells, threshold, this.words))
+        : oueHex(cell, cells, threshold, this.words);
     this.ledger.commit(at, eps);
     const roundKey = round === 0 ? "" : `,"round":${round}`;
     const epsText = eps === this.eps ? this.epsText : String(eps);
-    return this.head + slot + roundKey + `,"eps":` + epsText + this.rest + payload + this.tail;
+    const cellsKey = this.tree ? `"cells":${cells},` : "";
+    return this.head + slot + roundKey + `,"eps":` + epsText + this.rest + cellsKey + this.oracleKey + payload + this.tail;
   }
 
   /** The Kafka key of this user's reports: the user id in UTF-8. */

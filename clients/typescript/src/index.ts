@@ -17,6 +17,14 @@ export {
 } from "./oracles.js";
 export type { WordSource } from "./oracles.js";
 export { HALF, inInterval, inRound1, phase, position, POSITIONS } from "./population.js";
+/**
+ * MTSP-LDP's budget-free range and event-monitoring queries over the local-DP collector's
+ * releases: post-processing of what was released, so no privacy budget is spent. Mirrors
+ * `pwevent releases --ldp --range A:B --delta N --event RATIO` (streams/releases/ldp.py,
+ * `range_queries`), bit for bit.
+ */
+export { rangeQueries } from "./queries.js";
+export type { LdpRelease, RangeQuery, RangeQueryOptions, ReleaseIntervals } from "./queries.js";
 export {
   Decision,
   DECISION_VERSION,
@@ -42,5 +50,15 @@ export {
 } from "./schedule.js";
 export type { PopulationProtocol, Protocol, RoundProtocol } from "./schedule.js";
 export { framedHmac, hmacSha256, sha256 } from "./sha256.js";
+export {
+  checkStarts,
+  intervalOf,
+  isTreeProtocol,
+  levelCells,
+  nodeOf,
+  TREE_PROTOCOL,
+  treeHeight,
+  treeLevel,
+} from "./tree.js";
 export { checkText, formatString, MAX_CELLS, MAX_SLOT, oracleCells, WIRE_VERSION } from "./wire.js";
 export { CounterWords, CryptoWords } from "./words.js";

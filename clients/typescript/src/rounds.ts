@@ -15,17 +15,24 @@
  * lower half's users at their phase only, round 2 of the upper half's users in the interval
  * [from, from + size) the slot's decision names; every report spends E, and the client keeps its
  * ledger over real slots against a window of w and budget E.
+ *
+ * MTSP (tree.ts) keeps LBD's ledger and rounds; its round 1 runs over the user's level of a tree
+ * over the cells, and its decision names the publication round's partition of the cells into
+ * intervals (`starts`), which round 2 runs over.
  */
 
 import { MAX_EPS } from "./oracles.js";
 import { HALF } from "./population.js";
 import { isPopulationProtocol, isRoundProtocol, ROUND_PROTOCOLS, type RoundProtocol } from "./schedule.js";
-import { checkInteger, checkText, formatString, MAX_SLOT } from "./wire.js";
+import { checkStarts, isTreeProtocol } from "./tree.js";
+import { checkInteger, checkText, formatString, MAX_CELLS, MAX_SLOT } from "./wire.js";
 
 export const DECISION_VERSION = 1;
 const DECISION_KEYS = ["v", "stream", "protocol", "slot", "eps", "next"] as const;
 /** An lpd or lpa decision's keys: its publication interval after the budgets. */
 const POPULATION_KEYS = [...DECISION_KEYS, "from", "size"] as const;
+/** An mtsp decision's keys: its publication partition after the budgets. */
+const TREE_KEYS = [...DECISION_KEYS, "starts"] as const;
 const INTEGER_LITERAL = /^-?(?:0|[1-9][0-9]*)$/;
 
 /**
@@ -40,7 +47,7 @@ export function virtualSlot(slot: number, round: number): number {
   return 2 * slot + (round - 1);
 }
 
-/** The budget of an lbd or lba dissimilarity report: E/(2w) (lpd and lpa spend E). */
+/** The budget of an lbd, lba or mtsp dissimilarity report: E/(2w) (lpd and lpa spend E). */
 export function dissimilarityBudget(w: number, E: number): number {
   return E / (2 * w);
 }
@@ -64,9 +71,11 @@ function checkWhole(what: string, value: unknown, high: number): number {
  * no publication round), `next` the dissimilarity budget of slot + 1 (0: none). An lpd or lpa
  * decision also names the publication round's users: the upper-half positions
  * [from, from + size) (offsets from 2^31, modulo 2^31: inInterval()), `from` an integer in
- * [0, 2^31 - 1] and `size` one in [0, 2^31], size > 0 exactly when eps > 0; both are 0 for lbd
- * and lba. The constructor checks every field (a RangeError or TypeError names the wrong one);
- * a decision is frozen.
+ * [0, 2^31 - 1] and `size` one in [0, 2^31], size > 0 exactly when eps > 0; both are 0 for the
+ * others. An mtsp decision names the publication round's partition of the cells by the intervals'
+ * first cells, `starts` (tree.ts: integers in [0, 65535], strictly increasing, the first 0), empty
+ * exactly when eps is 0; empty for the others. The constructor checks every field (a RangeError or
+ * TypeError names the wrong one); a decision is frozen, its `starts` too.
  */
 export class Decision {
   readonly stream: string;
@@ -74,10 +83,12 @@ export class Decision {
   readonly slot: number;
   readonly eps: number;
   readonly next: number;
-  /** Where the publication interval starts in the upper half (lpd, lpa; 0 for lbd, lba). */
+  /** Where the publication interval starts in the upper half (lpd, lpa; 0 for the others). */
   readonly from: number;
-  /** How many positions the publication interval holds (lpd, lpa; 0 for lbd, lba). */
+  /** How many positions the publication interval holds (lpd, lpa; 0 for the others). */
   readonly size: number;
+  /** The first cell of each publication interval, from 0 up (mtsp; empty for the others). */
+  readonly starts: readonly number[];
 
   constructor(
     stream: string,
@@ -87,6 +98,7 @@ export class Decision {
     next: number,
     from: number = 0,
     size: number = 0,
+    starts: readonly number[] = [],
   ) {
     this.stream = checkText("stream", stream);
     if (!isRoundProtocol(protocol)) {
@@ -104,19 +116,31 @@ export class Decision {
         "an lpd or lpa decision names users (size > 0) exactly when it names a publication budget (eps > 0)",
       );
     }
+    this.starts = checkStarts(starts);
+    if (this.starts.length > 0 !== (isTreeProtocol(protocol) && this.eps > 0)) {
+      throw new RangeError(
+        "an mtsp decision names a partition (starts) exactly when it names a publication budget (eps > 0); the others name none",
+      );
+    }
     Object.freeze(this);
   }
 }
 
 /**
  * A decision's JSON text, keys in this order, numbers as the reports write them:
- * `{"v":1,"stream":"app","protocol":"lbd","slot":1042,"eps":0.025,"next":0.05}`, and for lpd and
+ * `{"v":1,"stream":"app","protocol":"lbd","slot":1042,"eps":0.025,"next":0.05}`; for lpd and
  * lpa the interval after them:
- * `{"v":1,"stream":"app","protocol":"lpd","slot":1042,"eps":1,"next":1,"from":0,"size":4096}`.
+ * `{"v":1,"stream":"app","protocol":"lpd","slot":1042,"eps":1,"next":1,"from":0,"size":4096}`,
+ * and for mtsp the partition's first cells:
+ * `{"v":1,"stream":"app","protocol":"mtsp","slot":1042,"eps":0.25,"next":0.05,"starts":[0,4,6]}`.
  */
 export function decisionText(decision: Decision): string {
   const d = decision;
-  const interval = isPopulationProtocol(d.protocol) ? `,"from":${d.from},"size":${d.size}` : "";
+  const interval = isPopulationProtocol(d.protocol)
+    ? `,"from":${d.from},"size":${d.size}`
+    : isTreeProtocol(d.protocol)
+      ? `,"starts":[${d.starts.join(",")}]`
+      : "";
   return (
     `{"v":${DECISION_VERSION},"stream":${formatString(d.stream)},"protocol":"${d.protocol}",` +
     `"slot":${d.slot},"eps":${String(d.eps)},"next":${String(d.next)}${interval}}`
@@ -181,11 +205,13 @@ function rawValues(text: string): Map<string, string> {
 
 /**
  * Read and check a decision's bytes (UTF-8) or text; an error says what is wrong. The keys are
- * exactly v, stream, protocol, slot, eps and next in this order, and from and size after them
- * when the protocol is lpd or lpa (an lbd or lba decision holding them is refused); v is the
- * integer 1, slot an integer (no fraction, no exponent) in [0, 2^53 - 1], eps and next numbers in
- * [0, 500]; for lpd and lpa from is an integer in [0, 2^31 - 1] and size one in [0, 2^31], size > 0
- * exactly when eps > 0.
+ * exactly v, stream, protocol, slot, eps and next in this order, then from and size when the
+ * protocol is lpd or lpa, or starts when it is mtsp (any other decision holding them is refused);
+ * v is the integer 1, slot an integer (no fraction, no exponent) in [0, 2^53 - 1], eps and next
+ * numbers in [0, 500]; for lpd and lpa from is an integer in [0, 2^31 - 1] and size one in
+ * [0, 2^31], size > 0 exactly when eps > 0; for mtsp starts is an array of at most 65536 integers
+ * (no fraction, no exponent) in [0, 65535], strictly increasing, the first 0, non-empty exactly
+ * when eps > 0.
  */
 export function parseDecision(data: Uint8Array | string): Decision {
   let text: string;
@@ -199,12 +225,14 @@ export function parseDecision(data: Uint8Array | string): Decision {
   const record: unknown = JSON.parse(text);
   const isObject = typeof record === "object" && record !== null && !Array.isArray(record);
   const keys = isObject ? Object.keys(record) : [];
-  const population = isObject && isPopulationProtocol((record as Record<string, unknown>).protocol);
-  const expected: readonly string[] = population ? POPULATION_KEYS : DECISION_KEYS;
+  const protocol = isObject ? (record as Record<string, unknown>).protocol : undefined;
+  const population = isPopulationProtocol(protocol);
+  const tree = isTreeProtocol(protocol);
+  const expected: readonly string[] = population ? POPULATION_KEYS : tree ? TREE_KEYS : DECISION_KEYS;
   if (keys.length !== expected.length || keys.some((k, i) => k !== expected[i])) {
     throw new RangeError(`a decision is an object with the keys ${expected.join(", ")}`);
   }
-  const r = record as Record<(typeof POPULATION_KEYS)[number], unknown>;
+  const r = record as Record<(typeof POPULATION_KEYS)[number] | (typeof TREE_KEYS)[number], unknown>;
   // JSON.parse reads 1.0 and 1e0 as 1: v and slot must be written as integers
   const raw = rawValues(text);
   const isInteger = (key: string) => INTEGER_LITERAL.test(raw.get(key) ?? "");
@@ -229,5 +257,30 @@ export function parseDecision(data: Uint8Array | string): Decision {
     }
     return r[key] as number;
   };
-  return new Decision(r.stream as string, r.protocol, r.slot as number, budget("eps"), budget("next"), whole("from"), whole("size"));
+  // starts: an array of integers as json.loads reads them (no 1.0, no true)
+  const starts = () => {
+    if (!tree) return [];
+    const value = r.starts;
+    const items = (raw.get("starts") ?? "").slice(1, -1);
+    const integers =
+      Array.isArray(value) &&
+      value.every((x) => typeof x === "number") &&
+      (value.length === 0 || items.split(",").every((x) => INTEGER_LITERAL.test(x.trim())));
+    if (!integers) {
+      throw new RangeError(
+        `starts must be an array of integers in [0, ${MAX_CELLS - 1}], got ${(raw.get("starts") ?? "").slice(0, 100)}`,
+      );
+    }
+    return value as number[];
+  };
+  return new Decision(
+    r.stream as string,
+    r.protocol,
+    r.slot as number,
+    budget("eps"),
+    budget("next"),
+    whole("from"),
+    whole("size"),
+    starts(),
+  );
 }

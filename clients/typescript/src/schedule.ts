@@ -1,33 +1,40 @@
 /**
  * When a user reports, with what budget; LPU's keyed group hash. LBD and LBA (two rounds a slot,
  * rounds.ts) report a dissimilarity round every slot from the stream's first, at E/(2w), and a
- * publication round at the budget the collector's decision names. LPD and LPA (two rounds a slot
- * over a divided population, population.ts) report a dissimilarity round at E once every w slots
- * (the user's phase) and publication rounds at E where the slot's decision names the user's
- * position; both checked against the decisions (client.ts), not here.
+ * publication round at the budget the collector's decision names. MTSP (two rounds a slot over a
+ * tree, tree.ts) does likewise, round 1 over the user's level of the tree and round 2 over the
+ * decision's intervals. LPD and LPA (two rounds a slot over a divided population, population.ts)
+ * report a dissimilarity round at E once every w slots (the user's phase) and publication rounds
+ * at E where the slot's decision names the user's position; both checked against the decisions
+ * (client.ts), not here.
  */
 
 import { phase, position } from "./population.js";
 import { framedHmac } from "./sha256.js";
+import { isTreeProtocol } from "./tree.js";
 
 /**
  * The protocols with two rounds a slot, the second as the collector decides: at the budget it
- * names (lbd, lba) or by the users it names (lpd, lpa: population division).
+ * names (lbd, lba; mtsp over the intervals it names) or by the users it names (lpd, lpa:
+ * population division).
  */
-export const ROUND_PROTOCOLS = ["lbd", "lba", "lpd", "lpa"] as const;
+export const ROUND_PROTOCOLS = ["lbd", "lba", "lpd", "lpa", "mtsp"] as const;
 export type RoundProtocol = (typeof ROUND_PROTOCOLS)[number];
 /** The two-round protocols that divide the population, every report at E. */
 export const POPULATION_PROTOCOLS = ["lpd", "lpa"] as const;
 export type PopulationProtocol = (typeof POPULATION_PROTOCOLS)[number];
-/** The protocols that need the stream's public key (LPU's groups, LPD's and LPA's positions). */
-export const KEYED = ["lpu", ...POPULATION_PROTOCOLS] as const;
+/**
+ * The protocols that need the stream's public key (LPU's groups, LPD's, LPA's and MTSP's
+ * positions).
+ */
+export const KEYED = ["lpu", ...POPULATION_PROTOCOLS, "mtsp"] as const;
 export const PROTOCOLS = ["lbu", "lsp", "lpu", "plbu", ...ROUND_PROTOCOLS] as const;
 export type Protocol = (typeof PROTOCOLS)[number];
 /** The protocols whose w and E are the stream's, the same for every user. */
 export const HOMOGENEOUS = ["lbu", "lsp", "lpu", ...ROUND_PROTOCOLS] as const;
 const PREFIX = "pwevent-lpu-v1";
 
-/** Whether `protocol` has two rounds a slot (lbd, lba, lpd, lpa). */
+/** Whether `protocol` has two rounds a slot (lbd, lba, lpd, lpa, mtsp). */
 export function isRoundProtocol(protocol: unknown): protocol is RoundProtocol {
   return (ROUND_PROTOCOLS as readonly unknown[]).includes(protocol);
 }
@@ -37,18 +44,18 @@ export function isPopulationProtocol(protocol: unknown): protocol is PopulationP
   return protocol === "lpd" || protocol === "lpa";
 }
 
-/** Whether `protocol` needs the stream's public key (lpu, lpd, lpa). */
+/** Whether `protocol` needs the stream's public key (lpu, lpd, lpa, mtsp). */
 export function isKeyed(protocol: unknown): boolean {
-  return protocol === "lpu" || isPopulationProtocol(protocol);
+  return protocol === "lpu" || isPopulationProtocol(protocol) || isTreeProtocol(protocol);
 }
 
 /**
  * The budget one report spends: E/w (lbu, plbu), E (lsp, lpu, and every report of lpd, lpa) or,
- * for a dissimilarity report, E/(2w) (lbd, lba).
+ * for a dissimilarity report, E/(2w) (lbd, lba, mtsp).
  */
 export function reportBudget(protocol: Protocol, w: number, E: number): number {
   if (protocol === "lbu" || protocol === "plbu") return E / w;
-  if (protocol === "lbd" || protocol === "lba") return E / (2 * w);
+  if (protocol === "lbd" || protocol === "lba" || isTreeProtocol(protocol)) return E / (2 * w);
   if (protocol === "lsp" || protocol === "lpu" || isPopulationProtocol(protocol)) return E;
   throw new RangeError(`unknown protocol ${String(protocol)}; choose from ${PROTOCOLS.join(", ")}`);
 }

@@ -1,16 +1,18 @@
 /**
  * The wire format's text rules (docs/ldp-reports.md): JSON strings and limits. A report's keys
- * are, in this order, v, protocol, user, slot, round (the two-round protocols lbd, lba, lpd and
- * lpa only: 1 or 2), eps, E, w, d, oracle, bits (OUE) or cell (GRR), client; numbers as String(x)
- * writes them. eps is E/w for lbu and plbu, E for lsp, lpu and both rounds of lpd and lpa, E/(2w)
- * in round 1 of lbd and lba and at most E/2 in their round 2.
+ * are, in this order, v, protocol, user, slot, round (the two-round protocols lbd, lba, lpd, lpa
+ * and mtsp only: 1 or 2), eps, E, w, d, cells (mtsp only: the cells its OUE bits run over, its
+ * level's nodes in round 1, the decision's intervals in round 2), oracle, bits (OUE) or cell
+ * (GRR), client; numbers as String(x) writes them. eps is E/w for lbu and plbu, E for lsp, lpu
+ * and both rounds of lpd and lpa, E/(2w) in round 1 of lbd, lba and mtsp and at most E/2 in their
+ * round 2.
  *
  * Version 2: d is the number of value cells, and the oracle runs over d + 1 (oracleCells), cell
  * d meaning "no value", so that a user reports every slot it is due whether it holds a value or
  * not, and a report's presence says nothing (version 1 had no such cell).
  */
 
-/** The largest user id, public key (LPU, LPD, LPA) or client name, in UTF-8 bytes. */
+/** The largest user id, public key (LPU, LPD, LPA, MTSP) or client name, in UTF-8 bytes. */
 export const MAX_TEXT_BYTES = 256;
 /** The most cells an oracle runs over: at most MAX_CELLS - 1 value cells (d) and "no value". */
 export const MAX_CELLS = 65536;

@@ -1,6 +1,7 @@
 // The client with the platform's CSPRNG: reports parse, the ledger holds, the state round-trips.
 import assert from "node:assert/strict";
 import { createHmac } from "node:crypto";
+import { readFileSync } from "node:fs";
 import { test } from "node:test";
 
 import {
@@ -14,16 +15,22 @@ import {
   grrKeepThreshold,
   inInterval,
   inRound1,
+  intervalOf,
   LdpClient,
   LedgerRefusal,
+  levelCells,
+  nodeOf,
   oracleCells,
   oueThreshold,
   parseDecision,
   phase,
   position,
   POSITIONS,
+  rangeQueries,
   slotOf,
   topicName,
+  treeHeight,
+  treeLevel,
   virtualSlot,
   WIRE_VERSION,
 } from "../dist/index.js";
@@ -45,7 +52,9 @@ function unpackBits(hex, n) {
 
 test("version 2: d value cells and a no-value cell, d in [1, 65535]", () => {
   assert.equal(WIRE_VERSION, 2);
-  assert.equal(CLIENT_NAME, "pwevent-ldp-ts/0.2.0");
+  assert.equal(CLIENT_NAME, "pwevent-ldp-ts/0.3.0");
+  const pkg = JSON.parse(readFileSync(new URL("../package.json", import.meta.url), "utf-8"));
+  assert.equal(CLIENT_NAME, `pwevent-ldp-ts/${pkg.version}`);
   assert.equal(oracleCells(8), 9);
   const top = new LdpClient({ protocol: "lbu", user: "u", d: 65535, w: 1, E: 1 });
   assert.equal(top.cells, 65536);
@@ -608,4 +617,237 @@ test("population: decisions carry their interval, written and read strictly", ()
     assert.throws(() => parseDecision(bad), (e) => !(e instanceof LedgerRefusal), bad);
   }
   assert.equal(parseDecision(text.replace('"from":0', '"from":-0')).from, 0);
+});
+
+// MTSP: two rounds a slot over a tree (tree.ts).
+
+/** The first user `<prefix>-<i>` whose level of a tree of height `h` under `key` is `level`. */
+function treeUser(key, prefix, h, level) {
+  for (let i = 0; i < 10000; i++) {
+    const user = `${prefix}-${i}`;
+    if (treeLevel(position(key, user), h) === level) return user;
+  }
+  throw new Error("no such user");
+}
+
+test("mtsp: the tree's heights, levels, nodes and intervals", () => {
+  assert.deepEqual([1, 2, 3, 4, 5, 8, 9, 65536].map(treeHeight), [1, 1, 2, 2, 3, 3, 4, 16]);
+  assert.throws(() => treeHeight(0), RangeError);
+  assert.throws(() => treeHeight(65537), RangeError);
+  assert.equal(treeLevel(0, 5), 1);
+  assert.equal(treeLevel(2 ** 32 - 1, 5), 5);
+  assert.equal(treeLevel(2 ** 32 - 1, 16), 16);
+  assert.equal(treeLevel(2 ** 28 - 1, 16), 1); // floor(at h / 2^32) exactly: just below 1/16
+  assert.equal(treeLevel(2 ** 28, 16), 2);
+  assert.throws(() => treeLevel(2 ** 32, 3), RangeError);
+  assert.deepEqual([1, 2, 3].map((l) => levelCells(7, 3, l)), [2, 4, 7]);
+  assert.deepEqual([1, 2, 3].map((l) => nodeOf(6, 3, l)), [1, 3, 6]);
+  assert.throws(() => levelCells(7, 3, 4), RangeError);
+  assert.deepEqual([0, 1, 2, 3, 6].map((x) => intervalOf(x, [0, 2, 4, 6])), [0, 0, 1, 1, 3]);
+  assert.equal(intervalOf(5, [0]), 0);
+  assert.equal(intervalOf(65535, [0, 65535]), 1);
+});
+
+test("mtsp: needs the stream's public key; round 1 over the level's nodes, on virtual slots", () => {
+  const config = { protocol: "mtsp", user: "u", d: 6, w: 2, E: 1 };
+  assert.throws(() => checkConfig(config), RangeError);
+  assert.throws(() => new LdpClient(config), RangeError);
+  assert.throws(() => new LdpClient({ ...config, lpuKey: "" }), RangeError);
+  assert.throws(() => new LdpClient({ ...config, lpuKey: 7 }), TypeError);
+  const key = "tree-key";
+  const h = treeHeight(7);
+  assert.equal(h, 3);
+  for (const level of [1, 2, 3]) {
+    const user = treeUser(key, `level-${level}`, h, level);
+    const client = new LdpClient({ ...config, user, lpuKey: key, start: 4 });
+    assert.equal(client.tree, true);
+    assert.equal(client.position, null); // not a population protocol
+    assert.equal(client.height, h);
+    assert.equal(client.level, level);
+    assert.equal(client.levelCells, levelCells(7, h, level));
+    assert.equal(client.eps, dissimilarityBudget(2, 1));
+    assert.equal(client.ledger.w, 4); // virtual slots, window 2w
+    const r = decode(client.report(4, 5));
+    assert.deepEqual(Object.keys(r), ["v", "protocol", "user", "slot", "round", "eps", "E", "w", "d", "cells", "oracle", "bits", "client"]);
+    assert.equal(r.round, 1);
+    assert.equal(r.eps, 0.25);
+    assert.equal(r.d, 6);
+    assert.equal(r.cells, client.levelCells);
+    assert.equal(unpackBits(r.bits, r.cells).length, r.cells);
+    // after the first slot, only where the previous decision asks it (next: E/(2w), always)
+    assert.equal(client.report(5, null), null);
+    assert.throws(() => client.report(5, 1, new Decision("app", "mtsp", 4, 0, 0.5)), RangeError);
+    const blank = decode(client.report(5, null, new Decision("app", "mtsp", 4, 0, 0.25)));
+    assert.equal(blank.cells, client.levelCells);
+    assert.deepEqual(client.ledger.dump(), [[virtualSlot(4, 1), 0.25], [virtualSlot(5, 1), 0.25]]);
+  }
+  assert.equal(new LdpClient({ protocol: "lbd", user: "u", d: 4, w: 2, E: 1 }).level, 0);
+});
+
+test("mtsp: round 1 keeps its node's bit with 1/2, the level's other nodes with T/2^32", () => {
+  const key = "tree-key";
+  const user = treeUser(key, "middle", 3, 2);
+  const client = new LdpClient({ protocol: "mtsp", user, d: 6, w: 1, E: 1, lpuKey: key });
+  assert.equal(client.levelCells, 4); // cells 0-1, 2-3, 4-5 and 6 (no value)
+  const q = oueThreshold(0.5) / 2 ** 32;
+  const n = 20000;
+  let slot = 0;
+  for (const [value, node] of [[5, 2], [null, 3]]) {
+    const ones = [0, 0, 0, 0];
+    for (let i = 0; i < n; i++) {
+      const previous = slot === 0 ? null : new Decision("app", "mtsp", slot - 1, 0, 0.5);
+      const r = JSON.parse(client.reportText(slot++, value, previous));
+      unpackBits(r.bits, 4).forEach((b, j) => (ones[j] += b));
+    }
+    ones.forEach((k, j) => {
+      const expect = j === node ? 0.5 : q;
+      assert.ok(Math.abs(k / n - expect) < 0.02, `value ${value} node ${j}: ${k / n} vs ${expect}`);
+    });
+  }
+});
+
+test("mtsp: round 2 over the decision's intervals; forged decisions are argument errors", () => {
+  const key = "tree-key";
+  const client = new LdpClient({ protocol: "mtsp", user: "ivy", d: 6, w: 2, E: 1, lpuKey: key });
+  const notRefusal = (e) => e instanceof RangeError && !(e instanceof LedgerRefusal);
+  const at = (slot, eps, starts) => new Decision("app", "mtsp", slot, eps, 0.25, 0, 0, starts);
+  assert.throws(() => client.answer(at(0, 0.75, [0, 2]), 1), notRefusal); // over E/2
+  assert.throws(() => client.answer(at(0, 0.5, [0, 7]), 1), notRefusal); // past the d + 1 = 7 cells
+  assert.throws(() => client.answer(at(0, 0.5, [0, 3, 65535]), null), notRefusal);
+  assert.throws(() => client.answer(new Decision("app", "lbd", 0, 0.5, 0.25), 1), notRefusal);
+  assert.throws(() => client.answer(at(0, 0.5, [0, 2]), 6), notRefusal); // value d: not a value
+  assert.deepEqual(client.ledger.dump(), []);
+  assert.equal(client.answer(at(0, 0, []), 1), null); // no publication round
+  for (const [slot, starts, value] of [
+    [0, [0, 2, 4, 6], 5],
+    [2, [0], 1],
+    [4, [0, 1, 2, 3, 4, 5, 6], null],
+    [6, [0, 6], null], // the last interval: "no value" alone
+  ]) {
+    const r = decode(client.answer(at(slot, 0.5, starts), value));
+    assert.equal(r.round, 2);
+    assert.equal(r.slot, slot);
+    assert.equal(r.eps, 0.5);
+    assert.equal(r.cells, starts.length); // the width is the number of intervals
+    assert.equal(unpackBits(r.bits, starts.length).length, starts.length);
+  }
+  assert.deepEqual(client.ledger.dump(), [[virtualSlot(6, 2), 0.5]]); // a window of 2w = 4 virtual slots
+  assert.equal(decode(client.report(7, 1, at(6, 0.5, [0, 6]))).cells, client.levelCells);
+  // a forged decision asking E/2 again within the window is refused by the ledger
+  assert.throws(
+    () => client.answer(at(7, 0.5, [0, 3]), 1),
+    (e) => e instanceof LedgerRefusal && e.code === "over_budget",
+  );
+  // round 2 keeps the interval's bit with 1/2, the others with T/2^32
+  const stats = new LdpClient({ protocol: "mtsp", user: "stats", d: 6, w: 1, E: 2, lpuKey: key });
+  const q = oueThreshold(1) / 2 ** 32;
+  const n = 20000;
+  const ones = [0, 0, 0];
+  for (let slot = 0; slot < n; slot++) {
+    const r = decode(stats.answer(new Decision("app", "mtsp", slot, 1, 1, 0, 0, [0, 3, 5]), 4));
+    unpackBits(r.bits, 3).forEach((b, j) => (ones[j] += b));
+  }
+  ones.forEach((k, j) => {
+    const expect = j === 1 ? 0.5 : q;
+    assert.ok(Math.abs(k / n - expect) < 0.02, `interval ${j}: ${k / n} vs ${expect}`);
+  });
+});
+
+test("mtsp: decisions carry their partition, written and read strictly", () => {
+  const d = new Decision("app", "mtsp", 1042, 0.25, 0.05, 0, 0, [0, 4, 6]);
+  const text = decisionText(d);
+  assert.equal(text, '{"v":1,"stream":"app","protocol":"mtsp","slot":1042,"eps":0.25,"next":0.05,"starts":[0,4,6]}');
+  assert.deepEqual(parseDecision(text), d);
+  assert.ok(Object.isFrozen(d) && Object.isFrozen(d.starts));
+  const none = new Decision("app", "mtsp", 3, 0, 0.05);
+  assert.equal(decisionText(none), '{"v":1,"stream":"app","protocol":"mtsp","slot":3,"eps":0,"next":0.05,"starts":[]}');
+  assert.deepEqual(new Decision("app", "lbd", 3, 0.5, 0.25).starts, []);
+  const mine = [0, 2];
+  const copied = new Decision("app", "mtsp", 1, 0.5, 0.25, 0, 0, mine);
+  mine.push(5);
+  assert.deepEqual(copied.starts, [0, 2]); // a copy, not the caller's array
+  for (const [eps, starts] of [
+    [0.5, []], // a publication budget naming no partition
+    [0, [0]], // a partition without a budget
+    [0.5, [1, 2]], // not from 0
+    [0.5, [0, 2, 2]],
+    [0.5, [0, 3, 2]],
+    [0.5, [0, 1.5]],
+    [0.5, [0, 65536]],
+    [0.5, [0, -1]],
+    [0.5, [true]],
+    [0.5, ["0"]],
+  ]) {
+    assert.throws(() => new Decision("app", "mtsp", 1, eps, 0.25, 0, 0, starts), RangeError, JSON.stringify(starts));
+  }
+  assert.throws(() => new Decision("app", "mtsp", 1, 0.5, 0.25, 0, 0, "0"), TypeError);
+  assert.throws(() => new Decision("app", "lbd", 1, 0.5, 0.25, 0, 0, [0]), RangeError); // lbd: none
+  assert.throws(() => new Decision("app", "lpd", 1, 1, 1, 0, 1, [0]), RangeError);
+  for (const bad of [
+    text.replace(',"starts":[0,4,6]', ""), // mtsp without its partition
+    text.replace("[0,4,6]", "[0,4.0,6]"),
+    text.replace("[0,4,6]", "[0,4e0,6]"),
+    text.replace("[0,4,6]", '"0,4,6"'),
+    text.replace("[0,4,6]", "[0,[4],6]"),
+    text.replace("[0,4,6]", "[0,4,6,65536]"),
+    text.replace("[0,4,6]", "[]"), // eps > 0: a partition needed
+    text.replace('"next":0.05,"starts":[0,4,6]', '"starts":[0,4,6],"next":0.05'),
+    text.replace("[0,4,6]", "[0,4,6],\"extra\":1"),
+    decisionText(new Decision("app", "lba", 3, 0.5, 0.25)).replace("}", ',"starts":[]}'), // lba with one
+  ]) {
+    assert.throws(() => parseDecision(bad), (e) => !(e instanceof LedgerRefusal), bad);
+  }
+  assert.deepEqual(parseDecision(text.replace("[0,4,6]", "[ -0 , 4,\n6 ]")).starts, [0, 4, 6]);
+  assert.ok(Object.is(parseDecision(text.replace("[0,4,6]", "[-0,4,6]")).starts[0], 0));
+});
+
+// Range queries over releases (queries.ts): post-processing, no budget.
+
+test("range queries: an mtsp range of whole intervals has bars, a partial one does not", () => {
+  const mtsp = {
+    slot: 0,
+    counts: [1, 2, 3, 4, 5],
+    no_value: 0,
+    std: [null, null, 3, null, null],
+    intervals: { starts: [0, 2, 3], counts: [3, 3, 9], std: [4, 3, 12] },
+  };
+  const whole = (a, b) => rangeQueries([mtsp], a, b)[0];
+  assert.deepEqual(whole(0, 1), { from: 0, to: 1, count: 3, std: 4, period: 3 });
+  assert.equal(whole(0, 2).std, 5); // sqrt(4^2 + 3^2)
+  assert.equal(whole(2, 2).std, 3);
+  assert.equal(whole(0, 0).std, null); // half of [0, 1]
+  assert.equal(whole(1, 2).std, null); // starts inside [0, 1]
+  assert.equal(whole(2, 3).std, null); // ends inside [3, ...]
+  assert.equal(whole(3, 4).std, null); // b + 1 = 5 starts no interval
+  assert.equal(whole(0, 4).count, 15);
+  // Cells estimated alone: any range has bars, unless a cell has none or the release no std.
+  const cells = { slot: 1, counts: [1, 2, 3], no_value: 0, std: [3, 4, 12] };
+  assert.equal(rangeQueries([cells], 0, 1)[0].std, 5);
+  assert.equal(rangeQueries([cells], 0, 2)[0].std, 13);
+  assert.equal(rangeQueries([{ ...cells, std: [3, null, 12] }], 0, 0)[0].std, 3);
+  assert.equal(rangeQueries([{ ...cells, std: [3, null, 12] }], 0, 1)[0].std, null);
+  assert.equal(rangeQueries([{ ...cells, std: null }], 0, 0)[0].std, null);
+  assert.equal(rangeQueries([{ slot: 2, counts: [1, 2, 3] }], 0, 0)[0].std, null);
+});
+
+test("range queries: periods over delta slots, events against the previous period; refusals", () => {
+  const releases = [10, 20, 30, 100, -50, 5].map((c, slot) => ({ slot, counts: [c, 1], std: null }));
+  const got = rangeQueries(releases, 0, 0, { delta: 2, ratio: 2, margin: 1 });
+  assert.deepEqual(got.map((r) => r.period), [null, 30, 50, 130, 50, -45]);
+  // i = 2: period[0] is null, so no event; i = 3: 130 > 2 * 30 + 1; i = 5: -45 > 2 * max(130, 0) + 1 no.
+  assert.deepEqual(got.map((r) => r.event), [0, 0, 0, 1, 0, 0]);
+  // A negative previous period is clipped at 0: the bar is 2 * 0 - 50, not 2 * -45 - 50 = -140.
+  const negative = (c) => rangeQueries([{ counts: [-45] }, { counts: [c] }], 0, 0, { ratio: 2, margin: -50 });
+  assert.deepEqual(negative(-100).map((r) => r.event), [0, 0]);
+  assert.deepEqual(negative(-40).map((r) => r.event), [0, 1]);
+  assert.ok(rangeQueries(releases, 0, 1).every((r) => !("event" in r) && r.period === r.count));
+  assert.ok(rangeQueries(releases, 0, 1, { ratio: null }).every((r) => !("event" in r)));
+  assert.deepEqual(rangeQueries([], 7, 3, { delta: 9 }), []);
+  for (const [a, b] of [[-1, 0], [1, 0], [0, 2], [0.5, 1], [0, "1"]]) {
+    assert.throws(() => rangeQueries(releases, a, b), RangeError, `${a}:${b}`);
+  }
+  for (const delta of [0, 7, 1.5]) {
+    assert.throws(() => rangeQueries(releases, 0, 0, { delta }), RangeError, `delta ${delta}`);
+  }
+  assert.equal(rangeQueries(releases, 0, 0, { delta: 6 })[5].period, 115);
 });

@@ -16,14 +16,19 @@ import {
   hmacSha256,
   LdpClient,
   LedgerRefusal,
+  levelCells,
   lpuPhase,
+  nodeOf,
   oueThreshold,
   parseDecision,
   phase,
   plbuUsesGrr,
   portableExp,
   position,
+  rangeQueries,
   sha256,
+  treeHeight,
+  treeLevel,
 } from "../dist/index.js";
 
 const vectors = JSON.parse(
@@ -79,6 +84,23 @@ test("LPD's and LPA's positions and phases", () => {
   assert.ok(lower > 0 && lower < vectors.positions.length, "both halves in the vectors");
 });
 
+test("MTSP's tree: heights, levels by position, each level's nodes", () => {
+  assert.ok(vectors.tree_levels.length > 0);
+  const levels = new Set();
+  for (const t of vectors.tree_levels) {
+    const where = JSON.stringify(t);
+    const cells = t.d + 1;
+    assert.equal(treeHeight(cells), t.height, where);
+    assert.equal(treeLevel(position(t.key, t.user), t.height), t.level, where);
+    assert.equal(t.widths.length, t.height, where);
+    t.widths.forEach((width, i) => assert.equal(levelCells(cells, t.height, i + 1), width, `${where} level ${i + 1}`));
+    assert.ok(t.nodes.length > 0, where);
+    for (const [cell, node] of t.nodes) assert.equal(nodeOf(cell, t.height, t.level), node, `${where} cell ${cell}`);
+    levels.add(t.level === 1 ? "root" : t.level === t.height ? "leaves" : "inner");
+  }
+  assert.deepEqual([...levels].sort(), ["inner", "leaves", "root"]);
+});
+
 test("GRR draws, rejection included", () => {
   for (const g of vectors.grr_draws) {
     let used = 0;
@@ -120,6 +142,7 @@ test("clients: reports, refusals, ledgers and words drawn", () => {
 
 test("decisions: read, refused, and written back byte for byte", () => {
   assert.ok(vectors.decisions.length > 0);
+  const protocols = new Set();
   for (const { text, read } of vectors.decisions) {
     const bytes = new TextEncoder().encode(text);
     if (read === null) {
@@ -130,14 +153,26 @@ test("decisions: read, refused, and written back byte for byte", () => {
     for (const data of [bytes, text]) {
       const d = parseDecision(data);
       assert.deepEqual(
-        { stream: d.stream, protocol: d.protocol, slot: d.slot, eps: d.eps, next: d.next, from: d.from, size: d.size },
+        {
+          stream: d.stream,
+          protocol: d.protocol,
+          slot: d.slot,
+          eps: d.eps,
+          next: d.next,
+          from: d.from,
+          size: d.size,
+          starts: [...d.starts],
+        },
         read,
         text,
       );
+      assert.ok(Object.isFrozen(d.starts), text);
       assert.equal(decisionText(d), text);
       assert.deepEqual(encodeDecision(d), bytes);
+      protocols.add(d.protocol);
     }
   }
+  for (const p of ["lbd", "lba", "lpd", "lpa", "mtsp"]) assert.ok(protocols.has(p), `an ${p} decision read`);
 });
 
 test("round clients: both rounds' reports, refusals, errors, ledgers and words drawn", () => {
@@ -172,7 +207,46 @@ test("round clients: both rounds' reports, refusals, errors, ledgers and words d
   }
   assert.deepEqual([...outcomes].sort(), ["error", "none", "refused", "report"]);
   const protocols = new Set(vectors.round_clients.map((c) => c.config.protocol));
-  for (const p of ["lbd", "lba", "lpd", "lpa"]) assert.ok(protocols.has(p), `a ${p} round client`);
+  for (const p of ["lbd", "lba", "lpd", "lpa", "mtsp"]) assert.ok(protocols.has(p), `a ${p} round client`);
+});
+
+test("range queries: counts, bars, periods and events over the releases, bit for bit", () => {
+  const releases = vectors.query_releases;
+  assert.equal(releases.length, 6);
+  const before = JSON.stringify(releases);
+  let answered = 0;
+  let refused = 0;
+  const seen = new Set();
+  for (const c of vectors.range_queries) {
+    const where = JSON.stringify({ ...c, ranges: undefined });
+    const options = { delta: c.delta, ratio: c.ratio, margin: c.margin };
+    if (c.error) {
+      assert.ok(!("ranges" in c), where);
+      assert.throws(() => rangeQueries(releases, c.from, c.to, options), Error, where);
+      refused++;
+      continue;
+    }
+    const got = rangeQueries(releases, c.from, c.to, options);
+    assert.equal(got.length, c.ranges.length, where);
+    assert.equal(got.length, releases.length, where);
+    c.ranges.forEach((want, i) => {
+      const at = `${where} release ${i}`;
+      assert.deepEqual(Object.keys(got[i]).sort(), Object.keys(want).sort(), at);
+      for (const key of Object.keys(want)) {
+        assert.ok(got[i][key] === want[key], `${at} ${key}: ${got[i][key]} !== ${want[key]}`);
+        if (typeof want[key] === "number") assert.equal(bitsOf(got[i][key]), bitsOf(want[key]), `${at} ${key}`);
+      }
+      if (want.std !== null) seen.add("std");
+      if (want.std === null) seen.add("no std");
+      if (want.period === null) seen.add("no period");
+      if (want.event === 1) seen.add("event");
+    });
+    answered++;
+  }
+  assert.ok(answered > 0 && refused > 0);
+  assert.deepEqual([...seen].sort(), ["event", "no period", "no std", "std"]);
+  assert.equal(JSON.stringify(releases), before, "the releases are left as they were");
+  assert.deepEqual(rangeQueries([], 0, 0), []);
 });
 
 test("SHA-256 and HMAC-SHA256 agree with node:crypto", () => {

@@ -20,7 +20,7 @@ public final class ClientLedger {
   private List<Spend> spends = new ArrayList<>();
 
   /**
-   * An empty ledger of window {@code w} and budget {@code E}: a long, since lbd and lba keep
+   * An empty ledger of window {@code w} and budget {@code E}: a long, since lbd, lba and mtsp keep
    * theirs over 2w virtual slots (w up to 2^31 - 1); lpd and lpa keep theirs over real slots,
    * window w.
    */

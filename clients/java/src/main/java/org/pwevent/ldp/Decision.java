@@ -2,6 +2,7 @@ package org.pwevent.ldp;
 
 import java.math.BigInteger;
 import java.nio.charset.StandardCharsets;
+import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.LinkedHashMap;
 import java.util.List;
@@ -9,30 +10,38 @@ import java.util.Map;
 
 /**
  * The collector's decision for {@code slot} of {@code stream} in a two-round protocol (lbd, lba,
- * lpd, lpa): {@code eps} is the publication round's budget (0: no publication round), {@code next}
- * the dissimilarity budget of slot + 1 (0: none). An lpd or lpa decision also names the
- * publication round's users: the upper-half positions [from, from + size) (offsets from 2^31,
+ * lpd, lpa, mtsp): {@code eps} is the publication round's budget (0: no publication round),
+ * {@code next} the dissimilarity budget of slot + 1 (0: none). An lpd or lpa decision also names
+ * the publication round's users: the upper-half positions [from, from + size) (offsets from 2^31,
  * modulo 2^31: {@link Schedule#inInterval}); {@code size} is 0 exactly when {@code eps} is. Both
- * are 0 for lbd and lba. The constructor checks every field.
+ * are 0 for the others. An mtsp decision names the publication round's partition of the cells by
+ * the intervals' first cells, {@code starts} ({@link Tree}: strictly increasing from 0, at most
+ * 65536 integers below 65536), empty exactly when {@code eps} is 0; empty for the others. The
+ * constructor checks every field.
  *
  * <p>Slot t of a two-round stream runs a dissimilarity round, then the collector's decision, then
  * a publication round at the decision's eps. In lbd and lba every user holding a value reports
  * round 1 at E/(2w), and a client keeps its ledger over virtual slots ({@link #virtualSlot}:
  * round r of slot t is 2t + r - 1) against a window of 2w and budget E, so a forged decision
- * cannot make it overspend. In lpd and lpa a user reports round 1 at its phase only and round 2
- * when the interval holds its position, every report at E, and a client keeps its ledger over
- * real slots against a window of w and budget E: a user reports at most once in any w slots.
+ * cannot make it overspend; so does mtsp, its round 1 over the user's level of the tree and
+ * round 2 over the decision's intervals. In lpd and lpa a user reports round 1 at its phase only
+ * and round 2 when the interval holds its position, every report at E, and a client keeps its
+ * ledger over real slots against a window of w and budget E: a user reports at most once in any
+ * w slots.
  *
  * <p>On the wire a decision is one JSON object, keys in this order, numbers as the reports write
  * them: {@code {"v":1,"stream":"app","protocol":"lbd","slot":1042,"eps":0.025,"next":0.05}}, and
  * for lpd and lpa the interval after them:
- * {@code {"v":1,"stream":"app","protocol":"lpd","slot":1042,"eps":1,"next":1,"from":0,"size":4096}}.
+ * {@code {"v":1,"stream":"app","protocol":"lpd","slot":1042,"eps":1,"next":1,"from":0,"size":4096}},
+ * and for mtsp the partition's first cells:
+ * {@code {"v":1,"stream":"app","protocol":"mtsp","slot":1042,"eps":0.25,"next":0.05,"starts":[0,4,6]}}.
  */
 public record Decision(
-    String stream, String protocol, long slot, double eps, double next, long from, long size) {
+    String stream, String protocol, long slot, double eps, double next, long from, long size,
+    List<Integer> starts) {
   /** The decision format's version. */
   public static final int VERSION = 1;
-  /** A decision's keys, in their order (lbd, lba). */
+  /** A decision's keys, in their order (lbd, lba; lpd, lpa and mtsp add theirs). */
   public static final List<String> KEYS = List.of("v", "stream", "protocol", "slot", "eps", "next");
   /** An lpd or lpa decision's keys, in their order: the publication interval after the budgets. */
   public static final List<String> POPULATION_KEYS =
@@ -41,8 +50,14 @@ public record Decision(
   public static final long MAX_FROM = Schedule.HALF - 1;
   /** The largest {@code size} of an lpd or lpa decision: 2^31, the whole upper half. */
   public static final long MAX_SIZE = Schedule.HALF;
+  /** An mtsp decision's keys, in their order: the publication partition after the budgets. */
+  public static final List<String> TREE_KEYS =
+      List.of("v", "stream", "protocol", "slot", "eps", "next", "starts");
 
-  /** Every field checked; IllegalArgumentException names the wrong one. */
+  /**
+   * Every field checked; IllegalArgumentException names the wrong one. A null {@code starts} is
+   * taken as none; {@link #starts()} is an unmodifiable copy.
+   */
   public Decision {
     Wire.checkText("stream", stream);
     if (protocol == null || !Schedule.isRounds(protocol)) {
@@ -59,14 +74,34 @@ public record Decision(
       throw new IllegalArgumentException("an lpd or lpa decision names users (size > 0) exactly "
           + "when it names a publication budget (eps > 0)");
     }
+    starts = Tree.checkStarts(starts);
+    if (starts.isEmpty() == (Tree.isTree(protocol) && eps > 0.0)) {
+      throw new IllegalArgumentException("an mtsp decision names a partition (starts) exactly "
+          + "when it names a publication budget (eps > 0); the others name none");
+    }
   }
 
   /**
-   * A decision without a publication interval (from and size 0): any lbd or lba decision, and
-   * an lpd or lpa decision without a publication round.
+   * A decision without a partition (starts empty): any but an mtsp decision with a publication
+   * round.
+   */
+  public Decision(String stream, String protocol, long slot, double eps, double next, long from,
+      long size) {
+    this(stream, protocol, slot, eps, next, from, size, List.of());
+  }
+
+  /**
+   * A decision without a publication interval (from and size 0) or partition: any lbd or lba
+   * decision, and an lpd, lpa or mtsp decision without a publication round.
    */
   public Decision(String stream, String protocol, long slot, double eps, double next) {
-    this(stream, protocol, slot, eps, next, 0, 0);
+    this(stream, protocol, slot, eps, next, 0, 0, List.of());
+  }
+
+  /** An mtsp decision naming the partition {@code starts} (empty exactly when eps is 0). */
+  public Decision(String stream, String protocol, long slot, double eps, double next,
+      List<Integer> starts) {
+    this(stream, protocol, slot, eps, next, 0, 0, starts);
   }
 
   private static void checkBudget(String what, double value) {
@@ -86,12 +121,21 @@ public record Decision(
   }
 
   /**
-   * The decision's JSON text, keys in order ({@link #KEYS}, or {@link #POPULATION_KEYS} for lpd
-   * and lpa), numbers as the reports write them.
+   * The decision's JSON text, keys in order ({@link #KEYS}, {@link #POPULATION_KEYS} for lpd
+   * and lpa, or {@link #TREE_KEYS} for mtsp: {@code "starts":[0,4,6]}, no spaces), numbers as the
+   * reports write them.
    */
   public String text() {
-    String interval = Schedule.isPopulation(protocol)
-        ? ",\"from\":" + from + ",\"size\":" + size : "";
+    String interval = "";
+    if (Schedule.isPopulation(protocol)) {
+      interval = ",\"from\":" + from + ",\"size\":" + size;
+    } else if (Tree.isTree(protocol)) {
+      StringBuilder out = new StringBuilder(",\"starts\":[");
+      for (int i = 0; i < starts.size(); i++) {
+        out.append(i > 0 ? "," : "").append(starts.get(i));
+      }
+      interval = out.append(']').toString();
+    }
     return "{\"v\":" + VERSION + ",\"stream\":" + Wire.formatString(stream) + ",\"protocol\":\""
         + protocol + "\",\"slot\":" + slot + ",\"eps\":" + Wire.formatNumber(eps) + ",\"next\":"
         + Wire.formatNumber(next) + interval + "}";
@@ -105,11 +149,13 @@ public record Decision(
   /**
    * Read and check a decision's UTF-8 bytes as the Python reference does (json.loads, then the
    * checks): an object with exactly the keys v, stream, protocol, slot, eps, next in this order,
-   * and from, size after them when the protocol is lpd or lpa (JSON's rules otherwise:
-   * whitespace between tokens, escapes, a repeated key's last value at its first place), v the
-   * integer 1, stream 1 to 256 UTF-8 bytes without a lone surrogate, protocol lbd, lba, lpd or
-   * lpa, slot an integer in [0, 2^53 - 1], eps and next numbers in [0, 500]; for lpd and lpa
-   * from an integer in [0, 2^31 - 1] and size one in [0, 2^31], size > 0 exactly when eps > 0.
+   * and from, size after them when the protocol is lpd or lpa, starts when it is mtsp (JSON's
+   * rules otherwise: whitespace between tokens, escapes, a repeated key's last value at its first
+   * place), v the integer 1, stream 1 to 256 UTF-8 bytes without a lone surrogate, protocol lbd,
+   * lba, lpd, lpa or mtsp, slot an integer in [0, 2^53 - 1], eps and next numbers in [0, 500];
+   * for lpd and lpa from an integer in [0, 2^31 - 1] and size one in [0, 2^31], size > 0 exactly
+   * when eps > 0; for mtsp starts an array of at most 65536 integers in [0, 65535] (not floats
+   * nor booleans), strictly increasing, the first 0, non-empty exactly when eps > 0.
    * IllegalArgumentException for anything else, malformed UTF-8 among it (a leading byte order
    * mark is skipped).
    */
@@ -137,7 +183,8 @@ public record Decision(
     Value named = record.get("protocol");
     boolean population = named != null && named.kind == Value.STRING
         && Schedule.isPopulation(named.string);
-    List<String> keys = population ? POPULATION_KEYS : KEYS;
+    boolean tree = named != null && named.kind == Value.STRING && Tree.isTree(named.string);
+    List<String> keys = population ? POPULATION_KEYS : tree ? TREE_KEYS : KEYS;
     if (!List.copyOf(record.keySet()).equals(keys)) {
       throw new IllegalArgumentException("a decision is an object with the keys " + keys);
     }
@@ -165,8 +212,28 @@ public record Decision(
     double next = budget("next", record.get("next"));
     long from = population ? whole("from", record.get("from"), MAX_FROM) : 0;
     long size = population ? whole("size", record.get("size"), MAX_SIZE) : 0;
+    List<Integer> starts = tree ? starts(record.get("starts")) : List.of();
     return new Decision(stream.string, protocol.string, slot.integer.longValueExact(), eps, next,
-        from, size);
+        from, size, starts);
+  }
+
+  /**
+   * An mtsp decision's starts: an array of integers in [0, 65535] (ints of json.loads, not
+   * floats nor bools); their order and the rest checked by the constructor.
+   */
+  private static List<Integer> starts(Value value) {
+    if (value.kind != Value.ARRAY) {
+      throw new IllegalArgumentException("starts must be a list of integers");
+    }
+    if (value.items.size() > Wire.MAX_CELLS) {
+      throw new IllegalArgumentException(
+          "starts holds at most " + Wire.MAX_CELLS + " cells, got " + value.items.size());
+    }
+    List<Integer> out = new ArrayList<>(value.items.size());
+    for (Value item : value.items) {
+      out.add((int) whole("starts", item, Wire.MAX_CELLS - 1));
+    }
+    return out;
   }
 
   /** An integer in [0, high] (an int of json.loads, not a float nor a bool). */
@@ -191,12 +258,16 @@ public record Decision(
     return value.number; // checked by the constructor
   }
 
-  /** One JSON value as json.loads reads it: a string, an int, a float, or anything else. */
+  /**
+   * One JSON value as json.loads reads it: a string, an int, a float, an array of values, or
+   * anything else.
+   */
   private static final class Value {
     static final int STRING = 0;
     static final int INTEGER = 1;
     static final int NUMBER = 2;
     static final int OTHER = 3;
+    static final int ARRAY = 4;
     static final Value ANY = new Value(OTHER, null, false, null, 0.0);
 
     final int kind;
@@ -205,13 +276,25 @@ public record Decision(
     final boolean surrogate;
     final BigInteger integer;
     final double number;
+    /** An array's values, in order (null for the other kinds). */
+    final List<Value> items;
 
     Value(int kind, String string, boolean surrogate, BigInteger integer, double number) {
+      this(kind, string, surrogate, integer, number, null);
+    }
+
+    private Value(int kind, String string, boolean surrogate, BigInteger integer, double number,
+        List<Value> items) {
       this.kind = kind;
       this.string = string;
       this.surrogate = surrogate;
       this.integer = integer;
       this.number = number;
+      this.items = items;
+    }
+
+    static Value array(List<Value> items) {
+      return new Value(ARRAY, null, false, null, 0.0, items);
     }
   }
 
@@ -346,23 +429,24 @@ public record Decision(
       }
     }
 
-    private void array(int depth) {
+    private Value array(int depth) {
       if (depth > MAX_DEPTH) {
         throw error("too deep");
       }
+      List<Value> items = new ArrayList<>();
       at++; // [
       space();
       if (peek() == ']') {
         at++;
-        return;
+        return Value.array(items);
       }
       while (true) {
-        value(depth);
+        items.add(value(depth));
         space();
         int c = peek();
         at++;
         if (c == ']') {
-          return;
+          return Value.array(items);
         }
         if (c != ',') {
           throw error("expected ',' or ']'");
@@ -380,8 +464,7 @@ public record Decision(
           object(depth + 1);
           return Value.ANY;
         case '[':
-          array(depth + 1);
-          return Value.ANY;
+          return array(depth + 1);
         case 'n':
           return word("null", Value.ANY);
         case 't':

@@ -16,11 +16,12 @@ import java.util.Objects;
  * whether the user had a value at a slot stays as private as the value itself: the report's
  * presence says nothing.
  *
- * <p>The two-round protocols lbd and lba keep the ledger over virtual slots, 2 slot + round - 1,
- * against a window of 2w ({@link Decision}): {@link #report(long, Integer, Decision)} sends
- * round 1 (the dissimilarity report at E/(2w)), at the stream's first slot and where the previous
- * slot's decision asks for it, and {@link #answer(Decision, Integer)} round 2 (the publication
- * report) at the budget the slot's decision names.
+ * <p>The two-round protocols lbd and lba (and mtsp, below) keep the ledger over virtual slots,
+ * 2 slot + round - 1, against a window of 2w ({@link Decision}):
+ * {@link #report(long, Integer, Decision)} sends round 1 (the dissimilarity report at E/(2w)), at
+ * the stream's first slot and where the previous slot's decision asks for it, and
+ * {@link #answer(Decision, Integer)} round 2 (the publication report) at the budget the slot's
+ * decision names.
  *
  * <p>The population protocols lpd and lpa ask each user one round kind by its public position
  * ({@link Schedule#position}, under the stream's public key): a user in the lower half reports
@@ -28,10 +29,17 @@ import java.util.Objects;
  * user in the upper half answers round 2 where the slot's decision names an interval holding its
  * position. Every report spends E, and the ledger is kept over real slots against a window of w
  * and budget E: a user reports at most once in any w slots, whatever a forged decision asks.
+ *
+ * <p>mtsp (MTSP-LDP, {@link Tree}) keeps the ledger as lbd does and runs its rounds over a tree
+ * over the d + 1 cells: round 1 reports the node of the user's level holding its cell, the level
+ * given by its public position under the stream's public key ({@link Tree#level}), through OUE
+ * over the level's nodes; round 2 answers with the interval of the decision's partition
+ * ({@link Decision#starts()}) holding its cell, through OUE over the intervals. Its reports write
+ * {@code "cells":k}, the cells the bits run over, right after {@code "d"}.
  */
 public final class LdpClient {
   /** The library's name and version, written into every report. */
-  public static final String CLIENT_NAME = "pwevent-ldp-java/0.2.0";
+  public static final String CLIENT_NAME = "pwevent-ldp-java/0.3.0";
   /** The reports' topic under the stream's prefix: {@code <prefix>.ldp-reports}. */
   public static final String TOPIC = "ldp-reports";
 
@@ -41,6 +49,11 @@ public final class LdpClient {
   private final Schedule schedule;
   private final boolean rounds;
   private final boolean population;
+  private final boolean tree;
+  /** mtsp: the tree's height, the user's level and that level's nodes (0 for the others). */
+  private final int height;
+  private final int level;
+  private final int levelCells;
   private final double eps;
   private final boolean grr;
   private final int cells;
@@ -48,6 +61,7 @@ public final class LdpClient {
   private final String head;
   private final String middle;
   private final String rest;
+  private final String oracleKey;
   private final String tail;
 
   /** A client drawing from the platform's CSPRNG. */
@@ -62,8 +76,18 @@ public final class LdpClient {
     Wire.checkText("client", client);
     rounds = config.rounds();
     population = config.population();
+    tree = config.tree();
     eps = config.eps();
     cells = Wire.oracleCells(config.d());
+    if (tree) {
+      height = Tree.height(cells);
+      level = Tree.level(Schedule.position(config.lpuKey(), config.user()), height);
+      levelCells = Tree.levelCells(cells, height, level);
+    } else {
+      height = 0;
+      level = 0;
+      levelCells = 0;
+    }
     grr = config.protocol().equals("plbu") && Oracles.plbuUsesGrr(eps, cells);
     threshold = grr ? Oracles.grrKeepThreshold(eps, cells) : Oracles.oueThreshold(eps);
     schedule = new Schedule(config.protocol(), config.start(), config.w(), config.lpuKey(),
@@ -73,7 +97,8 @@ public final class LdpClient {
     head = "{\"v\":" + Wire.VERSION + ",\"protocol\":\"" + config.protocol() + "\",\"user\":"
         + Wire.formatString(config.user()) + ",\"slot\":";
     rest = ",\"E\":" + Wire.formatNumber(config.budget()) + ",\"w\":" + config.w() + ",\"d\":"
-        + config.d() + "," + (grr ? "\"oracle\":\"grr\",\"cell\":" : "\"oracle\":\"oue\",\"bits\":\"");
+        + config.d() + ",";
+    oracleKey = grr ? "\"oracle\":\"grr\",\"cell\":" : "\"oracle\":\"oue\",\"bits\":\"";
     middle = ",\"eps\":" + Wire.formatNumber(eps) + rest;
     tail = (grr ? "" : "\"") + ",\"client\":" + Wire.formatString(client) + "}";
   }
@@ -124,7 +149,7 @@ public final class LdpClient {
         throw new IllegalArgumentException(
             config.protocol() + " has one round a slot: it takes no decision");
       }
-      return send(slot, cell, eps, slot, 0);
+      return send(slot, cell, eps, slot, 0, 0);
     }
     if (slot > config.start()) {
       if (decision == null) {
@@ -140,7 +165,11 @@ public final class LdpClient {
             + eps);
       }
     }
-    return send(slot, cell, eps, population ? slot : Decision.virtualSlot(slot, 1), 1);
+    if (tree) {
+      return send(slot, Tree.nodeOf(cell, height, level), eps, Decision.virtualSlot(slot, 1), 1,
+          levelCells);
+    }
+    return send(slot, cell, eps, population ? slot : Decision.virtualSlot(slot, 1), 1, 0);
   }
 
   /**
@@ -159,12 +188,13 @@ public final class LdpClient {
 
   /**
    * As {@link #report(long, Integer)}; for the two-round protocols the dissimilarity report
-   * (round 1, at E/(2w) for lbd and lba, at E for lpd and lpa, where only the users due at the
-   * slot report: {@link #due(long)}): sent at the stream's first slot (the decision is not read
-   * there), and after it only when {@code decision}, the previous slot's, asks for one (null
-   * without a decision, or when it names no dissimilarity round). IllegalArgumentException for a
-   * decision of another protocol or slot, or asking another budget than the round's (E/(2w), or
-   * E for lpd and lpa), and for any decision given to a one-round protocol.
+   * (round 1, at E/(2w) for lbd, lba and mtsp, at E for lpd and lpa, where only the users due at
+   * the slot report: {@link #due(long)}; for mtsp over the nodes of the user's level of the tree,
+   * {@link Tree}): sent at the stream's first slot (the decision is not read there), and after it
+   * only when {@code decision}, the previous slot's, asks for one (null without a decision, or
+   * when it names no dissimilarity round). IllegalArgumentException for a decision of another
+   * protocol or slot, or asking another budget than the round's (E/(2w), or E for lpd and lpa),
+   * and for any decision given to a one-round protocol.
    */
   public byte[] report(long slot, Integer value, Decision decision) {
     String text = reportText(slot, value, decision);
@@ -192,13 +222,23 @@ public final class LdpClient {
       if (!Schedule.inInterval(schedule.position(), decision.from(), decision.size())) {
         return null;
       }
-      return send(slot, cell, decision.eps(), slot, 2);
+      return send(slot, cell, decision.eps(), slot, 2, 0);
     }
     if (!(decision.eps() <= config.budget() / 2)) {
       throw new IllegalArgumentException(
           "the decision asks " + decision.eps() + ", over E/2 = " + config.budget() / 2);
     }
-    return send(slot, cell, decision.eps(), Decision.virtualSlot(slot, 2), 2);
+    if (tree) {
+      List<Integer> starts = decision.starts();
+      int last = starts.get(starts.size() - 1);
+      if (last >= cells) {
+        throw new IllegalArgumentException("the decision's intervals reach cell " + last
+            + ", past the " + cells + " cells of the stream");
+      }
+      return send(slot, Tree.intervalOf(cell, starts), decision.eps(),
+          Decision.virtualSlot(slot, 2), 2, starts.size());
+    }
+    return send(slot, cell, decision.eps(), Decision.virtualSlot(slot, 2), 2, 0);
   }
 
   /**
@@ -206,11 +246,13 @@ public final class LdpClient {
    * for its slot, as UTF-8 bytes; null when the decision names none (eps 0) or the slot lies
    * before the stream's first, and for lpd and lpa when the decision's interval
    * [from, from + size) of the upper half does not hold the user's position
-   * ({@link Schedule#inInterval}). A null {@code value} (no value) is answered as well, as cell
-   * d at the same budget, so the answer says nothing of whether the user had a value. Throws
-   * {@link LedgerRefusal} when the ledger refuses it, and IllegalArgumentException for a
-   * one-round protocol, a decision of another protocol or slot, or one asking more than E/2
-   * (lbd, lba) or another budget than E (lpd, lpa).
+   * ({@link Schedule#inInterval}). mtsp answers with the interval of the decision's partition
+   * holding the cell ({@link Tree#intervalOf}), through OUE over the partition's intervals. A
+   * null {@code value} (no value) is answered as well, as cell d at the same budget, so the
+   * answer says nothing of whether the user had a value. Throws {@link LedgerRefusal} when the
+   * ledger refuses it, and IllegalArgumentException for a one-round protocol, a decision of
+   * another protocol or slot, or one asking more than E/2 (lbd, lba, mtsp) or another budget than
+   * E (lpd, lpa), or, for mtsp, a partition reaching past the stream's d + 1 cells.
    */
   public byte[] answer(Decision decision, Integer value) {
     String text = answerText(decision, value);
@@ -234,11 +276,13 @@ public final class LdpClient {
 
   /**
    * Randomise cell {@code cell} (d: no value) over the d + 1 cells at {@code budget}, spent at
-   * ledger slot {@code at}: the report.
+   * ledger slot {@code at}: the report; mtsp randomises node or interval {@code cell} over
+   * {@code width} cells (0: the d + 1), written as its {@code "cells"}.
    */
-  private String send(long slot, int cell, double budget, long at, int round) {
+  private String send(long slot, int cell, double budget, long at, int round, int width) {
     ledger.check(at, budget);
-    StringBuilder out = new StringBuilder(head.length() + middle.length() + tail.length() + 60)
+    StringBuilder out = new StringBuilder(
+        head.length() + middle.length() + oracleKey.length() + tail.length() + 60)
         .append(head).append(slot);
     if (round > 0) {
       out.append(",\"round\":").append(round);
@@ -248,11 +292,16 @@ public final class LdpClient {
     } else {
       out.append(",\"eps\":").append(Wire.formatNumber(budget)).append(rest);
     }
+    if (tree) {
+      out.append("\"cells\":").append(width).append(',');
+    }
+    out.append(oracleKey);
+    int over = width > 0 ? width : cells;
     if (grr) {
-      out.append(Oracles.grrCell(cell, cells, threshold, words));
+      out.append(Oracles.grrCell(cell, over, threshold, words));
     } else {
       long t = budget == eps ? threshold : Oracles.oueThreshold(budget);
-      Oracles.oueHex(cell, cells, t, words, out);
+      Oracles.oueHex(cell, over, t, words, out);
     }
     ledger.commit(at, budget);
     return out.append(tail).toString();

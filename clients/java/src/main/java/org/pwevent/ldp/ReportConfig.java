@@ -3,23 +3,23 @@ package org.pwevent.ldp;
 import java.util.List;
 
 /**
- * What a client needs: the protocol (lbu, lsp, lpu, plbu, or lbd, lba, lpd, lpa with two rounds a
- * slot), the user id, the domain's d value cells (1 to 65535; the oracle runs over d + 1, cell d
- * meaning "no value": {@link Wire#oracleCells(int)}), the window w and budget E (the stream's for
- * all but plbu, the user's own for plbu), the stream's first slot, the stream's public key
- * ({@code lpuKey}: LPU's groups, LPD's and LPA's positions, required for lpu, lpd and lpa) and
- * LPU's rotation (epochs of {@code rotate} blocks; 0: one group for good). The constructor checks
- * every field.
+ * What a client needs: the protocol (lbu, lsp, lpu, plbu, or lbd, lba, lpd, lpa, mtsp with two
+ * rounds a slot), the user id, the domain's d value cells (1 to 65535; the oracle runs over
+ * d + 1, cell d meaning "no value": {@link Wire#oracleCells(int)}), the window w and budget E
+ * (the stream's for all but plbu, the user's own for plbu), the stream's first slot, the stream's
+ * public key ({@code lpuKey}: LPU's groups, LPD's, LPA's and MTSP's positions, required for lpu,
+ * lpd, lpa and mtsp) and LPU's rotation (epochs of {@code rotate} blocks; 0: one group for good).
+ * The constructor checks every field.
  */
 public record ReportConfig(
     String protocol, String user, int d, int w, double budget, long start, String lpuKey,
     int rotate) {
   /** The protocols of this version. */
   public static final List<String> PROTOCOLS = List.of(
-      "lbu", "lsp", "lpu", "plbu", "lbd", "lba", "lpd", "lpa");
+      "lbu", "lsp", "lpu", "plbu", "lbd", "lba", "lpd", "lpa", "mtsp");
   /** The protocols whose w and E are the stream's, the same for every user. */
   public static final List<String> HOMOGENEOUS = List.of(
-      "lbu", "lsp", "lpu", "lbd", "lba", "lpd", "lpa");
+      "lbu", "lsp", "lpu", "lbd", "lba", "lpd", "lpa", "mtsp");
 
   /** Every field checked; IllegalArgumentException names the wrong one. */
   public ReportConfig {
@@ -49,14 +49,14 @@ public record ReportConfig(
   }
 
   /**
-   * The budget one report spends (a dissimilarity report's, E/(2w), for lbd and lba; E for every
-   * report of lpd and lpa).
+   * The budget one report spends (a dissimilarity report's, E/(2w), for lbd, lba and mtsp; E for
+   * every report of lpd and lpa).
    */
   public double eps() {
     return Schedule.reportBudget(protocol, w, budget);
   }
 
-  /** Whether the protocol has two rounds a slot (lbd, lba, lpd, lpa: {@link Decision}). */
+  /** Whether the protocol has two rounds a slot (lbd, lba, lpd, lpa, mtsp: {@link Decision}). */
   public boolean rounds() {
     return Schedule.isRounds(protocol);
   }
@@ -64,5 +64,10 @@ public record ReportConfig(
   /** Whether the protocol divides the population by public positions (lpd, lpa). */
   public boolean population() {
     return Schedule.isPopulation(protocol);
+  }
+
+  /** Whether the protocol runs its two rounds over a tree (mtsp: {@link Tree}). */
+  public boolean tree() {
+    return Tree.isTree(protocol);
   }
 }

@@ -8,25 +8,31 @@ import javax.crypto.Mac;
 import javax.crypto.spec.SecretKeySpec;
 
 /**
- * Where a protocol has a user report, with what budget; LPU's keyed group hash and LPD's and
- * LPA's keyed positions. The two-round protocols ({@link Decision}) lbd and lba have a
+ * Where a protocol has a user report, with what budget; LPU's keyed group hash and LPD's, LPA's
+ * and MTSP's keyed positions. The two-round protocols ({@link Decision}) lbd and lba have a
  * dissimilarity report every slot from the stream's first, at E/(2w), and a publication report
- * at the budget the collector's decision for the slot names, when it names one. The population
- * ones, lpd and lpa, divide the users by a public position ({@link #position}): a user in the
- * lower half ([0, 2^31)) has a dissimilarity report once every w slots, at its phase
- * ({@link #phase}), and a user in the upper half answers the publication rounds whose decision
- * names an interval holding its position ({@link #inInterval}); every report at E.
+ * at the budget the collector's decision for the slot names, when it names one; so has mtsp, its
+ * rounds over a tree ({@link Tree}: round 1 over the user's level, its level given by its
+ * position, round 2 over the decision's intervals). The population ones, lpd and lpa, divide the
+ * users by a public position ({@link #position}): a user in the lower half ([0, 2^31)) has a
+ * dissimilarity report once every w slots, at its phase ({@link #phase}), and a user in the upper
+ * half answers the publication rounds whose decision names an interval holding its position
+ * ({@link #inInterval}); every report at E.
  */
 public final class Schedule {
   /**
    * The protocols with two rounds a slot, the second as the collector decides: at the budget it
-   * names (lbd, lba) or by the users it names (lpd, lpa: population division).
+   * names (lbd, lba; mtsp over the intervals it names) or by the users it names (lpd, lpa:
+   * population division).
    */
-  public static final List<String> ROUND_PROTOCOLS = List.of("lbd", "lba", "lpd", "lpa");
+  public static final List<String> ROUND_PROTOCOLS = List.of("lbd", "lba", "lpd", "lpa", "mtsp");
   /** The two-round protocols that divide the population, every report at E. */
   public static final List<String> POPULATION_PROTOCOLS = List.of("lpd", "lpa");
-  /** The protocols that need the stream's public key (LPU's groups, LPD's and LPA's positions). */
-  public static final List<String> KEYED = List.of("lpu", "lpd", "lpa");
+  /**
+   * The protocols that need the stream's public key (LPU's groups, LPD's, LPA's and MTSP's
+   * positions).
+   */
+  public static final List<String> KEYED = List.of("lpu", "lpd", "lpa", "mtsp");
   /** The positions' upper half begins here, 2^31: below it dissimilarity users, above it publication users. */
   public static final long HALF = 1L << 31;
   /** The number of positions, 2^32. */
@@ -58,14 +64,14 @@ public final class Schedule {
 
   /**
    * The budget one report spends: E/w (lbu, plbu), E (lsp, lpu, and every report of lpd, lpa)
-   * or, for a dissimilarity report, E/(2w) (lbd, lba); IllegalArgumentException for an unknown
-   * protocol.
+   * or, for a dissimilarity report, E/(2w) (lbd, lba, mtsp); IllegalArgumentException for an
+   * unknown protocol.
    */
   public static double reportBudget(String protocol, int w, double budget) {
     if (protocol.equals("lbu") || protocol.equals("plbu")) {
       return budget / (double) w;
     }
-    if (protocol.equals("lbd") || protocol.equals("lba")) {
+    if (protocol.equals("lbd") || protocol.equals("lba") || Tree.isTree(protocol)) {
       return budget / (2.0 * (double) w);
     }
     if (protocol.equals("lsp") || protocol.equals("lpu") || isPopulation(protocol)) {
@@ -74,7 +80,7 @@ public final class Schedule {
     throw new IllegalArgumentException("unknown protocol " + protocol);
   }
 
-  /** Whether {@code protocol} has two rounds a slot (lbd, lba, lpd, lpa). */
+  /** Whether {@code protocol} has two rounds a slot (lbd, lba, lpd, lpa, mtsp). */
   public static boolean isRounds(String protocol) {
     return ROUND_PROTOCOLS.contains(protocol);
   }
@@ -84,7 +90,7 @@ public final class Schedule {
     return POPULATION_PROTOCOLS.contains(protocol);
   }
 
-  /** Whether {@code protocol} needs the stream's public key (lpu, lpd, lpa). */
+  /** Whether {@code protocol} needs the stream's public key (lpu, lpd, lpa, mtsp). */
   public static boolean isKeyed(String protocol) {
     return KEYED.contains(protocol);
   }
@@ -121,9 +127,10 @@ public final class Schedule {
   }
 
   /**
-   * The user's public position (lpd, lpa) in [0, 2^32): HMAC-SHA256 under the stream's public
-   * key (non-empty) over "pwevent-lpd-v1", the user id's UTF-8 length as 4 big-endian bytes and
-   * its UTF-8 bytes; the tag's first 4 bytes as a big-endian unsigned integer.
+   * The user's public position (lpd, lpa; mtsp's level: {@link Tree#level}) in [0, 2^32):
+   * HMAC-SHA256 under the stream's public key (non-empty) over "pwevent-lpd-v1", the user id's
+   * UTF-8 length as 4 big-endian bytes and its UTF-8 bytes; the tag's first 4 bytes as a
+   * big-endian unsigned integer.
    */
   public static long position(String key, String user) {
     return Integer.toUnsignedLong(ByteBuffer.wrap(tag(key, POSITION_PREFIX, user)).getInt());

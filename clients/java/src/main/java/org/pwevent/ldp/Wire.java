@@ -21,8 +21,8 @@ public final class Wire {
   /** The largest slot (JavaScript's largest exact integer). */
   public static final long MAX_SLOT = (1L << 53) - 1;
   /**
-   * The largest slot of a two-round report (lbd, lba: its virtual slot, 2 slot + 1, stays exact;
-   * lpd and lpa keep the same cap).
+   * The largest slot of a two-round report (lbd, lba, mtsp: its virtual slot, 2 slot + 1, stays
+   * exact; lpd and lpa keep the same cap).
    */
   public static final long MAX_ROUND_SLOT = (1L << 52) - 1;
 

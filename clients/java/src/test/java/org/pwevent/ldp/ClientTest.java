@@ -9,11 +9,14 @@ import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import java.nio.charset.StandardCharsets;
+import java.util.ArrayList;
+import java.util.Arrays;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.Random;
 import java.util.function.Supplier;
+import java.util.stream.IntStream;
 import org.junit.jupiter.api.Test;
 
 /** The client with the platform's CSPRNG: reports, the ledger, kept state. */
@@ -595,5 +598,274 @@ class ClientTest {
         () -> new Decision("app", "lpd", 1, 1, 0, 0, Schedule.HALF + 1));
     assertThrows(IllegalArgumentException.class, () -> new Decision("app", "lpd", 1, 1, 0, -1, 1));
     assertThrows(IllegalArgumentException.class, () -> new Decision("app", "lpd", 1, 1, 0, 0, 0));
+  }
+
+  private static final String TREE_KEY = "tree-key";
+
+  /** The first user {@code <prefix>-<i>} at {@code level} of the tree over d + 1 cells. */
+  private static String treeUser(String prefix, int d, int level) {
+    int height = Tree.height(Wire.oracleCells(d));
+    for (int i = 0; i < 10_000; i++) {
+      String user = prefix + "-" + i;
+      if (Tree.level(Schedule.position(TREE_KEY, user), height) == level) {
+        return user;
+      }
+    }
+    throw new AssertionError("no such user");
+  }
+
+  @Test
+  void treeNeedsTheKey() {
+    assertThrows(IllegalArgumentException.class, () -> new ReportConfig("mtsp", "u", 6, 2, 1.0, 0));
+    assertThrows(IllegalArgumentException.class,
+        () -> new ReportConfig("mtsp", "u", 6, 2, 1.0, 0, null, 0));
+    assertThrows(IllegalArgumentException.class,
+        () -> new ReportConfig("mtsp", "u", 6, 2, 1.0, 0, "", 0));
+    assertThrows(IllegalArgumentException.class,
+        () -> new ReportConfig("mtsp", "u", 6, 2, 1.0, 0, "k".repeat(257), 0));
+    ReportConfig ok = new ReportConfig("mtsp", "u", 6, 2, 1.0, 0, TREE_KEY, 0);
+    assertEquals(0.25, ok.eps()); // E/(2w), as lbd
+    assertTrue(ok.rounds());
+    assertTrue(ok.tree());
+    assertFalse(ok.population());
+    assertTrue(ReportConfig.HOMOGENEOUS.contains("mtsp"));
+    assertTrue(Schedule.isKeyed("mtsp"));
+    assertTrue(new LdpClient(ok).due(0)); // every slot from the stream's first
+    assertEquals("pwevent-ldp-java/0.3.0", LdpClient.CLIENT_NAME);
+  }
+
+  @Test
+  void treeLevelsNodesAndIntervals() {
+    assertEquals(1, Tree.height(2));
+    assertEquals(2, Tree.height(3));
+    assertEquals(2, Tree.height(4));
+    assertEquals(3, Tree.height(5));
+    assertEquals(16, Tree.height(Wire.MAX_CELLS));
+    assertEquals(1, Tree.level(0, 3));
+    assertEquals(1, Tree.level((Schedule.POSITIONS + 2) / 3 - 1, 3)); // 1 + floor(p h / 2^32)
+    assertEquals(2, Tree.level((Schedule.POSITIONS + 2) / 3, 3));
+    assertEquals(3, Tree.level(Schedule.POSITIONS - 1, 3));
+    assertEquals(16, Tree.level(Schedule.POSITIONS - 1, 16));
+    assertThrows(IllegalArgumentException.class, () -> Tree.level(Schedule.POSITIONS, 3));
+    assertThrows(IllegalArgumentException.class, () -> Tree.level(-1, 3));
+    // 7 cells (d = 6) under 8 leaves: 2, 4 and 7 real nodes
+    assertEquals(List.of(2, 4, 7), List.of(Tree.levelCells(7, 3, 1), Tree.levelCells(7, 3, 2),
+        Tree.levelCells(7, 3, 3)));
+    assertEquals(1, Tree.nodeOf(6, 3, 1));
+    assertEquals(3, Tree.nodeOf(6, 3, 2));
+    assertEquals(6, Tree.nodeOf(6, 3, 3));
+    assertThrows(IllegalArgumentException.class, () -> Tree.levelCells(7, 3, 4));
+    List<Integer> starts = List.of(0, 2, 4, 6);
+    int[] expected = {0, 0, 1, 1, 2, 2, 3, 3};
+    for (int cell = 0; cell < expected.length; cell++) {
+      assertEquals(expected[cell], Tree.intervalOf(cell, starts), "cell " + cell);
+    }
+    assertEquals(0, Tree.intervalOf(5, List.of(0)));
+  }
+
+  @Test
+  @SuppressWarnings("unchecked")
+  void treeReportsRunOverTheLevelThenTheIntervals() {
+    int d = 6;
+    int height = Tree.height(Wire.oracleCells(d));
+    List<Integer> starts = List.of(0, 2, 5); // [0, 2), [2, 5), [5, 6]: 6 is "no value"
+    for (int level = 1; level <= height; level++) {
+      String user = treeUser("t", d, level);
+      // E = 40 over w = 1: round 1 at 20, round 2 at E/2 = 20; the other bits are ~never set
+      LdpClient client = new LdpClient(new ReportConfig("mtsp", user, d, 1, 40.0, 0, TREE_KEY, 0));
+      int width = Tree.levelCells(Wire.oracleCells(d), height, level);
+      Decision previous = null;
+      int[] kept = new int[2];
+      int n = 300;
+      for (long slot = 0; slot < n; slot++) {
+        Integer value = slot % 7 == 6 ? null : (int) (slot % 7);
+        int cell = value == null ? d : value;
+        String where = "level " + level + " slot " + slot;
+        Map<String, Object> one = (Map<String, Object>) Json.parse(
+            new String(client.report(slot, value, previous), StandardCharsets.UTF_8));
+        assertEquals((long) width, one.get("cells"), where);
+        assertEquals(1L, one.get("round"), where);
+        String bits = (String) one.get("bits");
+        assertEquals(2 * ((width + 7) / 8), bits.length(), where);
+        int node = Tree.nodeOf(cell, height, level);
+        for (int j = 0; j < 8 * bits.length() / 2; j++) {
+          assertTrue(bit(bits, j) == 0 || j == node, where + " bit " + j);
+        }
+        kept[0] += bit(bits, node);
+        Decision decision = new Decision("app", "mtsp", slot, 20.0, 20.0, starts);
+        String text = client.answerText(decision, value);
+        assertTrue(text.contains(",\"d\":6,\"cells\":3,\"oracle\":\"oue\",\"bits\":\""), text);
+        Map<String, Object> two = (Map<String, Object>) Json.parse(text);
+        assertEquals((long) starts.size(), two.get("cells"), where); // the intervals' number
+        bits = (String) two.get("bits");
+        assertEquals(2, bits.length(), where);
+        int interval = Tree.intervalOf(cell, starts);
+        for (int j = 0; j < 8; j++) {
+          assertTrue(bit(bits, j) == 0 || j == interval, where + " round 2 bit " + j);
+        }
+        kept[1] += bit(bits, interval);
+        previous = decision;
+      }
+      for (int k : kept) {
+        assertEquals(0.5, k / (double) n, 5 * Math.sqrt(0.25 / n), "level " + level);
+      }
+      // the ledger is lbd's: virtual slots 2 slot and 2 slot + 1
+      assertEquals(List.of(new ClientLedger.Spend(2 * n - 2, 20.0),
+          new ClientLedger.Spend(2 * n - 1, 20.0)), client.state());
+    }
+  }
+
+  @Test
+  void forgedTreeDecisionsThrow() {
+    int d = 6;
+    CounterWords words = new CounterWords("tree");
+    LdpClient client = new LdpClient(
+        new ReportConfig("mtsp", treeUser("f", d, 2), d, 2, 1.0, 3, TREE_KEY, 0), words, "test");
+    assertNotNull(client.report(3, 1));
+    List<ClientLedger.Spend> spent = client.state();
+    long drawn = words.drawn();
+    // over E/2 = 0.5, with a value or without
+    assertThrows(IllegalArgumentException.class,
+        () -> client.answer(new Decision("app", "mtsp", 3, 0.75, 0.25, List.of(0, 4)), 1));
+    assertThrows(IllegalArgumentException.class,
+        () -> client.answer(new Decision("app", "mtsp", 3, 0.5000001, 0.25, List.of(0)), null));
+    // a partition reaching past the d + 1 = 7 cells
+    assertThrows(IllegalArgumentException.class,
+        () -> client.answer(new Decision("app", "mtsp", 3, 0.5, 0.25, List.of(0, 7)), 1));
+    assertThrows(IllegalArgumentException.class,
+        () -> client.answer(new Decision("app", "mtsp", 3, 0.5, 0.25, List.of(0, 65535)), null));
+    // another protocol's or slot's decision; round 1 asked at another budget than E/(2w)
+    assertThrows(IllegalArgumentException.class,
+        () -> client.answer(new Decision("app", "lbd", 3, 0.25, 0.25), 1));
+    assertThrows(IllegalArgumentException.class,
+        () -> client.report(4, 1, new Decision("app", "mtsp", 3, 0, 0.5)));
+    assertThrows(IllegalArgumentException.class,
+        () -> client.report(4, 1, new Decision("app", "mtsp", 2, 0, 0.25)));
+    assertEquals(spent, client.state()); // nothing spent, nothing drawn
+    assertEquals(drawn, words.drawn());
+    // the last cell, "no value", may start an interval of its own
+    assertTrue(client.answerText(new Decision("app", "mtsp", 3, 0.5, 0.25, List.of(0, 6)), null)
+        .contains("\"cells\":2,"));
+    assertNull(client.answer(new Decision("app", "mtsp", 4, 0, 0.25), 1)); // no publication
+  }
+
+  @Test
+  void treeDecisionsOnTheWire() {
+    Decision d = new Decision("app", "mtsp", 1042, 0.25, 0.05, List.of(0, 4, 6));
+    String text = "{\"v\":1,\"stream\":\"app\",\"protocol\":\"mtsp\",\"slot\":1042,\"eps\":0.25,"
+        + "\"next\":0.05,\"starts\":[0,4,6]}";
+    assertEquals(text, d.text());
+    assertEquals(d, Decision.parse(text));
+    assertEquals(d, Decision.parse(d.encode()));
+    assertEquals(d, Decision.parse(text.replace("[0,4,6]", " [ 0 , 4,\n6 ] ")));
+    assertThrows(UnsupportedOperationException.class, () -> d.starts().add(8));
+    Decision none = new Decision("app", "mtsp", 3, 0, 0.05);
+    assertEquals(List.of(), none.starts());
+    assertTrue(none.text().endsWith(",\"next\":0.05,\"starts\":[]}"), none.text());
+    assertEquals(none, Decision.parse(none.text()));
+    // the others keep their keys: starts empty, never written
+    assertEquals(CANONICAL, new Decision("app", "lbd", 1042, 0.025, 0.05, List.of()).text());
+    String[] refused = {
+      text.replace("[0,4,6]", "[0,4.0,6]"),
+      text.replace("[0,4,6]", "[0,false,6]"),
+      text.replace("[0,4,6]", "[0,-4,6]"),
+      text.replace("[0,4,6]", "[0,6,4]"),
+      text.replace("[0,4,6]", "[[0],4,6]"),
+      text.replace("[0,4,6]", "{\"0\":0}"),
+      text.replace("[0,4,6]", "null"),
+      text.replace(",\"starts\":[0,4,6]", ""),
+      text.replace(",\"starts\":[0,4,6]", ",\"starts\":[0,4,6],\"from\":0"),
+      text.replace("\"next\":0.05,\"starts\":[0,4,6]", "\"starts\":[0,4,6],\"next\":0.05"),
+      "{\"v\":1,\"stream\":\"app\",\"protocol\":\"lpd\",\"slot\":1,\"eps\":0,\"next\":1,"
+          + "\"from\":0,\"size\":0,\"starts\":[]}",
+    };
+    for (String t : refused) {
+      assertThrows(IllegalArgumentException.class, () -> Decision.parse(t), t);
+    }
+    ArrayList<Integer> holed = new ArrayList<>(List.of(0, 2));
+    holed.add(null);
+    assertThrows(IllegalArgumentException.class,
+        () -> new Decision("app", "mtsp", 1, 0.5, 0, holed));
+    assertThrows(IllegalArgumentException.class, () -> new Decision("app", "mtsp", 1, 0.5, 0));
+    assertThrows(IllegalArgumentException.class,
+        () -> new Decision("app", "mtsp", 1, 0, 0, List.of(0)));
+    assertThrows(IllegalArgumentException.class,
+        () -> new Decision("app", "lba", 1, 0.5, 0, List.of(0)));
+    assertThrows(IllegalArgumentException.class,
+        () -> new Decision("app", "mtsp", 1, 0.5, 0, List.of(1, 2)));
+    assertThrows(IllegalArgumentException.class,
+        () -> new Decision("app", "mtsp", 1, 0.5, 0, List.of(0, 65536)));
+    assertEquals(65536, new Decision("app", "mtsp", 1, 0.5, 0,
+        IntStream.range(0, 65536).boxed().toList()).starts().size());
+  }
+
+  @Test
+  void rangesOfWholeMtspIntervalsHaveBars() {
+    // d = 5 value cells, intervals [0, 2), [2, 5) and the "no value" cell alone from 5
+    RangeQueries.Intervals intervals = new RangeQueries.Intervals(new int[] {0, 2, 5},
+        new double[] {10.0, 30.0, 4.0}, new double[] {3.0, 4.0, 12.0});
+    RangeQueries.Release release = new RangeQueries.Release(
+        new double[] {4.0, 6.0, 10.0, 15.0, 5.0}, new Double[] {null, null, null, null, null},
+        intervals);
+    List<RangeQueries.Release> one = List.of(release);
+    assertEquals(new RangeQueries.Range(0, 4, 40.0, 5.0, 40.0, null),
+        RangeQueries.query(one, 0, 4, 1).get(0)); // both intervals: sqrt(3^2 + 4^2)
+    assertEquals(new RangeQueries.Range(2, 4, 30.0, 4.0, 30.0, null),
+        RangeQueries.query(one, 2, 4, 1).get(0));
+    assertEquals(3.0, RangeQueries.query(one, 0, 1, 1).get(0).std());
+    // a part of an interval has no bars: its cells are shares, not estimates of their own
+    assertNull(RangeQueries.query(one, 0, 0, 1).get(0).std());
+    assertNull(RangeQueries.query(one, 1, 2, 1).get(0).std());
+    assertNull(RangeQueries.query(one, 2, 3, 1).get(0).std());
+    assertEquals(25.0, RangeQueries.query(one, 2, 3, 1).get(0).count());
+    // cells estimated alone: their variances add; a cell without its own std, none
+    RangeQueries.Release cells = new RangeQueries.Release(new double[] {1.0, 2.0, 3.0},
+        new Double[] {3.0, 4.0, null});
+    assertEquals(5.0, RangeQueries.query(List.of(cells), 0, 1, 1).get(0).std());
+    assertNull(RangeQueries.query(List.of(cells), 1, 2, 1).get(0).std());
+    assertNull(RangeQueries.query(List.of(new RangeQueries.Release(new double[] {1.0}, null)),
+        0, 0, 1).get(0).std());
+    // the arrays are copied in and out
+    double[] counts = {1.0, 2.0, 3.0};
+    RangeQueries.Release copied = new RangeQueries.Release(counts, null);
+    counts[0] = 100.0;
+    copied.counts()[1] = 100.0;
+    assertArrayEquals(new double[] {1.0, 2.0, 3.0}, copied.counts());
+    assertEquals(new RangeQueries.Release(new double[] {1.0, 2.0, 3.0}, null), copied);
+  }
+
+  @Test
+  void periodsAndEvents() {
+    List<RangeQueries.Release> releases = new ArrayList<>();
+    for (double x : new double[] {1.0, 2.0, -4.0, 5.0, 8.0}) {
+      releases.add(new RangeQueries.Release(new double[] {x, 0.5}, null));
+    }
+    List<RangeQueries.Range> got = RangeQueries.query(releases, 0, 0, 2, 1.0, 0.5);
+    List<Double> periods = new ArrayList<>();
+    List<Integer> events = new ArrayList<>();
+    for (RangeQueries.Range r : got) {
+      periods.add(r.period());
+      events.add(r.event());
+    }
+    assertEquals(Arrays.asList(null, 3.0, -2.0, 1.0, 13.0), periods);
+    // slot 2: no previous period; slot 3: 1 > 1 * max(3, 0) + 0.5 fails; slot 4: the previous
+    // period -2 is clipped at 0, 13 > 0.5
+    assertEquals(List.of(0, 0, 0, 0, 1), events);
+    assertNull(RangeQueries.query(releases, 0, 1, 1).get(0).event()); // no ratio, no flag
+    assertEquals(1.5, RangeQueries.query(releases, 0, 1, 1).get(0).count());
+    assertEquals(List.of(), RangeQueries.query(List.of(), 3, 1, 9, 1.0, 0.0));
+    assertThrows(IllegalArgumentException.class, () -> RangeQueries.query(releases, 0, 2, 1));
+    assertThrows(IllegalArgumentException.class, () -> RangeQueries.query(releases, -1, 0, 1));
+    assertThrows(IllegalArgumentException.class, () -> RangeQueries.query(releases, 1, 0, 1));
+    assertThrows(IllegalArgumentException.class, () -> RangeQueries.query(releases, 0, 0, 0));
+    assertThrows(IllegalArgumentException.class, () -> RangeQueries.query(releases, 0, 0, 6));
+    assertEquals(5, RangeQueries.query(releases, 0, 0, 5).size());
+    List<RangeQueries.Release> mixed = new ArrayList<>(releases);
+    mixed.add(new RangeQueries.Release(new double[] {1.0}, null));
+    assertThrows(IllegalArgumentException.class, () -> RangeQueries.query(mixed, 0, 0, 1));
+    assertThrows(IllegalArgumentException.class,
+        () -> new RangeQueries.Release(new double[] {1.0, 2.0}, new Double[] {1.0}));
+    assertThrows(IllegalArgumentException.class,
+        () -> new RangeQueries.Intervals(new int[] {0, 2}, new double[] {1.0}, new double[] {1.0}));
   }
 }

@@ -128,6 +128,32 @@ class VectorsTest {
 
   @Test
   @SuppressWarnings("unchecked")
+  void treeLevels() {
+    List<Map<String, Object>> cases = section("tree_levels");
+    assertTrue(cases != null && !cases.isEmpty(), "no tree levels in the vectors: regenerate them");
+    for (Map<String, Object> t : cases) {
+      int cells = Wire.oracleCells(integer(t.get("d")));
+      int height = Tree.height(cells);
+      assertEquals(integer(t.get("height")), height, t.toString());
+      int level = Tree.level(Schedule.position((String) t.get("key"), (String) t.get("user")),
+          height);
+      assertEquals(integer(t.get("level")), level, t.toString());
+      List<Object> widths = (List<Object>) t.get("widths");
+      assertEquals(height, widths.size(), t.toString());
+      for (int l = 1; l <= height; l++) {
+        assertEquals(integer(widths.get(l - 1)), Tree.levelCells(cells, height, l),
+            t + " level " + l);
+      }
+      for (Object o : (List<Object>) t.get("nodes")) {
+        List<Object> pair = (List<Object>) o;
+        assertEquals(integer(pair.get(1)), Tree.nodeOf(integer(pair.get(0)), height, level),
+            t + " cell " + pair.get(0));
+      }
+    }
+  }
+
+  @Test
+  @SuppressWarnings("unchecked")
   void grrDraws() {
     for (Map<String, Object> g : section("grr_draws")) {
       List<Object> given = (List<Object>) g.get("words");
@@ -137,6 +163,90 @@ class VectorsTest {
           integer(g.get("d")), whole(g.get("keep")), words), g.toString());
       assertEquals(integer(g.get("used")), used[0]);
     }
+  }
+
+  private static double[] doubles(Object o) {
+    @SuppressWarnings("unchecked")
+    List<Object> list = (List<Object>) o;
+    double[] out = new double[list.size()];
+    for (int i = 0; i < out.length; i++) {
+      out[i] = num(list.get(i));
+    }
+    return out;
+  }
+
+  /** A release of "query_releases" as the queries read it. */
+  @SuppressWarnings("unchecked")
+  private static RangeQueries.Release release(Map<String, Object> r) {
+    Double[] std = null;
+    if (r.get("std") != null) {
+      List<Object> list = (List<Object>) r.get("std");
+      std = new Double[list.size()];
+      for (int i = 0; i < std.length; i++) {
+        std[i] = list.get(i) == null ? null : num(list.get(i));
+      }
+    }
+    RangeQueries.Intervals intervals = null;
+    if (r.get("intervals") != null) {
+      Map<String, Object> m = (Map<String, Object>) r.get("intervals");
+      List<Object> starts = (List<Object>) m.get("starts");
+      intervals = new RangeQueries.Intervals(
+          starts.stream().mapToInt(VectorsTest::integer).toArray(), doubles(m.get("counts")),
+          doubles(m.get("std")));
+    }
+    return new RangeQueries.Release(doubles(r.get("counts")), std, intervals);
+  }
+
+  /** Null or a double's bits, so that equality is bit for bit. */
+  private static Long bits(Object o) {
+    return o == null ? null : Double.doubleToRawLongBits(((Number) o).doubleValue());
+  }
+
+  @Test
+  void rangeQueries() {
+    List<RangeQueries.Release> releases = new ArrayList<>();
+    for (Map<String, Object> r : section("query_releases")) {
+      releases.add(release(r));
+    }
+    List<Map<String, Object>> cases = section("range_queries");
+    assertTrue(cases != null && !cases.isEmpty(), "no range queries in the vectors: regenerate them");
+    assertEquals(6, releases.size());
+    int errors = 0;
+    int events = 0;
+    for (Map<String, Object> c : cases) {
+      int a = integer(c.get("from"));
+      int b = integer(c.get("to"));
+      int delta = integer(c.get("delta"));
+      Double ratio = c.get("ratio") == null ? null : num(c.get("ratio"));
+      double margin = num(c.get("margin"));
+      String where = c.toString();
+      if (c.containsKey("error")) {
+        assertEquals(Boolean.TRUE, c.get("error"), where);
+        assertThrows(IllegalArgumentException.class,
+            () -> RangeQueries.query(releases, a, b, delta, ratio, margin), where);
+        errors++;
+        continue;
+      }
+      @SuppressWarnings("unchecked")
+      List<Map<String, Object>> ranges = (List<Map<String, Object>>) c.get("ranges");
+      List<RangeQueries.Range> got = RangeQueries.query(releases, a, b, delta, ratio, margin);
+      assertEquals(ranges.size(), got.size(), where);
+      for (int i = 0; i < got.size(); i++) {
+        Map<String, Object> want = ranges.get(i);
+        RangeQueries.Range range = got.get(i);
+        String at = where + " release " + i;
+        assertEquals(integer(want.get("from")), range.from(), at);
+        assertEquals(integer(want.get("to")), range.to(), at);
+        assertEquals(bits(want.get("count")), bits(range.count()), at + " count");
+        assertEquals(bits(want.get("std")), bits(range.std()), at + " std");
+        assertEquals(bits(want.get("period")), bits(range.period()), at + " period");
+        assertEquals(ratio != null, want.containsKey("event"), at);
+        assertEquals(want.get("event") == null ? null : integer(want.get("event")), range.event(),
+            at + " event");
+        events += range.event() == null ? 0 : range.event();
+      }
+    }
+    assertTrue(errors > 0 && events > 0, "the vectors hold no refused query or no event");
   }
 
   @Test
@@ -193,12 +303,17 @@ class VectorsTest {
         assertThrows(IllegalArgumentException.class, () -> Decision.parse(bytes), text);
         continue;
       }
+      List<Integer> starts = new ArrayList<>();
+      for (Object x : (List<Object>) read.get("starts")) {
+        starts.add(integer(x));
+      }
       Decision expected = new Decision((String) read.get("stream"), (String) read.get("protocol"),
           whole(read.get("slot")), num(read.get("eps")), num(read.get("next")),
-          whole(read.get("from")), whole(read.get("size")));
+          whole(read.get("from")), whole(read.get("size")), starts);
       assertEquals(expected, Decision.parse(text), text);
       assertEquals(expected, Decision.parse(bytes), text);
       assertEquals(expected, Decision.parse(expected.encode()), text); // encode reads back
+      assertEquals(text, expected.text(), text); // the vectors write them canonically
     }
   }
 
