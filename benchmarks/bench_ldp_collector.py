@@ -21,7 +21,8 @@ process (:class:`streams.job.pipeline.InProcessJob`: one partition, ``--event-ti
 users registered beforehand, untimed) fed the same users' central reports, one per user and slot,
 ``{"user", "time", "value"}`` with the same cells, and finishing every slot: ``uniform`` for LBU,
 ``pbd`` for PLBU, ``bd`` for LBD (the central mechanisms at the same requirements). Also timed, as a
-reference, the collector offered the records one by one (``offer``). Printed: microseconds per
+reference, the collector offered the records one by one (``offer``; ``--no-one-by-one`` leaves it
+out, inf in the table). Printed: microseconds per
 report (a two-round stream's rounds each count) and the ratio collector/central per report (the
 target: at most 2).
 
@@ -235,10 +236,10 @@ def timed(fn: Callable[[], object]) -> float:
     return time.perf_counter() - started
 
 
-def measure(name: str, case: Case, users: int, slots: int, repeat: int, seed: int, chunk: int
-            ) -> dict:
-    """Best-of-``repeat`` seconds of the collector (batch and one by one) and the central job,
-    timed in alternation over the same users, slots and cells."""
+def measure(name: str, case: Case, users: int, slots: int, repeat: int, seed: int, chunk: int,
+            one_by_one: bool = True) -> dict:
+    """Best-of-``repeat`` seconds of the collector (batch and, with ``one_by_one``, one by one)
+    and the central job, timed in alternation over the same users, slots and cells."""
     local, central = make_reports(case, users, slots, seed)
     n = len(local)
     best = {"collector": float("inf"), "one_by_one": float("inf"), "central": float("inf")}
@@ -252,8 +253,9 @@ def measure(name: str, case: Case, users: int, slots: int, repeat: int, seed: in
         best["central"] = min(best["central"],
                               timed(lambda job=job: run_central(case, job, central, slots, chunk)))
         releases = len(job.releases)
-        best["one_by_one"] = min(best["one_by_one"],
-                                 timed(lambda: run_collector(case, local, slots, True, chunk)))
+        if one_by_one:
+            best["one_by_one"] = min(best["one_by_one"],
+                                     timed(lambda: run_collector(case, local, slots, True, chunk)))
     assert releases == slots, f"the central job released {releases} of {slots} slots"
     per = {"collector": n, "one_by_one": n, "central": len(central)}  # reports each took
     us = {k: v / per[k] * 1e6 for k, v in best.items()}
@@ -275,13 +277,15 @@ def main() -> int:
                         help="records per call (offer_all, feed); 0: all at once")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--json", type=Path, help="also write the figures here")
+    parser.add_argument("--no-one-by-one", dest="one_by_one", action="store_false",
+                        help="leave out the one-by-one reference (slow for two-round streams)")
     args = parser.parse_args()
     rows = []
     print(f"{'case':<14} {'central':>8} {'reports':>8} {'collector us':>13} "
           f"{'one-by-one us':>14} {'central us':>11} {'ratio':>6} {'1-by-1':>7}", flush=True)
     for name in args.cases:
         r = measure(name, CASES[name], args.users, args.slots, args.repeat, args.seed,
-                    args.chunk)
+                    args.chunk, args.one_by_one)
         rows.append(r)
         print(f"{name:<14} {r['central_mechanism']:>8} {r['reports']:>8,} "
               f"{r['collector_us']:>13.2f} {r['one_by_one_us']:>14.2f} {r['central_us']:>11.2f} "

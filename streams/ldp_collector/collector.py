@@ -39,6 +39,7 @@ from mechanisms.local.tree_planner import TreePlanner, TreeReports
 from streams.job.slot_clock import SlotClock
 from streams.ldp_collector.checks import Refusal, Stream, read_record
 from streams.ldp_collector.keeping import ledger_regime, previous_max
+from streams.ldp_collector.ledgers import APART, NEW, LedgerTable
 from streams.ldp_collector.reading import Reports, read_batch, split_records
 from streams.ldp_collector.slots import OpenSlot, add_reports
 
@@ -101,7 +102,8 @@ class LdpCollector:
         self.round_reporters = 0  # the last asked dissimilarity round's
         self.next_slot = 2 * start if self.rounds else start
         self.watermark: int | None = None
-        self.ledgers: dict[str, ClientLedger] = {}
+        #: every user's ledger (:mod:`.ledgers`)
+        self.ledgers = LedgerTable()
         #: plbu users whose ledger holds spends of an earlier requirement
         self.mixed: set[str] = set()
         self.open: dict[int, OpenSlot] = {}
@@ -279,24 +281,31 @@ class LdpCollector:
         code = np.fromiter((ids.setdefault(u, len(ids)) for u in r.users), dtype=np.int64,
                            count=len(r.users))
         first = np.unique(code, return_index=True)[1]
-        windows, totals = r.w[first].tolist(), r.E[first].tolist()
-        budgets = r.eps[first].tolist()
+        windows, totals, budgets = r.w[first], r.E[first], r.eps[first]
         users = list(ids)
-        held = list(map(self.ledgers.get, users))
-        simple = np.array([ledger is None or (ledger.w == w and ledger.E == E and bool(
-            ledger.spends)) for ledger, w, E in zip(held, windows, totals, strict=True)])
-        simple[code[(r.w[first][code] != r.w) | (r.E[first][code] != r.E)]] = False
-        if self.mixed:
-            simple &= np.array([user not in self.mixed for user in users], dtype=bool)
-        last = np.array([ledger.spends[-1][0] if ledger is not None and ledger.spends else -1
-                         for ledger in held], dtype=np.int64)
-        requirements = list(zip(windows, totals, budgets, strict=True))
+        table = self.ledgers
+        rows_of = table.lookup(users)
+        simple = rows_of == NEW
+        last = np.full(len(users), -1, dtype=np.int64)
+        cols = np.flatnonzero(rows_of >= 0)
+        at = rows_of[cols]
+        simple[cols] = (table.w[at] == windows[cols]) & (table.E[at] == totals[cols])
+        last[cols] = table.last[at]
+        for k in np.flatnonzero(rows_of == APART).tolist():  # users once read one by one
+            ledger = table.apart[users[k]]
+            simple[k] = (ledger.w == windows[k] and totals[k] == ledger.E
+                         and bool(ledger.spends) and users[k] not in self.mixed)
+            last[k] = ledger.spends[-1][0] if ledger.spends else -1
+        simple[code[(windows[code] != r.w) | (totals[code] != r.E)]] = False
         # a two-round stream's users answer only the rounds its ledger asked, and those fit a
         # user who answers every round (mechanisms.local.rounds): no ledger can refuse them
-        regimes = {req: "free" if self.rounds else ledger_regime(*req)
-                   for req in set(requirements)}
-        regime = np.array([regimes[req] or "" for req in requirements]) if len(regimes) > 1 \
-            else np.full(len(users), next(iter(regimes.values())) or "")
+        if self.rounds:
+            regime = np.full(len(users), "free")
+        else:
+            requirements, which = np.unique(np.stack([windows, totals, budgets], axis=1),
+                                            axis=0, return_inverse=True)
+            regime = np.array([ledger_regime(int(w), E, eps) or ""
+                               for w, E, eps in requirements.tolist()])[which.reshape(-1)]
         simple &= regime != ""
         spaced = regime == "spaced"
         rows = np.flatnonzero(simple[code])
@@ -313,7 +322,7 @@ class LdpCollector:
                 self._keep(r.report(row, self.stream.protocol))
             except Refusal as refusal:
                 refused.append((int(r.index[row]), refusal.reason))
-        self._commit(r.take(rows[kept]), code[rows[kept]], users, held, windows, totals)
+        self._commit(r.take(rows[kept]), code[rows[kept]], users, rows_of, windows, totals)
         for row in rows[~kept].tolist():
             slot = self.open.get(int(r.slot[row]))
             duplicate = slot is not None and r.users[row] in slot.users
@@ -321,24 +330,37 @@ class LdpCollector:
                             else "not_after_last"))
         return refused
 
-    def _commit(self, kept: Reports, code: np.ndarray, users: list[str],
-                held: list[ClientLedger | None], windows: list[int],
-                totals: list[float]) -> None:
+    def _commit(self, kept: Reports, code: np.ndarray, users: list[str], rows: np.ndarray,
+                windows: np.ndarray, totals: np.ndarray) -> None:
         """Record ``kept`` (sorted by user ``code``, each user's in slot order) in the users'
         ledgers, as :meth:`ClientLedger.commit` would one by one, and in their slots; user
-        ``k`` is ``users[k]``, its ledger ``held[k]`` (None: none yet), its requirement
-        (``windows[k]``, ``totals[k]``), each report spending its own budget."""
+        ``k`` is ``users[k]``, its row in the ledgers ``rows[k]`` (:mod:`.ledgers`), its
+        requirement (``windows[k]``, ``totals[k]``), each report spending its own budget.
+        Users in the columns are recorded at once; those taken apart one by one."""
         if not kept.users:
             return
+        apart = rows[code] == APART
+        if apart.any():
+            self._commit_apart(kept.take(np.flatnonzero(apart)), code[apart], users)
+        together = np.flatnonzero(~apart)
+        if together.size:
+            owners, owner = np.unique(code[together], return_inverse=True)
+            self.ledgers.commit([users[k] for k in owners.tolist()], rows[owners],
+                                windows[owners], totals[owners], owner.reshape(-1),
+                                kept.slot[together], kept.eps[together])
+        add_reports(self._open, kept)
+
+    def _commit_apart(self, kept: Reports, code: np.ndarray, users: list[str]) -> None:
+        """:meth:`_commit` of users taken apart: each one's :class:`ClientLedger`, trimmed in
+        place (a report pushes out one or two spends at most)."""
         slots, spent = kept.slot.tolist(), kept.eps.tolist()
         bounds = (np.flatnonzero(np.diff(code)) + 1).tolist()
         starts = [0, *bounds]
         for a, b, k in zip(starts, [*bounds, len(slots)], code[starts].tolist(), strict=True):
-            ledger, w = held[k], windows[k]
-            if ledger is None:
-                ledger = self.ledgers[users[k]] = ClientLedger(w, totals[k])
+            ledger = self.ledgers.apart[users[k]]
+            w = ledger.w
             cut = slots[b - 1] - w  # the spends a window ending at the last slot reaches
-            spends = ledger.spends  # trimmed in place: a report pushes out one or two at most
+            spends = ledger.spends
             drop = 0
             while drop < len(spends) and spends[drop][0] <= cut:
                 drop += 1
@@ -350,7 +372,6 @@ class LdpCollector:
                 first = max(a, b - w)
                 spends += [(s, e) for s, e in zip(slots[first:b], spent[first:b], strict=True)
                            if s > cut]
-        add_reports(self._open, kept)
 
     def _open(self, slot: int) -> OpenSlot:
         """The open slot ``slot``, made if it has nothing yet."""
@@ -367,7 +388,7 @@ class LdpCollector:
         kept = self.open.get(slot)
         if kept is not None and report.user in kept.users:
             raise Refusal("duplicate_in_slot", f"{report.user!r} has a report at slot {slot}")
-        ledger, changed = self.ledgers.get(report.user), False
+        ledger, changed = self.ledgers.take(report.user), False
         if ledger is None or (ledger.w, ledger.E) != (report.w, report.E):
             # a plbu user whose requirement changed: its history under the new one, as a client
             # loads its kept state into a client of the new requirement
@@ -380,7 +401,7 @@ class LdpCollector:
             ledger.commit(slot, report.eps)
         except LedgerRefusal as refusal:
             raise Refusal(refusal.code, str(refusal)) from None
-        self.ledgers[report.user] = ledger
+        self.ledgers.keep(report.user, ledger)
         if changed:
             self.mixed.add(report.user)
         self._open(slot).add(report)

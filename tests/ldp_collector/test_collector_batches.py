@@ -142,7 +142,7 @@ def run(params: dict, steps: list[tuple[str, object]], batched: bool
         else:
             dead += [x for x in (c.offer(*r) for r in arg) if x is not None]  # type: ignore
     releases += [c.close(s) for s in range(c.next_slot, START + SLOTS)]
-    ledgers = {u: ledger.dump() for u, ledger in c.ledgers.items()}
+    ledgers = c.ledgers.dump()
     return [(x.reason, x.value) for x in dead], json.dumps(releases), ledgers, c.watermark
 
 
@@ -237,7 +237,7 @@ def test_a_changed_requirement_counts_in_later_batches() -> None:
         c = LdpCollector("plbu", 8, origin_ms=ORIGIN_MS, slot_ms=SLOT_MS, start=START)
         dead = [c.offer_all([r]) if batched else [x for x in [c.offer(*r)] if x is not None]
                 for r in records]
-        outcomes.append(([[x.reason for x in d] for d in dead], c.ledgers["ann"].dump(),
+        outcomes.append(([[x.reason for x in d] for d in dead], c.ledgers.dump()["ann"],
                          json.dumps([c.close(s) for s in range(START, START + SLOTS)])))
     assert outcomes[0] == outcomes[1]
     assert outcomes[0][0] == [[], [], ["over_budget"], []]
@@ -272,8 +272,7 @@ def test_a_bad_timestamp_raises_after_the_records_before(bad: tuple) -> None:
         one.offer(*records[12])
     assert batch.watermark == one.watermark == sent[11].timestamp_ms
     assert json.dumps(batch.close(START)) == json.dumps(one.close(START))
-    assert {u: x.dump() for u, x in batch.ledgers.items()} == \
-        {u: x.dump() for u, x in one.ledgers.items()}
+    assert batch.ledgers.dump() == one.ledgers.dump()
 
 
 @pytest.mark.parametrize("name", list(STREAMS))
@@ -398,5 +397,5 @@ def test_an_iteration_error_raises_after_the_records_before() -> None:
         batch.offer_all(broken())
     one = run(params, [("offer", records)], batched=False)
     assert json.dumps([batch.close(s) for s in range(START, START + SLOTS)]) == one[1]
-    assert {u: x.dump() for u, x in batch.ledgers.items()} == one[2]
+    assert batch.ledgers.dump() == one[2]
     assert batch.watermark == one[3]
