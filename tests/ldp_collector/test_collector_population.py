@@ -22,7 +22,14 @@ from ldp_collector_kit import (
 
 from mechanisms.local import CounterWords, LedgerRefusal, ReportConfig, Reporter
 from mechanisms.local.collector import SlotEstimate
-from mechanisms.local.population import HALF, PopulationPlanner, in_interval, phase, position
+from mechanisms.local.population import (
+    HALF,
+    PopulationPlanner,
+    Positions,
+    in_interval,
+    phase,
+    position,
+)
 from mechanisms.local.rounds import Decision
 from streams.ldp_collector import LdpCollector
 
@@ -159,3 +166,19 @@ def test_a_user_the_round_did_not_ask_is_refused() -> None:
     assert client(upper).report(START, 1) is None  # a publication user has no phase
     with pytest.raises(ValueError, match="lpu_key"):
         LdpCollector("lpa", d, origin_ms=0, slot_ms=1, start=0, E=E, w=w)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(min_size=1, max_size=90), st.lists(st.text(min_size=1, max_size=40),
+                                                 min_size=1, max_size=5))
+def test_the_collectors_position_hasher_is_the_hmac(key: str, users: list[str]) -> None:
+    """The collector's precomputed HMAC states give every user the position the clients compute
+    (keys longer than SHA-256's 64-byte block included)."""
+    try:
+        key.encode("utf-8")
+        for user in users:
+            user.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate: no client takes it
+        return
+    hasher = Positions(key)
+    assert [hasher(u) for u in users] == [position(key, u) for u in users]
