@@ -379,13 +379,12 @@ class BatchedMtsp:
         """M2 and M3 of the runs ``rows``: the thresholds, partitions and OBA of every run, then
         each publishing run's OUE round over its intervals. Returns k*, eps2 and the number of
         intervals."""
-        h, d = self.h, self.d
         half, exhausted = self.half[rows], self.exhausted[rows]
         cap = np.minimum(half, remaining)
         reference = np.where(cap > exhausted, cap, half)
         threshold = self.split[rows] * np.sqrt(oue_variance(reference, active))
-        parts = adaptive_partitions(freq, h, d, threshold)
-        factor = variance_factors(parts, h)[:, self.real].mean(axis=1)
+        parts = adaptive_partitions(freq, self.h, self.d, threshold)
+        factor = variance_factors(parts, self.h)[:, self.real].mean(axis=1)
         variance = self.oba_top[rows] / (active[:, None] * self.oba_bottom[rows]) * factor[:, None]
         best, eps2 = oba(self.window[rows], self.in_window[rows], variance, self.E[rows],
                          remaining, exhausted)

@@ -509,10 +509,9 @@ class LdpCollector:
         self.next_slot = virtual + 1
         slot = virtual // 2
         if virtual % 2 == 0:
-            groups = np.zeros(self.height, dtype=np.int64)
-            ones = np.zeros(2 ** (self.height + 1) - 1, dtype=np.int64)
-            for level, (width, first) in enumerate(zip(self.level_widths.tolist(), [
-                    (1 << level) - 1 for level in range(1, self.height + 1)], strict=True)):
+            groups = np.zeros(planner.h, dtype=np.int64)
+            ones = np.zeros(2 ** (planner.h + 1) - 1, dtype=np.int64)
+            for level, (_, first, width) in enumerate(planner.levels):  # a width is a level's
                 reports, counts = kept.widths.get(width, (0, None))
                 groups[level] = reports
                 if reports:
