@@ -15,16 +15,17 @@ of the CSPRNG; making the reports is not timed):
 - ``mtsp-oue-d8``: MTSP-LDP (E = 4, w = 10) over 8 cells, round 1 over each user's level of
   the tree, round 2 over the decision's intervals.
 
-Timed, in alternation, best of ``--repeat``: (a) a fresh :class:`streams.ldp_collector.
-LdpCollector` taking every record (``offer_all``) and closing every slot; (b) the central job in
-process (:class:`streams.job.pipeline.InProcessJob`: one partition, ``--event-time history``, the
-users registered beforehand, untimed) fed the same users' central reports, one per user and slot,
-``{"user", "time", "value"}`` with the same cells, and finishing every slot: ``uniform`` for LBU,
-``pbd`` for PLBU, ``bd`` for LBD (the central mechanisms at the same requirements). Also timed, as a
-reference, the collector offered the records one by one (``offer``; ``--no-one-by-one`` leaves it
-out, inf in the table). Printed: microseconds per
-report (a two-round stream's rounds each count) and the ratio collector/central per report (the
-target: at most 2).
+The records are grouped as they arrive (a two-round stream's slot by slot; ``--chunk`` records a
+call) before timing, for both sides. Timed, in alternation, best of ``--repeat``: (a) a fresh
+:class:`streams.ldp_collector.LdpCollector` taking every record (``offer_all``) and closing every
+slot; (b) the central job in process (:class:`streams.job.pipeline.InProcessJob`: one partition,
+``--event-time history``, the users registered beforehand, untimed) fed the same users' central
+reports, one per user and slot, ``{"user", "time", "value"}`` with the same cells, and finishing
+every slot: ``uniform`` for LBU, ``pbd`` for PLBU, ``bd`` for LBD (the central mechanisms at the
+same requirements). Also timed, as a reference, the collector offered the records one by one
+(``offer``; ``--no-one-by-one`` leaves it out, inf in the table). Printed: microseconds per report
+(a two-round stream's rounds each count) and the ratio collector/central per report (the target: at
+most 2).
 
 Run: ``.venv/bin/python benchmarks/bench_ldp_collector.py [--users 2000] [--slots 10]
 [--repeat 3] [--cases ...] [--json out.json]``.
@@ -48,6 +49,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from mechanisms.local.rounds import Decision  # noqa: E402
+from mechanisms.local.schedule import ROUND_PROTOCOLS  # noqa: E402
 from streams.job.config import JobConfig  # noqa: E402
 from streams.job.pipeline import InProcessJob  # noqa: E402
 from streams.ldp_client import LdpClient, ReportConfig  # noqa: E402
@@ -175,30 +177,37 @@ def chunks(records: list, size: int) -> list[list]:
     return [records[i:i + size] for i in range(0, len(records), size)]
 
 
-def run_collector(case: Case, records: Local, slots: int, one_by_one: bool, chunk: int
-                  ) -> list[dict]:
-    """A fresh collector takes every record (``chunk`` at a time) and closes every slot; its
-    releases."""
+def arrivals(case: Case, records: Local, chunk: int) -> list[tuple[int | None, list[Local]]]:
+    """How the records reach the collector, made before timing: (the time to close until, or
+    None, and the chunks of records before it); a two-round stream's slot by slot (each slot's
+    records, then its rounds closed), a one-round stream's all at once."""
+    if case.protocol not in ROUND_PROTOCOLS:
+        return [(None, chunks(records, chunk))]
+    return [(ORIGIN_MS + (slot_of(part[-1][2]) + 1) * SLOT_MS, chunks(part, chunk))
+            for part in by_slot(records)]
+
+
+def run_collector(case: Case, parts: list[tuple[int | None, list[Local]]], slots: int,
+                  one_by_one: bool) -> list[dict]:
+    """A fresh collector takes every record (chunk by chunk, or one by one) and closes every
+    slot; its releases."""
     homogeneous = case.protocol != "plbu"
     w, E = case.levels[0] if homogeneous else (None, None)
     collector = LdpCollector(case.protocol, case.d, origin_ms=ORIGIN_MS, slot_ms=SLOT_MS,
                              start=START, E=E, w=w, lpu_key=KEY)
-    if collector.rounds:  # slot by slot: each slot's records, then its rounds closed
-        dead, out = [], []
-        for part in by_slot(records):
-            closing = ORIGIN_MS + (slot_of(part[-1][2]) + 1) * SLOT_MS
+    dead: list = []
+    out: list[dict] = []
+    for closing, subs in parts:
+        for sub in subs:
             if one_by_one:
-                dead += [d for d in (collector.offer(*r) for r in part) if d is not None]
+                dead += [d for d in (collector.offer(*r) for r in sub) if d is not None]
             else:
-                dead += [d for sub in chunks(part, chunk) for d in collector.offer_all(sub)]
+                dead += collector.offer_all(sub)
+        if closing is not None:
             out += collector.close_until(closing)
-        assert not dead, dead[:3]
-        return [o for o in out if "decision" not in o]
-    if one_by_one:
-        dead = [d for d in (collector.offer(*r) for r in records) if d is not None]
-    else:
-        dead = [d for part in chunks(records, chunk) for d in collector.offer_all(part)]
     assert not dead, dead[:3]
+    if collector.rounds:
+        return [o for o in out if "decision" not in o]
     return [collector.close(s) for s in range(START, START + slots)]
 
 
@@ -219,10 +228,9 @@ def by_slot(records: Local) -> list[Local]:
     return parts
 
 
-def run_central(case: Case, job: InProcessJob, records: Central, slots: int, chunk: int
-                ) -> list[bytes]:
-    """The registered job takes every report (``chunk`` at a time) and releases every slot."""
-    for part in chunks(records, chunk):
+def run_central(job: InProcessJob, fed: list[Central], slots: int) -> list[bytes]:
+    """The registered job takes every chunk of reports and releases every slot."""
+    for part in fed:
         job.feed(part)
     job.finish(ORIGIN_MS + (START + slots) * SLOT_MS)
     assert not job.dead, job.dead[:3]
@@ -242,20 +250,22 @@ def measure(name: str, case: Case, users: int, slots: int, repeat: int, seed: in
     and the central job, timed in alternation over the same users, slots and cells."""
     local, central = make_reports(case, users, slots, seed)
     n = len(local)
+    parts = arrivals(case, local, chunk)
+    fed = chunks(central, chunk)
     best = {"collector": float("inf"), "one_by_one": float("inf"), "central": float("inf")}
     releases = 0
     for _ in range(repeat):
         best["collector"] = min(best["collector"],
-                                timed(lambda: run_collector(case, local, slots, False, chunk)))
+                                timed(lambda: run_collector(case, parts, slots, False)))
         job = InProcessJob(central_config(case))
         job.register(requirement_records(case, users))
         assert not job.dead, job.dead[:3]
         best["central"] = min(best["central"],
-                              timed(lambda job=job: run_central(case, job, central, slots, chunk)))
+                              timed(lambda job=job: run_central(job, fed, slots)))
         releases = len(job.releases)
         if one_by_one:
             best["one_by_one"] = min(best["one_by_one"],
-                                     timed(lambda: run_collector(case, local, slots, True, chunk)))
+                                     timed(lambda: run_collector(case, parts, slots, True)))
     assert releases == slots, f"the central job released {releases} of {slots} slots"
     per = {"collector": n, "one_by_one": n, "central": len(central)}  # reports each took
     us = {k: v / per[k] * 1e6 for k, v in best.items()}

@@ -26,6 +26,8 @@ from bisect import bisect_right
 from collections.abc import Sequence
 from typing import Final
 
+import numpy as np
+
 from mechanisms.local.wire import MAX_CELLS
 
 #: The protocol whose rounds run over a tree.
@@ -42,6 +44,11 @@ def tree_height(cells: int) -> int:
 def tree_level(at: int, h: int) -> int:
     """The level in [1, h] of a user at public position ``at``: 1 + floor(at h / 2^32)."""
     return 1 + int(at) * int(h) // _POSITIONS
+
+
+def tree_levels(at: np.ndarray, h: int) -> np.ndarray:
+    """:func:`tree_level` of each public position in ``at`` (integers in [0, 2^32))."""
+    return 1 + np.asarray(at, dtype=np.int64) * int(h) // _POSITIONS
 
 
 def level_cells(cells: int, h: int, level: int) -> int:

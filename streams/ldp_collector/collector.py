@@ -34,7 +34,7 @@ from mechanisms.local.rounds import (
     RoundPlanner,
     dissimilarity_budget,
 )
-from mechanisms.local.tree import TREE_PROTOCOL, level_cells, tree_height
+from mechanisms.local.tree import TREE_PROTOCOL, tree_levels
 from mechanisms.local.tree_planner import TreePlanner, TreeReports
 from streams.job.slot_clock import SlotClock
 from streams.ldp_collector.checks import Refusal, Stream, read_record
@@ -92,10 +92,6 @@ class LdpCollector:
         elif self.rounds:
             planner = PopulationPlanner if self.population else RoundPlanner
             self.planner = planner(protocol, w, E, cells, start)  # type: ignore[arg-type]
-        #: mtsp: the tree's height and the reports' width at each level (index: level - 1)
-        self.height = tree_height(cells)
-        self.level_widths = np.array([level_cells(cells, self.height, level)
-                                      for level in range(1, self.height + 1)], dtype=np.int64)
         #: each user's public position (lpd, lpa, mtsp), computed once
         self.positions: dict[str, int] = {}
         self._hasher: Positions | None = None
@@ -196,11 +192,11 @@ class LdpCollector:
             behind = reports.slot < (np.where(first >= 0, 2 * first - 1, first) if self.rounds
                                      else first)
             refused += [(i, "late") for i in reports.index[behind].tolist()]
-            reports, first = reports.take(np.flatnonzero(~behind)), first[~behind]
+            reports, first = reports.keep(~behind), first[~behind]
         if self.rounds:
             closed = reports.slot < self.next_slot
             refused += [(i, "late") for i in reports.index[closed].tolist()]
-            reports = reports.take(np.flatnonzero(~closed))
+            reports = reports.keep(~closed)
             first = None if first is None else first[~closed]
             reports, unasked, held = self._asked(reports, first)
             refused += unasked
@@ -238,8 +234,10 @@ class LdpCollector:
         named = np.ones(slot.size, dtype=bool)  # lpd, lpa: the user is one the round asks
         at_user = self._positions(reports.users) if self.population or self.tree else None
         if self.tree:  # round 1 over the user's level, round 2 over the decision's intervals
-            level = 1 + (at_user * self.height >> 32)  # type: ignore[operator]
-            named = round2 | (reports.width == self.level_widths[level - 1])
+            planner: TreePlanner = self.planner  # type: ignore[assignment]
+            widths = np.array([real for _, _, real in planner.levels], dtype=np.int64)
+            level = tree_levels(at_user, planner.h)  # type: ignore[arg-type]
+            named = round2 | (reports.width == widths[level - 1])
         elif at_user is not None:
             named = round1_mask(at_user, slot, start, self.stream.w)  # type: ignore[arg-type]
         for t in set(deciding.tolist()):
@@ -256,7 +254,7 @@ class LdpCollector:
                 named[two] = interval_mask(at_user[two], outcome.lo, outcome.size)
         ok = (asked > 0) & (reports.eps == asked) & named & ~waiting
         unasked = [(i, "unasked_round") for i in reports.index[~ok].tolist()]
-        return reports.take(np.flatnonzero(ok)), unasked, held
+        return reports.keep(ok), unasked, held
 
     def _positions(self, users: list[str]) -> np.ndarray:
         """The users' public positions (lpd, lpa, mtsp), from the cache."""
@@ -280,7 +278,7 @@ class LdpCollector:
         ``spaced`` (:mod:`.keeping`) are decided at once, the others report by report."""
         late = reports.slot < self.next_slot
         refused = [(i, "late") for i in reports.index[late].tolist()]
-        r = reports.take(np.flatnonzero(~late))
+        r = reports.keep(~late)
         if not r.users:
             return refused
         ids: dict[str, int] = {}

@@ -71,6 +71,11 @@ class Reports:
                        self.bits[rows], self.cell[rows], [self.clients[i] for i in pick],
                        self.width[rows])
 
+    def keep(self, mask: np.ndarray) -> Reports:
+        """The reports where ``mask`` holds, in order (these same reports when it holds
+        everywhere)."""
+        return self if mask.all() else self.take(np.flatnonzero(mask))
+
     def report(self, row: int, protocol: str) -> ParsedReport:
         """Row ``row`` as :func:`mechanisms.local.parse_report` gives it (a two-round report
         with its virtual slot and doubled window, as it is kept)."""
@@ -309,7 +314,7 @@ def _screen(stream: Stream, rows: list[tuple]) -> tuple[Reports, list[int]]:
     if rounds:
         slots, ws = 2 * slots + round_no - 1, 2 * ws
     accepted = Reports(positions, list(users), slots, epss, Es, ws, grr_rows, bits, reported,
-                       list(client), widths).take(np.flatnonzero(ok))
+                       list(client), widths).keep(ok)
     return accepted, positions[~ok].tolist()
 
 

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from ldp_collector_kit import (
     LPU_KEY,
     ORIGIN_MS,
@@ -24,7 +26,7 @@ from mechanisms.baselines.private_tree import group_sizes
 from mechanisms.local import CounterWords, parse_report
 from mechanisms.local.population import position
 from mechanisms.local.rounds import Decision
-from mechanisms.local.tree import level_cells, node_of, tree_height, tree_level
+from mechanisms.local.tree import level_cells, node_of, tree_height, tree_level, tree_levels
 from streams.ldp_client import LdpClient, ReportConfig
 from streams.ldp_collector import LdpCollector
 
@@ -126,6 +128,13 @@ def test_each_user_reports_its_level_and_answers_the_intervals() -> None:
     # OBA keeps any w slots' publications within E/2
     spent = [d["eps"] for d in decisions]
     assert all(sum(spent[i : i + W]) <= E / 2 * (1 + 1e-9) for i in range(len(spent)))
+
+
+@given(st.lists(st.integers(0, 2**32 - 1), min_size=1, max_size=50), st.integers(1, 16))
+def test_levels_of_a_batch_are_each_positions_level(at: list[int], h: int) -> None:
+    assert tree_levels(np.array(at, dtype=np.uint64), h).tolist() == \
+        [tree_level(a, h) for a in at]
+    assert set(tree_levels(np.array([0, 2**32 - 1]), h).tolist()) == {1, h}
 
 
 def test_a_report_of_another_width_is_refused() -> None:
