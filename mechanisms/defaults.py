@@ -11,8 +11,9 @@ the mean count of a cell over the Laplace noise standard deviation a histogram h
 strictest requirement spends its budget evenly (E_min/w_min per slot).
 
 - ``snr >= 1``: ``pbu`` (each budget group's own histogram at E_i/w_i every slot, combined by
-  least-squares weights) post-processed by ``kalman_bank``. With a release every slot the filters
-  see every slot, and their prediction error picks the smoothing online.
+  least-squares weights) post-processed by ``kalman_split``. With a release every slot the
+  filters see every slot, and their prediction error picks the smoothing online: per cell, the
+  drift, and whether the cells' mean and their deviations from it are filtered apart.
 - ``snr < 1``: a slot's noise exceeds a cell's mean count, so a release every slot is mostly noise,
   and a filter needs more slots to converge than a short or changing stream gives. ``pbad``
   (personalised distribution or absorption, whichever gives more) spends the budget in fewer,
@@ -54,7 +55,7 @@ def per_slot_snr(users: int, d: int, E_min: float, w_min: int) -> float:  # noqa
 
 
 #: The mechanisms the default may run, each with its post-processing.
-BRANCHES: dict[str, str] = {"pbu": "kalman_bank", "pbad": "round"}
+BRANCHES: dict[str, str] = {"pbu": "kalman_split", "pbad": "round"}
 
 
 def _branch(snr: float) -> DefaultChoice:

@@ -18,6 +18,16 @@ registered users (public). Two methods:
   erred least so far (squared errors, older ones discounted by :data:`BANK_FORGET` per
   publication). The choice reads released values only, so it is post-processing too, and it
   follows a stream whose pace changes, which no single drift does.
+- ``kalman_split``: ``kalman_bank`` run three times: on the cells themselves, on the cells' mean
+  and on each cell's deviation from the mean; each cell then takes, at each slot, the plain
+  bank's estimate or the mean's plus its deviation's, whichever predicted that cell's
+  publications better so far (the same discounted squared errors). With the same noise in every
+  cell the mean and the deviations are orthogonal components of the release: the mean carries
+  1/d of a cell's noise variance, the deviations 1 - 1/d, and the exact Kalman filter of the
+  vector splits into their filters when the cells' total moves apart from their shape. A total
+  that holds still (every user in one cell of d = 2) is then filtered to near exactness and a
+  cell's own error falls to that of its deviation; where the total moves with the cells, the
+  plain bank predicts better and is kept (docs/design.md, "The default configuration").
 
 Every function works on a leading batch axis as well, so the evaluation filters all its runs at
 once (compiled, :mod:`mechanisms.kernels.compiled_filters`, where numba is installed), and
@@ -35,7 +45,9 @@ import numpy as np
 from mechanisms.kernels import compiled_filters
 
 #: The post-processing methods, ``none`` first (the raw release).
-METHODS: Final = ("none", "round", "kalman", "kalman_bank")
+METHODS: Final = ("none", "round", "kalman", "kalman_bank", "kalman_split")
+#: The methods that filter (they need each release's noise scale).
+FILTERING: Final = ("kalman", "kalman_bank", "kalman_split")
 #: Per-slot standard deviation of a cell's count, as a share of the users per cell, that the
 #: Kalman filter's random walk assumes (docs/results.md, "Post-processing").
 DRIFT: Final = 0.003
@@ -151,6 +163,63 @@ class KalmanBank:
         return np.take_along_axis(estimates, best, axis=0)[0]
 
 
+def split_scales(std: np.ndarray, d: int) -> tuple[np.ndarray, np.ndarray]:
+    """The noise standard deviations of the cells' mean and of a cell's deviation from it,
+    from per-cell deviations ``std`` (..., d): with the mean noise variance r of the cells,
+    sqrt(r / d) and sqrt(r (1 - 1/d))."""
+    r = np.square(np.asarray(std, dtype=np.float64)).mean(axis=-1)
+    return np.sqrt(r / d), np.sqrt(r * (1.0 - 1.0 / d))
+
+
+@dataclass
+class SplitBank:
+    """The ``kalman_split`` filters of one or more streams: the plain bank (``cells``), the
+    banks of the cells' mean (``mean``, (..., 1)) and of their deviations from it
+    (``shape``), the last estimates of both routes (None before the first slot) and each
+    route's discounted squared error predicting each cell's publications (..., d)."""
+
+    cells: KalmanBank
+    mean: KalmanBank
+    shape: KalmanBank
+    last_cells: np.ndarray | None
+    last_split: np.ndarray | None
+    score_cells: np.ndarray
+    score_split: np.ndarray
+
+    @classmethod
+    def fresh(cls, shape: tuple[int, ...]) -> SplitBank:
+        """The filters before any publication, for releases of ``shape`` (..., d)."""
+        return cls(KalmanBank.fresh(shape), KalmanBank.fresh((*shape[:-1], 1)),
+                   KalmanBank.fresh(shape), None, None, np.zeros(shape), np.zeros(shape))
+
+    def step(self, released: np.ndarray, published: np.ndarray, std: np.ndarray,
+             users: int | np.ndarray, d: int, restart: float = RESTART) -> np.ndarray:
+        """Advance one slot and return each cell's estimate from the route that predicted it
+        better so far (arguments as :meth:`KalmanBank.step`; ``std`` per cell (..., d), nan
+        where not published)."""
+        released = np.asarray(released, dtype=np.float64)
+        std = np.broadcast_to(np.asarray(std, dtype=np.float64), released.shape)
+        fresh = np.asarray(published, dtype=bool) & np.isfinite(std).all(axis=-1)
+        direct = self.cells.step(released, fresh, std, users, d, restart)
+        if d == 1:
+            return direct
+        mean_std, shape_std = split_scales(std, d)
+        level = released.mean(axis=-1, keepdims=True)
+        split = (self.mean.step(level, fresh, mean_std, users, d, restart)
+                 + self.shape.step(released - level, fresh, shape_std[..., None], users, d,
+                                   restart))
+        if self.last_cells is not None:
+            scored = fresh[..., None]
+            self.score_cells = np.where(
+                scored, BANK_FORGET * self.score_cells + np.square(released - self.last_cells),
+                self.score_cells)
+            self.score_split = np.where(
+                scored, BANK_FORGET * self.score_split + np.square(released - self.last_split),
+                self.score_split)
+        self.last_cells, self.last_split = direct, split
+        return np.where(self.score_split < self.score_cells, split, direct)
+
+
 def kalman_bank(histograms: np.ndarray, published: np.ndarray, std: np.ndarray,
                 users: int | np.ndarray, d: int) -> np.ndarray:
     """The ``kalman_bank`` estimates of a run's (or runs') releases, shaped as in
@@ -167,6 +236,40 @@ def kalman_bank(histograms: np.ndarray, published: np.ndarray, std: np.ndarray,
     out = np.empty_like(h)
     for t in range(h.shape[-2]):
         out[..., t, :] = bank.step(h[..., t, :], pub[..., t], _at(s, t, h.ndim), users, d)
+    return out
+
+
+def kalman_split(histograms: np.ndarray, published: np.ndarray, std: np.ndarray,
+                 users: int | np.ndarray, d: int) -> np.ndarray:
+    """The ``kalman_split`` estimates of a run's (or runs') releases, shaped as in
+    :func:`kalman` (``users`` scalar or (...)): the three banks over the whole run (compiled
+    where :func:`kalman_bank` is), then each slot's choice as :meth:`SplitBank.step` makes
+    it."""
+    h = np.asarray(histograms, dtype=np.float64)
+    s = np.asarray(std, dtype=np.float64)
+    per_cell = np.broadcast_to(s if s.ndim == h.ndim else s[..., None], h.shape)
+    fresh = np.asarray(published, dtype=bool) & np.isfinite(per_cell).all(axis=-1)
+    direct = kalman_bank(h, fresh, per_cell, users, d)
+    if d == 1:
+        return direct
+    mean_std, shape_std = split_scales(per_cell, d)
+    level = h.mean(axis=-1, keepdims=True)
+    split = (kalman_bank(level, fresh, mean_std, users, d)
+             + kalman_bank(h - level, fresh, shape_std, users, d))
+    out = direct.copy()
+    score_cells = np.zeros(h.shape[:-2] + h.shape[-1:])
+    score_split = np.zeros_like(score_cells)
+    for t in range(1, h.shape[-2]):
+        scored = fresh[..., t, None]
+        now = h[..., t, :]
+        score_cells = np.where(
+            scored, BANK_FORGET * score_cells + np.square(now - direct[..., t - 1, :]),
+            score_cells)
+        score_split = np.where(
+            scored, BANK_FORGET * score_split + np.square(now - split[..., t - 1, :]),
+            score_split)
+        out[..., t, :] = np.where(score_split < score_cells, split[..., t, :],
+                                  direct[..., t, :])
     return out
 
 
@@ -209,6 +312,8 @@ def postprocess(method: str, histograms: np.ndarray, published: np.ndarray, std:
         return project(kalman(histograms, published, std, process_variance(users, d))[0])
     if method == "kalman_bank":
         return project(kalman_bank(histograms, published, std, users, d))
+    if method == "kalman_split":
+        return project(kalman_split(histograms, published, std, users, d))
     raise ValueError(f"unknown post-processing {method!r}; choose from {', '.join(METHODS)}")
 
 
@@ -226,8 +331,9 @@ class Postprocessor:
             raise ValueError(f"unknown post-processing {method!r}; choose from "
                              f"{', '.join(METHODS)}")
         self.method, self.d = method, d
-        self.filter: KalmanState | KalmanBank = (
-            KalmanBank.fresh((d,)) if method == "kalman_bank" else KalmanState.fresh((d,)))
+        self.filter: KalmanState | KalmanBank | SplitBank = (
+            KalmanBank.fresh((d,)) if method == "kalman_bank" else SplitBank.fresh((d,))
+            if method == "kalman_split" else KalmanState.fresh((d,)))
 
     def step(self, histogram: np.ndarray | list, published: bool,
              std: np.ndarray | list | None, users: int) -> list[int]:
@@ -235,10 +341,10 @@ class Postprocessor:
         h = np.asarray(histogram, dtype=np.float64)
         if h.shape != (self.d,):
             raise ValueError(f"expected {self.d} cells, got {h.shape}")
-        if self.method in ("kalman", "kalman_bank"):
+        if self.method in FILTERING:
             s = np.full(self.d, np.nan) if std is None else np.asarray(std, dtype=np.float64)
             fresh = np.asarray(bool(published) and std is not None)
-            if isinstance(self.filter, KalmanBank):
+            if isinstance(self.filter, KalmanBank | SplitBank):
                 h = self.filter.step(h, fresh, s, users, self.d)
             else:
                 h = self.filter.step(h, fresh, s, process_variance(users, self.d))
@@ -246,10 +352,15 @@ class Postprocessor:
 
     def state(self) -> dict:
         """The filters as a JSON-able document (a variance of None: no measurement yet)."""
+        if isinstance(self.filter, SplitBank):
+            f = self.filter
+            return {"method": self.method, "cells": _bank_doc(f.cells),
+                    "mean": _bank_doc(f.mean), "shape": _bank_doc(f.shape),
+                    "last_cells": None if f.last_cells is None else f.last_cells.tolist(),
+                    "last_split": None if f.last_split is None else f.last_split.tolist(),
+                    "score_cells": f.score_cells.tolist(), "score_split": f.score_split.tolist()}
         if isinstance(self.filter, KalmanBank):
-            return {"method": self.method, "x": self.filter.filters.x.tolist(),
-                    "p": _finite_or_none(self.filter.filters.p),
-                    "score": self.filter.score.tolist()}
+            return {"method": self.method, **_bank_doc(self.filter)}
         return {"method": self.method, "x": self.filter.x.tolist(),
                 "p": _finite_or_none(self.filter.p)}
 
@@ -258,9 +369,31 @@ class Postprocessor:
         if doc.get("method") != self.method:
             raise ValueError(f"saved post-processing {doc.get('method')!r}, configured "
                              f"{self.method!r}")
+        if self.method == "kalman_split":
+            def last(values: list | None) -> np.ndarray | None:
+                return None if values is None else np.asarray(values, dtype=np.float64)
+
+            self.filter = SplitBank(
+                _bank(doc["cells"]), _bank(doc["mean"]), _bank(doc["shape"]),
+                last(doc["last_cells"]), last(doc["last_split"]),
+                np.asarray(doc["score_cells"], dtype=np.float64),
+                np.asarray(doc["score_split"], dtype=np.float64))
+            return
         state = KalmanState(np.asarray(doc["x"], dtype=np.float64), _none_as_inf(doc["p"]))
-        self.filter = (KalmanBank(state, np.asarray(doc["score"], dtype=np.float64))
-                       if self.method == "kalman_bank" else state)
+        self.filter = _bank(doc) if self.method == "kalman_bank" else state
+
+
+def _bank_doc(bank: KalmanBank) -> dict:
+    """A bank's filters and scores as a JSON-able document."""
+    return {"x": bank.filters.x.tolist(), "p": _finite_or_none(bank.filters.p),
+            "score": bank.score.tolist()}
+
+
+def _bank(doc: dict) -> KalmanBank:
+    """Inverse of :func:`_bank_doc`."""
+    return KalmanBank(KalmanState(np.asarray(doc["x"], dtype=np.float64),
+                                  _none_as_inf(doc["p"])),
+                      np.asarray(doc["score"], dtype=np.float64))
 
 
 def _finite_or_none(values: np.ndarray) -> list:

@@ -187,10 +187,10 @@ def run_batch(
 
     Each method of ``postprocess`` (:data:`mechanisms.postprocess.METHODS`) is applied to the
     releases (with ``users[b]`` registered users in run b) and scored in the result's ``post``;
-    a mechanism whose releases carry no noise scale gets no ``kalman`` or ``kalman_bank`` score
-    and no
-    ``coverage`` (of the raw release's error bars, the only bars the job emits, on the
-    published slots that did not thin a level: the others get none).
+    a mechanism whose releases carry no noise scale gets no score from a filter
+    (:data:`mechanisms.postprocess.FILTERING`) and no ``coverage`` (of the raw release's error
+    bars, the only bars the job emits, on the published slots that did not thin a level: the
+    others get none).
     """
     T, d = trues[0].shape
     rep = replay_batch(mechs, streams, chunk, d, T)
@@ -198,7 +198,7 @@ def run_batch(
     fresh = rep.published.sum(axis=1)
     post: list[dict[str, tuple[float, float, float]]] = [{} for _ in mechs]
     for method in postprocess:
-        if method in ("kalman", "kalman_bank") and rep.std is None:
+        if method in pp.FILTERING and rep.std is None:
             continue
         estimates = pp.postprocess(method, released, rep.published, rep.std,
                                    np.asarray(users, dtype=np.float64), d)

@@ -27,7 +27,7 @@ from streams.cli.options import USERS, add_options, option
 DATASETS = ("tlns", "sin", "log", "taxi", "foursquare")
 FIELDS = ("dataset", "mechanism", "E", "w", "repeat", "amre", "ajsd", "mae", "fresh", "slots",
           "seconds", "ratio", "amre_round", "amre_kalman", "coverage",
-          "bars", "amre_kalman_bank")
+          "bars", "amre_kalman_bank", "amre_kalman_split")
 
 
 def _list(kind: type, text: str) -> list:

@@ -22,8 +22,8 @@ from mechanisms.evaluation.runs import ClassCounts, RunResult
 
 Setting = tuple[float, int, float | None]  # E, w, share of the ratio experiment
 #: The post-processings scored besides the raw release (``amre_<method>`` columns; a
-#: mechanism whose releases report no noise scale gets no ``kalman`` nor ``kalman_bank`` score).
-POSTPROCESSED = ("round", "kalman", "kalman_bank")
+#: mechanism whose releases report no noise scale gets no score from a filter).
+POSTPROCESSED = ("round", "kalman", "kalman_bank", "kalman_split")
 #: A run of a dynamic mechanism costs about twice a fixed one per slot (docs/performance.md):
 #: the weight :func:`evaluate_all` gives its tasks when it orders them.
 DYNAMIC_COST = 2.0

@@ -72,7 +72,9 @@ JOB_OPTIONS = (
            "--mechanism default and none under a named mechanism; round, the histogram "
            "rounded and clipped at 0; "
            "kalman, a Kalman filter over the slots' releases, then rounded; kalman_bank, "
-           "per cell the best predicting of a bank of such filters, then rounded; the raw "
+           "per cell the best predicting of a bank of such filters, then rounded; "
+           "kalman_split, per cell that bank or the banks of the cells' mean and of their "
+           "deviations from it, whichever predicted better, then rounded; the raw "
            "histogram stays in the record (default: %(default)s)", choices=POSTPROCESS,
            default="auto"),
     option("--event-time", "live: reject reports and watermarks more than --max-clock-skew-ms "

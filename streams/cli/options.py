@@ -48,7 +48,7 @@ PREFIX = option("--prefix", "topic name prefix (default: %(default)s)", default=
 PARTITIONS = option("--partitions", "partitions of the reports and requirements topics "
                     "(default: %(default)s)", type=int, default=4)
 MECHANISM = option("--mechanism", "default: the default configuration, which chooses pbu "
-                   "with kalman_bank or pbad with round from the public requirements and the "
+                   "with kalman_split or pbad with round from the public requirements and the "
                    "domain size at the stream's first slot; pbd, pba and the baselines take "
                    "fixed requirements {user, w, E}; dpbd and dpba take dynamic ones "
                    "{user, wB, EB, wF, EF} (default: %(default)s)", choices=JOB_MECHANISMS,

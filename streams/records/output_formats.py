@@ -149,9 +149,13 @@ RELEASES: Final = Format(
                         Field("method", Str(min_length=1, description="\"round\" (the "
                                             "histogram rounded and clipped at 0), \"kalman\" "
                                             "(a Kalman filter over this and the earlier "
-                                            "releases of the stream, then rounded) or "
+                                            "releases of the stream, then rounded), "
                                             "\"kalman_bank\" (per cell, the best predicting "
-                                            "of a bank of such filters, then rounded).")),
+                                            "of a bank of such filters, then rounded) or "
+                                            "\"kalman_split\" (per cell, that bank or the "
+                                            "banks of the cells' mean and of their deviations "
+                                            "from it, whichever predicted better, then "
+                                            "rounded).")),
                         Field("histogram", Array(items=Int(minimum=0), min_items=1,
                                                  description="The post-processed counts, in "
                                                  "histogram order.")),

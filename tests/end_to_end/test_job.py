@@ -153,7 +153,7 @@ def test_restart_after_sigkill_loses_nothing_and_changes_nothing(broker, tmp_pat
                           nonce=job_nonce(broker.bootstrap, topics))
     assert [next(iter(by_slot[s])) for s in range(30)] == expected
     assert {orjson.loads(v)["mechanism"] for vs in by_slot.values() for v in vs} == {"pbu"}
-    assert all(orjson.loads(v)["estimate"]["method"] == "kalman_bank"
+    assert all(orjson.loads(v)["estimate"]["method"] == "kalman_split"
                for vs in by_slot.values() for v in vs)
 
 

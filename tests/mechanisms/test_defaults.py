@@ -1,5 +1,5 @@
 """The default configuration's choice (mechanisms/defaults.py): from public inputs only, the
-per-slot signal-to-noise ratio picks ``pbu`` + ``kalman_bank`` or ``pbad`` + ``round``."""
+per-slot signal-to-noise ratio picks ``pbu`` + ``kalman_split`` or ``pbad`` + ``round``."""
 
 from __future__ import annotations
 
@@ -27,8 +27,8 @@ def test_snr_is_the_mean_cell_count_over_the_strictest_even_spends_noise():
 
 
 @pytest.mark.parametrize(("n", "d", "E", "w", "want"), [
-    (10_000, 2, 0.2, 120, ("pbu", "kalman_bank")),  # the synthetic streams
-    (4_969, 3, 0.2, 120, ("pbu", "kalman_bank")),  # foursquare at its lowest
+    (10_000, 2, 0.2, 120, ("pbu", "kalman_split")),  # the synthetic streams
+    (4_969, 3, 0.2, 120, ("pbu", "kalman_split")),  # foursquare at its lowest
     (8_466, 100, 0.6, 40, ("pbad", "round")),  # taxi at its highest
     (8_466, 100, 0.2, 120, ("pbad", "round")),
 ])

@@ -30,7 +30,7 @@ def releases(seed: int, T: int, d: int) -> tuple[np.ndarray, np.ndarray, np.ndar
     return hist, published, std
 
 
-FILTERS = pytest.mark.parametrize("method", ["kalman", "kalman_bank"])
+FILTERS = pytest.mark.parametrize("method", ["kalman", "kalman_bank", "kalman_split"])
 
 
 @FILTERS
@@ -97,9 +97,10 @@ def test_a_batch_of_runs_filters_as_each_run_alone(seed, T, d):
     runs = [releases(seed + b, T, d) for b in range(3)]
     users = np.array([10, 5_000, 10**6])
     hist, published, std = (np.stack(x) for x in zip(*runs, strict=True))
-    together = pp.kalman_bank(hist, published, std, users, d)
-    for b, (h, p, s) in enumerate(runs):
-        assert np.array_equal(together[b], pp.kalman_bank(h, p, s, int(users[b]), d))
+    for bank in (pp.kalman_bank, pp.kalman_split):
+        together = bank(hist, published, std, users, d)
+        for b, (h, p, s) in enumerate(runs):
+            assert np.array_equal(together[b], bank(h, p, s, int(users[b]), d))
 
 
 def test_the_bank_follows_its_best_filter_per_cell():
@@ -120,6 +121,37 @@ def test_the_bank_follows_its_best_filter_per_cell():
     error = {m: ((pp.postprocess(m, hist, published, std, users, d) - truth)[100:] ** 2).mean(
         axis=0) for m in ("kalman", "kalman_bank")}
     assert (error["kalman_bank"] < error["kalman"]).all(), error
+
+
+def noisy_cells(seed: int, T: int, still_total: bool) -> tuple[np.ndarray, np.ndarray]:
+    """(truth, releases) of 3 cells seen through noise of deviation 300: 10,000 users over
+    cells whose shares step now and then (``still_total``: every user in some cell, so the
+    total holds still), or each cell's count on its own random walk."""
+    rng = np.random.default_rng(seed)
+    if still_total:
+        p1 = np.clip(0.3 + 0.01 * np.cumsum(rng.choice([-1, 0, 0, 0, 0, 1], T)), 0.05, 0.6)
+        p = np.stack([1.0 - p1 - 0.2, p1, np.full(T, 0.2)], axis=1)
+        truth = 10_000.0 * p
+    else:
+        truth = 3_000.0 + np.cumsum(rng.normal(0.0, 30.0, (T, 3)), axis=0)
+    return truth, truth + rng.normal(0.0, 300.0, truth.shape)
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_the_split_filters_a_still_total_to_its_cells_deviations(seed):
+    """Every user in one of the cells: the total holds still, so the split's error is that of
+    the deviations, whose noise variance is 2/3 of a cell's: a random walk filter's error,
+    about sqrt(q r), falls to sqrt(2/3) = 0.82 of the plain bank's; where each cell moves on
+    its own, the split keeps the plain bank's error."""
+    T, published, std = 3_000, np.ones(3_000, dtype=bool), np.full(3_000, 300.0)
+    errors = {}
+    for still in (True, False):
+        truth, hist = noisy_cells(seed, T, still)
+        for m in ("kalman_bank", "kalman_split"):
+            est = pp.postprocess(m, hist, published, std, 10_000, 3)
+            errors[still, m] = float(((est - truth)[300:] ** 2).mean())
+    assert errors[True, "kalman_split"] < 0.88 * errors[True, "kalman_bank"], errors
+    assert errors[False, "kalman_split"] < 1.05 * errors[False, "kalman_bank"], errors
 
 
 def test_process_variance_is_public():
@@ -191,14 +223,17 @@ def test_compiled_filters_equal_the_numpy_ones(seed, T, d, per_cell):
     users = np.array([3, 4_000, 10**6])
     q = pp.process_variance(users, d)
     compiled = (pp.kalman(hist, published, std, q), pp.kalman_bank(hist, published, std,
-                                                                     users, d))
+                                                                     users, d),
+                pp.kalman_split(hist, published, std, users, d))
     real = pp.compiled_filters.available
     try:
         pp.compiled_filters.available = lambda runs: False
         reference = (pp.kalman(hist, published, std, q), pp.kalman_bank(hist, published, std,
-                                                                          users, d))
+                                                                          users, d),
+                     pp.kalman_split(hist, published, std, users, d))
     finally:
         pp.compiled_filters.available = real
+    np.testing.assert_array_equal(compiled[2], reference[2])
     np.testing.assert_array_equal(compiled[0][0], reference[0][0])
     np.testing.assert_array_equal(compiled[0][1], reference[0][1])
     np.testing.assert_array_equal(compiled[1], reference[1])

@@ -229,7 +229,7 @@ def test_settings_resolve_the_default_and_refuse_unknown_names():
         settings_for(["nope"], "pbd")
 
 
-@pytest.mark.parametrize("method", ["round", "kalman", "kalman_bank"])
+@pytest.mark.parametrize("method", ["round", "kalman", "kalman_bank", "kalman_split"])
 def test_postprocessing_is_the_jobs_slot_by_slot(method):
     pop = default_population("declared")
     observed = run_input("pbd", pop, pop.cells, TrialStreams(12).reseed(1))

@@ -31,7 +31,7 @@ def test_the_job_runs_the_default_without_flags() -> None:
 
 
 @pytest.mark.parametrize(("skewed", "branch", "post"),
-                         [(False, "pbu", "kalman_bank"), (True, "pbad", "round")])
+                         [(False, "pbu", "kalman_split"), (True, "pbad", "round")])
 def test_the_branch_releases_what_it_releases_when_named(skewed, branch, post) -> None:
     # 30 users over 3 cells: (4, 1.0) for all gives a signal-to-noise ratio of 2.5; three
     # users at (20, 0.05) among 27 at (2, 3.0) give 0.018
@@ -75,6 +75,33 @@ def test_a_restored_or_rebuilt_coordinator_keeps_the_branch(skewed) -> None:
     assert rebuilt.placement.engine.state() == job.coordinator.placement.engine.state()
 
 
+def test_a_stream_begun_with_another_post_processing_keeps_it(monkeypatch) -> None:
+    """A stream an earlier version started (its default's pbu branch smoothed by kalman_bank)
+    goes on with kalman_bank, restored from its state or rebuilt from its releases, so its
+    estimates never change method mid-stream."""
+    import mechanisms.defaults
+    import streams.job.coordination.placement as placement
+
+    with monkeypatch.context() as patch:
+        patch.setitem(mechanisms.defaults.BRANCHES, "pbu", "kalman_bank")
+        earlier = run("default", "laplace", False)
+    assert {orjson.loads(r)["estimate"]["method"] for r in earlier.releases} == {"kalman_bank"}
+    assert placement.BRANCHES["pbu"] == "kalman_split"
+    fresh = Coordinator(earlier.config)
+    fresh.restore(earlier.coordinator.snapshot())
+    assert fresh.postprocessor.method == "kalman_bank"
+    assert fresh.postprocessor.state() == earlier.coordinator.postprocessor.state()
+    rebuilt = InProcessJob(earlier.config).coordinator
+    start = {"nonce": earlier.coordinator.nonce, "start": earlier.coordinator.start}
+    releases = {orjson.loads(r)["slot"]: r for r in earlier.releases}
+    assert rebuilt.recover(start, dict(earlier.coordinator.decisions), releases) == SLOTS
+    assert rebuilt.postprocessor.method == "kalman_bank"
+    assert rebuilt.postprocessor.state() == earlier.coordinator.postprocessor.state()
+    # a new stream takes today's default
+    assert {orjson.loads(r)["estimate"]["method"]
+            for r in run("default", "laplace", False).releases} == {"kalman_split"}
+
+
 def _topics(job: InProcessJob) -> tuple[list[Record], list[Record], list[Record]]:
     """The job's requirements, decisions and releases as the audit reads them."""
     from small_job import USERS, requirement
@@ -110,7 +137,7 @@ def test_the_audit_holds_the_stream_to_its_branch() -> None:
     # an estimate that is not the post-processing of the released fields is refused
     first = released[0].value
     told = [Record(r.partition, r.offset, r.key, {**r.value, "estimate": {
-        "method": "kalman_bank", "histogram": [c + 1 for c in first["estimate"]["histogram"]]}})
+        "method": "kalman_split", "histogram": [c + 1 for c in first["estimate"]["histogram"]]}})
         if r.value["slot"] == first["slot"] else r for r in released]
     bad = audit(requirements, decided, told, stream="s")
     assert [(v.kind, v.slot) for v in bad.violations][:1] == [("exact_count_field", 0)]
@@ -127,7 +154,7 @@ def test_pwevent_releases_shows_the_estimate_after_the_release() -> None:
     # one requirement level: the raw release has its bars, then the estimate follows
     cells = "  ".join(f"{i}: {h}±12" for i, h in enumerate(doc["histogram"]))
     assert doc["noise"]["scale"][0] == pytest.approx(5.65, abs=0.01)  # bars of 1.96 * 5.65
-    assert line.endswith(f"published     {cells}  | kalman_bank: "
+    assert line.endswith(f"published     {cells}  | kalman_split: "
                          + " ".join(map(str, doc["estimate"]["histogram"])))
 
 

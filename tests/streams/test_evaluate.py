@@ -76,7 +76,7 @@ def test_evaluate_command_writes_results_summary_and_plots(tmp_path):
     assert len(rows) == 2 * 4 * 3 * 2
     assert set(rows[0]) == {"dataset", "mechanism", "E", "w", "repeat", "amre", "ajsd", "mae",
                             "fresh", "slots", "seconds", "ratio", "amre_round", "amre_kalman",
-                            "coverage", "bars", "amre_kalman_bank"}
+                            "coverage", "bars", "amre_kalman_bank", "amre_kalman_split"}
     assert {r["ratio"] for r in rows} == {""}
     # the 95% bars of the raw releases are scored on every run that published
     assert all(0.0 <= float(r["coverage"]) <= 1.0 for r in rows if float(r["bars"] or 0))
@@ -84,7 +84,8 @@ def test_evaluate_command_writes_results_summary_and_plots(tmp_path):
     assert {r["bars"] for r in rows if r["mechanism"] == "bd" and int(r["fresh"])} == {"1.0"}
     # every central run is scored post-processed too (no privacy cost: released values only)
     assert all(float(r["amre_round"]) >= 0 and float(r["amre_kalman"]) >= 0
-               and float(r["amre_kalman_bank"]) >= 0 for r in rows)
+               and float(r["amre_kalman_bank"]) >= 0 and float(r["amre_kalman_split"]) >= 0
+               for r in rows)
     summary = (out / "summary.md").read_text()
     assert "AMRE with E varied (w = 120)" in summary and "| sin | E=0.4 |" in summary
     assert sorted(p.name for p in out.glob("*.png")) == [
@@ -180,7 +181,7 @@ def test_batched_evaluation_reproduces_the_committed_results(tmp_path):
 
 
 def test_the_default_rows_score_what_the_default_publishes(tmp_path):
-    """``--mechanisms default``: each run is ``pbu`` + ``kalman_bank`` or ``pbad`` + ``round``
+    """``--mechanisms default``: each run is ``pbu`` + ``kalman_split`` or ``pbad`` + ``round``
     (mechanisms/defaults.py), seeded as that mechanism would be at the default's place, and its
     row scores the post-processed release: its ``amre`` is that branch's post-processed AMRE."""
     common = ["--dataset", "sin,taxi", "--data", str(FIXTURES / "tdrive"), "--epsilon", "1.0",
@@ -196,7 +197,8 @@ def test_the_default_rows_score_what_the_default_publishes(tmp_path):
     for key, row in rows["default"].items():
         assert row["mechanism"] == "default" and row["coverage"] == row["bars"] == ""
         assert row["amre_round"] == row["amre_kalman"] == row["amre_kalman_bank"] == ""
-        pbu, pbad = rows["pbu"][key]["amre_kalman_bank"], rows["pbad"][key]["amre_round"]
+        assert row["amre_kalman_split"] == ""
+        pbu, pbad = rows["pbu"][key]["amre_kalman_split"], rows["pbad"][key]["amre_round"]
         assert row["amre"] in (pbu, pbad)
         branches.append("pbu" if row["amre"] == pbu else "pbad")
         assert float(row["ajsd"]) >= 0 and float(row["mae"]) >= 0

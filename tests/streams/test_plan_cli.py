@@ -111,6 +111,6 @@ def test_the_default_says_what_it_chooses_and_why(tmp_path, capsys):
     assert main(["plan", "--mechanism", "default", "--requirements", str(req),
                  "--schedule", "1", "--json", "--cells", "1"]) == 0
     rec = orjson.loads(capsys.readouterr().out)
-    assert rec["default"] == {"mechanism": "pbu", "postprocess": "kalman_bank",
+    assert rec["default"] == {"mechanism": "pbu", "postprocess": "kalman_split",
                               "snr": pytest.approx(60 / (2 ** 0.5 / 2))}
     assert rec["eps2"]["u0"] == 2.0 and rec["published"]

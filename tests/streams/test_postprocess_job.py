@@ -40,7 +40,7 @@ def run(mechanism: str, postprocess: str, noise: str = "discrete") -> InProcessJ
 
 
 @pytest.mark.parametrize("mechanism", ["pbd", "pba", "uniform", "dpba"])
-@pytest.mark.parametrize("method", ["round", "kalman", "kalman_bank"])
+@pytest.mark.parametrize("method", ["round", "kalman", "kalman_bank", "kalman_split"])
 def test_charges_and_raw_releases_are_unchanged(mechanism: str, method: str) -> None:
     plain, post = run(mechanism, "none"), run(mechanism, method)
     assert len(post.releases) == len(plain.releases) == 12
@@ -63,7 +63,7 @@ def test_charges_and_raw_releases_are_unchanged(mechanism: str, method: str) -> 
         assert decoded.to_json()["estimate"] == estimate
 
 
-@pytest.mark.parametrize("method", ["kalman", "kalman_bank"])
+@pytest.mark.parametrize("method", ["kalman", "kalman_bank", "kalman_split"])
 def test_a_restored_coordinator_continues_the_filter(method: str) -> None:
     job = run("pbd", method, noise="laplace")
     config = job.config

@@ -241,18 +241,21 @@ def postprocessed(method: str, observed: Observed, d: int) -> np.ndarray:
     released = observed.released
     if method == "round":
         return pp.project(released)
-    if method not in ("kalman", "kalman_bank"):
+    if method not in pp.FILTERING:
         raise ValueError(f"unknown post-processing {method!r}; choose from "
                          f"{', '.join(pp.METHODS)}")
     N, T, _ = released.shape
-    bank = method == "kalman_bank"
-    state = pp.KalmanBank.fresh((N, d)) if bank else pp.KalmanState.fresh((N, d))
+    state = (pp.KalmanBank.fresh((N, d)) if method == "kalman_bank" else
+             pp.SplitBank.fresh((N, d)) if method == "kalman_split" else
+             pp.KalmanState.fresh((N, d)))
     out = np.empty_like(released)
     for t in range(T):
         users = np.full(N, float(observed.users[t]))
         fresh = observed.published[:, t] & np.isfinite(observed.std[:, t])
         if isinstance(state, pp.KalmanBank):
             h = state.step(released[:, t], fresh, observed.std[:, t], users, d)
+        elif isinstance(state, pp.SplitBank):
+            h = state.step(released[:, t], fresh, observed.std[:, t, None], users, d)
         else:
             h = state.step(released[:, t], fresh, observed.std[:, t],
                            pp.process_variance(users, d))

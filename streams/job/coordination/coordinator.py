@@ -21,13 +21,16 @@ import numpy as np
 import orjson
 
 from mechanisms.noise.slot_randomness import slot_generator
-from mechanisms.postprocess import Postprocessor
+from mechanisms.postprocess import METHODS, Postprocessor
 from mechanisms.release.sampling import thinned
 from streams.job.config import JobConfig
 from streams.job.coordination.placement import ReleasePlacement, release_placement
 from streams.job.slot_protocol import Decision, PartitionMessage, Start, kind, secret_check
 from streams.records.domains import BinDomain, CategoryDomain, Domain, GridDomain
 from streams.records.output_formats import CELLS_INLINE_MAX, NOISE_DISTRIBUTIONS, RELEASE_VERSION
+
+#: The post-processings a release's estimate may name.
+POSTPROCESSING = METHODS[1:]
 
 KEEP_RELEASED = 64
 log = logging.getLogger("pwevent.coordinator")
@@ -153,6 +156,8 @@ class Coordinator:
             if "mechanism" not in decision and release.get("mechanism") != self.config.mechanism:
                 decision["mechanism"] = release.get("mechanism")  # the default's branch
             self.replay_slot(slot, decision, release)
+            estimate = release.get("estimate")
+            self.filter(estimate.get("method") if type(estimate) is dict else None)
             self.postprocess(dict(release))  # the filter takes the slot as released
             if release["published"]:
                 self.last_published = slot
@@ -213,11 +218,16 @@ class Coordinator:
                                                  record["users"]),
         }
 
-    def filter(self) -> Postprocessor | None:
+    def filter(self, recorded: str | None = None) -> Postprocessor | None:
         """The post-processing, made once its method is known (under the default, from the
-        first slot's branch); ``None``: none."""
+        first slot's branch); ``None``: none. ``recorded``: the method of the stream's
+        releases or saved filters, which a stream under ``--postprocess auto`` keeps (a stream
+        started by an earlier version goes on as it began, however that version chose)."""
         if self.postprocessor is None:
             method = self.placement.postprocess_method()
+            if (recorded in POSTPROCESSING and method not in (None, "none")
+                    and self.config.postprocess == "auto"):
+                method = recorded
             if method not in (None, "none"):
                 self.postprocessor = Postprocessor(str(method), self.config.d)
         return self.postprocessor
@@ -307,7 +317,8 @@ class Coordinator:
         self.emitted_through = doc["emitted_through"]
         self.duplicates = int(doc["duplicates"])
         self.input_offset = doc.get("input_offset")
-        if "postprocessor" in doc and (post := self.filter()) is not None:
+        if "postprocessor" in doc and (post := self.filter(
+                doc["postprocessor"].get("method"))) is not None:
             post.load(doc["postprocessor"])
         if "last_published" in doc:
             self.last_published = doc["last_published"]
