@@ -12,9 +12,10 @@ partition of ``reports`` keeps the latest progress of every source partition
 less the allowed lateness. A slot therefore closes only once every source partition, wherever it
 is read, has been read past its end (plus the lateness).
 
-A source partition stops holding time back when it is **idle**: read to its end offset and
-without new records for ``--idle-close-ms``; the stage that holds it then writes a progress
-record marked idle. An empty partition is idle from the start. When every source partition is
+A source partition stops holding time back when it is **idle**: read to its end offset (the
+stage was handed every record below it) and without new records for ``--idle-close-ms``; the
+stage that holds it then writes a progress record marked idle. An empty partition is idle from
+the start. When every source partition is
 idle, the slots up to the one of the largest event time seen close. An idle partition that gets
 records again holds time back again from its next progress on (its records older than the
 watermark by then are ``late``).

@@ -216,7 +216,10 @@ def run_scenario(broker, tmp_path: Path, how: str) -> None:  # noqa: C901 - one 
     for (user, t), _b in reported.values():
         per_slot[(user, t // SLOT)] = per_slot.get((user, t // SLOT), 0) + 1
     slot_of = {w: (e[0], e[1] // SLOT) for w, (e, _b) in reported.items()}
-    assert all(w in bounded or slot_of[w] in counted for w in late_copies)
+    unexplained = sorted(w for w in late_copies if w not in bounded and slot_of[w] not in counted)
+    assert not unexplained, (
+        [(w, reported[w][0], [d.get("detail") for d in dead if (d["partition"], d["offset"]) == w])
+         for w in unexplained[:5]], log.read_text()[-3000:])
     assert all(per_slot[slot_of[w]] > 1 for w in bounded - late_copies)
     if hold is None:
         assert lost == set(), f"{len(lost)} device-slots that waited in Kafka were lost"

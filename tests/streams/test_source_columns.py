@@ -345,3 +345,49 @@ def test_a_partition_forgotten_at_a_rebalance_is_read_again_in_full() -> None:
         assert stage.counters["source_superseded"] == 0
 
     asyncio.run(run())
+
+
+def test_a_source_partition_is_idle_only_once_its_records_reached_the_stage() -> None:
+    """A quiet source partition stops holding the stream's event time back (idle progress)
+    only once every record below its high watermark was handed to the stage, counted from the
+    offset its reading began at (the group's commit): records the consumer fetched but has not
+    handed over yet keep it busy, though the consumer's position is past them."""
+    from dataclasses import replace
+
+    from streams.job.source_progress import Progress, progress_of
+
+    async def run() -> None:
+        sends: list = []
+        stage = _stage(sends, [])
+        stage.config = replace(stage.config, idle_close_ms=1)
+        asked: list[str] = []
+
+        async def committed() -> int | None:
+            asked.append("t")
+            return 3  # the group committed offset 3 of ("t", 0)
+
+        async def unknown() -> int | None:
+            return None
+
+        async def caught_up(topic: str, p: int) -> bool:
+            return await stage.read_to_end((topic, p), 8, committed)
+
+        assert not await stage.read_to_end(("t", 1), None, committed)  # nothing fetched yet
+        assert not await stage.read_to_end(("t", 1), 0, unknown)  # where it began: unknown
+        for _ in range(2):  # quiet since the first look, records 3-7 not handed over
+            await stage.say_idle([("t", 0)], caught_up)
+            await asyncio.sleep(0.01)
+        assert sends == [] and asked == ["t"]  # asked once: the stage counts from there
+        await stage.on_batch("t", _batch(3, 5))
+        sends[0][1].set_result(5)
+        await asyncio.sleep(0.01)
+        idle = asyncio.ensure_future(stage.say_idle([("t", 0)], caught_up))
+        await asyncio.sleep(0.01)
+        sends[1][1].set_result(2)  # the broker has the idle progress records
+        await idle
+        marks = [progress_of(v, b"x", "s", q) for q, (_k, v) in enumerate(sends[1][0])]
+        assert marks == [Progress(0, 0, 1000, True)] * 2 and asked == ["t"]
+        stage.forget("t", 0)  # another worker took it: where reading begins is asked again
+        assert not await stage.read_to_end(("t", 0), 9, committed) and asked == ["t", "t"]
+
+    asyncio.run(run())

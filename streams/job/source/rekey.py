@@ -146,6 +146,8 @@ class Rekeyer:
         self.last_read: dict[tuple[str, int], float] = {}
         self.idle_said: set[tuple[str, int]] = set()
         self.in_batch: set[tuple[str, int]] = set()
+        # per source partition held: the offset after the last record handed to the stage
+        self.handed: dict[tuple[str, int], int] = {}
         self.forwarded = Forwarded(config.clock)  # the reports that can still win
         self.secret = config.secret_bytes()
         self.held: dict[tuple[str, int], deque[_Held]] = {}
@@ -171,6 +173,7 @@ class Rekeyer:
         p = records[0][2]
         self.last_read[(topic, p)] = time.monotonic()
         self.in_batch.add((topic, p))
+        self.handed[(topic, p)] = max(self.handed.get((topic, p), 0), int(records[-1][3]) + 1)
         try:
             return await self._on_batch(topic, p, records)
         finally:
@@ -294,11 +297,30 @@ class Rekeyer:
                                           [q for q, _m in marks])
         await sending
 
+    async def read_to_end(self, where: tuple[str, int], highwater: int | None,
+                          start: Callable[[], Awaitable[int | None]]) -> bool:
+        """Whether every record of source partition ``where`` below its ``highwater`` was
+        handed to the stage since this worker holds it: the offset after the last record handed,
+        or, before any, the offset its reading began at (``start()``: the group's commit, or the
+        log's start without one; ``None`` when unknown). Not the consumer's position: that moves
+        when records are fetched, before the stage has them (a fetch of several partitions hands
+        them over one after the other), and a partition said idle then would let the others
+        close slots its fetched records belong to."""
+        if highwater is None:
+            return False
+        handed = self.handed.get(where)
+        if handed is None:
+            begun = await start()
+            if begun is None:
+                return False
+            handed = self.handed.setdefault(where, begun)
+        return handed >= highwater
+
     async def say_idle(self, assigned: Sequence[tuple[str, int]],
                        caught_up: Callable[[str, int], Awaitable[bool]]) -> None:
         """Write idle progress for the ``assigned`` source partitions that are read to their end
-        (``caught_up``), took no record for ``--idle-close-ms`` and have nothing on its way to
-        ``reports``: they stop holding the stream's event time back."""
+        (``caught_up``, :meth:`read_to_end`), took no record for ``--idle-close-ms`` and have
+        nothing on its way to ``reports``: they stop holding the stream's event time back."""
         quiet = self.config.idle_close_ms / 1000.0
         now = time.monotonic()
         for where in assigned:
@@ -419,6 +441,7 @@ class Rekeyer:
         self.last_read.pop(where, None)
         self.idle_said.discard(where)
         self.reached.pop(where, None)
+        self.handed.pop(where, None)
         self.forwarded.forget(self.index.get(topic), partition)
 
     def held_offset(self, topic: str, partition: int) -> int | None:

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
@@ -54,7 +55,9 @@ from streams.job.worker.ingest import BatchIngest, ingest_settings
 from streams.job.worker.membership import default_instance_id, leave_group
 from streams.job.worker.partition_runner import PartitionRunner
 from streams.job.worker.preflight import TABLE_PARTITIONS
+from streams.job.worker.read_stalls import READ_STALL_S, ReadStalls
 from streams.job.worker.recovery_watch import RecoveryWatch
+from streams.kafka.offsets import committed_offsets
 from streams.kafka.producer import RawProducer, key_partition
 from streams.kafka.settings import current as current_settings
 from streams.kafka.settings import faust_options
@@ -202,6 +205,8 @@ class Job:
                 BatchIngest(self.app, topic, self.rekeyer.handler(topic), timestamps=True)
             self.app.task(self._follow_registrations)
             self.app.timer(interval=0.25)(self._say_idle)
+            self.source_stalls = ReadStalls()
+            self.app.timer(interval=1.0)(self._check_source_reads)
         self.app.timer(interval=0.25)(self.partitions.on_tick)
         self.app.timer(interval=1.0)(self.partitions.check_reads)
         self.app.timer(interval=10.0)(self.on_status)
@@ -246,24 +251,64 @@ class Job:
     async def _say_idle(self) -> None:
         """Source partitions this worker holds that are read to their end and quiet stop
         holding the stream's event time back (:meth:`Rekeyer.say_idle`)."""
-        assert self.rekeyer is not None
+        rekeyer = self.rekeyer
+        assert rekeyer is not None
         consumer = self.app.consumer
         if not consumer.flow_active:
             return
-        sources = set(self.rekeyer.settings.topics)
+        sources = set(rekeyer.settings.topics)
         assigned = sorted((tp.topic, tp.partition) for tp in consumer.assignment()
                           if tp.topic in sources)
 
         async def caught_up(topic: str, partition: int) -> bool:
             tp = TP(topic, partition)
-            highwater = consumer.highwater(tp)
+
+            async def start() -> int | None:
+                try:
+                    committed = await committed_offsets(self.broker, self.group_id, topic,
+                                                        retry_for=2.0)
+                    if partition in committed:
+                        return committed[partition]
+                    earliest = await asyncio.wait_for(consumer.earliest_offsets(tp), 2.0)
+                except Exception:  # noqa: BLE001 - a rebalance or a node loss: ask again later
+                    return None
+                return earliest.get(tp)
+
+            return await rekeyer.read_to_end((topic, partition), consumer.highwater(tp), start)
+
+        await rekeyer.say_idle(assigned, caught_up)
+
+    async def _check_source_reads(self) -> None:
+        """Read a source partition again from the offset after the last record handed to the
+        stage when the consumer stands past it and nothing arrived for ``READ_STALL_S`` seconds
+        (:mod:`streams.job.worker.read_stalls`): records fetched and dropped would otherwise
+        never be forwarded, and the partition would hold the stream's event time back."""
+        rekeyer = self.rekeyer
+        assert rekeyer is not None
+        consumer = self.app.consumer
+        if not consumer.flow_active or self.app.tables.recovery.in_recovery:
+            self.source_stalls.clear()
+            return
+        now = time.monotonic()
+        sources = set(rekeyer.settings.topics)
+        for tp in sorted(tp for tp in consumer.assignment() if tp.topic in sources):
+            where = (tp.topic, tp.partition)
+            expected = rekeyer.handed.get(where)
+            if expected is None or where in rekeyer.in_batch:
+                continue
             try:
                 position = await asyncio.wait_for(consumer.position(tp), 2.0)
-            except Exception:  # noqa: BLE001 - a rebalance may take the partition away
-                return False
-            return highwater is not None and position is not None and position >= highwater
-
-        await self.rekeyer.say_idle(assigned, caught_up)
+            except Exception as exc:  # noqa: BLE001 - a rebalance may take the partition away
+                log.info("position of %s[%d] unknown: %r", tp.topic, tp.partition, exc)
+                continue
+            if not self.source_stalls.stalled(where, expected, position, now):
+                continue
+            log.warning("source partition %s[%d] handed nothing to the stage for %g s with the "
+                        "consumer at offset %d, past %d: records were fetched but never handed "
+                        "over; reading them again", tp.topic, tp.partition, READ_STALL_S,
+                        position, expected)
+            self.counters["source_reads_resumed"] += 1
+            await consumer.seek(tp, expected)
 
     async def _follow_registrations(self) -> None:
         assert self.rekeyer is not None

@@ -33,15 +33,11 @@ from streams.job.roles import make_partition
 from streams.job.slot_protocol import Control, control, declaration_key, encode, kind, partials_key
 from streams.job.worker.dead_letters import DeadLetterSender
 from streams.job.worker.ingest import partition_context
+from streams.job.worker.read_stalls import READ_STALL_S, ReadStalls
 from streams.kafka.settings import client_options
 from streams.kafka.topics import Topics
 
 log = logging.getLogger("pwevent.job")
-
-#: Seconds a partition of ``reports`` may stand still while the consumer stands past the records
-#: its state has taken, before it is read again from there (:meth:`PartitionRunner.check_reads`).
-READ_STALL_S = 10.0
-
 
 class Assigned(dict[int, Partition]):
     """The partitions a worker holds, by number. Each is built once the tables are recovered
@@ -81,7 +77,7 @@ class PartitionRunner:
         self.last_report = time.monotonic()
         self.last_tick: dict[int, int] = {}
         self.last_activity: dict[int, float] = {}
-        self.stalled_reads: dict[int, tuple[int, float]] = {}
+        self.stalled_reads = ReadStalls()
 
     @property
     def accumulators(self) -> dict[int, PartitionAccumulator]:
@@ -247,18 +243,13 @@ class PartitionRunner:
             except Exception as exc:  # noqa: BLE001 - a rebalance may take the partition away
                 log.info("position of %s[%d] unknown: %r", tp.topic, p, exc)
                 continue
-            seen = self.stalled_reads.get(p)
-            if position is None or position <= expected or seen is None or seen[0] != expected:
-                self.stalled_reads[p] = (expected, now)
-                continue
-            if now - seen[1] < READ_STALL_S:
+            if not self.stalled_reads.stalled(p, expected, position, now):
                 continue
             log.warning("partition %d took nothing for %g s with the consumer at offset %d, past "
                         "its state's %d: records were fetched but never handed over; reading "
                         "them again", p, READ_STALL_S, position, expected)
             self.counters["reads_resumed"] += 1
             await consumer.seek(tp, expected)
-            self.stalled_reads[p] = (expected, now)
 
     async def read_decisions(self) -> None:
         """Read the whole decisions topic (a consumer of this worker's own, not in the group)."""

@@ -1,0 +1,45 @@
+"""Partitions whose records were fetched and never handed over.
+
+A batch the consumer fetched while its partition was paused, or while a rebalance stopped the
+flow, is dropped; the consumer's position is then past records its reader never had, and the
+partition reads nothing more. :class:`ReadStalls` notices a partition whose consumer stands past
+the offset its reader expects next while that offset has not moved for :data:`READ_STALL_S`
+seconds; the worker then reads it again from there (records read twice are not counted twice:
+a partition of ``reports`` skips what its state has taken, the source stage forwards again only
+what can still win).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+
+__all__ = ["READ_STALL_S", "ReadStalls"]
+
+#: Seconds a partition may stand still with the consumer past the offset its reader expects next,
+#: before it is read again from there.
+READ_STALL_S = 10.0
+
+
+class ReadStalls:
+    """The offset each partition's reader expected next, and since when (module doc)."""
+
+    def __init__(self, after_s: float = READ_STALL_S) -> None:
+        self.after_s = after_s
+        self.seen: dict[Hashable, tuple[int, float]] = {}
+
+    def clear(self) -> None:
+        """Forget every partition (the flow stopped: nothing is expected to arrive)."""
+        self.seen.clear()
+
+    def stalled(self, key: Hashable, expected: int, position: int | None, now: float) -> bool:
+        """Whether the partition ``key`` must be read again from ``expected``: the consumer's
+        ``position`` is past it and ``expected`` has not moved for :attr:`after_s` seconds up
+        to ``now`` (monotonic). A ``True`` starts the wait again."""
+        seen = self.seen.get(key)
+        if position is None or position <= expected or seen is None or seen[0] != expected:
+            self.seen[key] = (expected, now)
+            return False
+        if now - seen[1] < self.after_s:
+            return False
+        self.seen[key] = (expected, now)
+        return True
