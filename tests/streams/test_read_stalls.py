@@ -27,3 +27,38 @@ def test_a_partition_that_moves_or_is_not_past_its_offset_is_left_alone() -> Non
     stalls.stalled("r", 1, 4, now=0.0)
     stalls.clear()  # the flow stopped: nothing was expected meanwhile
     assert not stalls.stalled("r", 1, 4, now=50.0)
+
+
+def test_read_again_seeks_only_the_stalled_partitions_back() -> None:
+    """:meth:`ReadStalls.read_again` asks the consumer each partition's position and seeks
+    those that stood still past their reader's offset back to it; a partition whose position
+    the consumer cannot give (a rebalance took it) is left."""
+    import asyncio
+
+    from faust.types import TP
+
+    a, b, gone = TP("t", 0), TP("t", 1), TP("t", 2)
+
+    class Consumer:
+        def __init__(self) -> None:
+            self.positions = {a: 9, b: 5}
+            self.seeks: list[tuple[TP, int]] = []
+
+        async def position(self, tp: TP) -> int:
+            if tp not in self.positions:
+                raise KeyError(tp)
+            return self.positions[tp]
+
+        async def seek(self, tp: TP, offset: int) -> None:
+            self.seeks.append((tp, offset))
+            self.positions[tp] = offset
+
+    async def run() -> None:
+        consumer, stalls = Consumer(), ReadStalls(after_s=0.0)
+        expected = {a: 5, b: 5, gone: 3}
+        assert await stalls.read_again(consumer, expected) == []  # first look
+        assert await stalls.read_again(consumer, expected) == [(a, 9, 5)]
+        assert consumer.seeks == [(a, 5)]
+        assert await stalls.read_again(consumer, expected) == []  # at its offset now
+
+    asyncio.run(run())

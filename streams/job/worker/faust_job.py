@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
@@ -289,26 +288,16 @@ class Job:
         if not consumer.flow_active or self.app.tables.recovery.in_recovery:
             self.source_stalls.clear()
             return
-        now = time.monotonic()
         sources = set(rekeyer.settings.topics)
-        for tp in sorted(tp for tp in consumer.assignment() if tp.topic in sources):
-            where = (tp.topic, tp.partition)
-            expected = rekeyer.handed.get(where)
-            if expected is None or where in rekeyer.in_batch:
-                continue
-            try:
-                position = await asyncio.wait_for(consumer.position(tp), 2.0)
-            except Exception as exc:  # noqa: BLE001 - a rebalance may take the partition away
-                log.info("position of %s[%d] unknown: %r", tp.topic, tp.partition, exc)
-                continue
-            if not self.source_stalls.stalled(where, expected, position, now):
-                continue
+        expected = {tp: rekeyer.handed[where] for tp in consumer.assignment()
+                    if tp.topic in sources and (where := (tp.topic, tp.partition)) in rekeyer.handed
+                    and where not in rekeyer.in_batch}
+        for tp, position, offset in await self.source_stalls.read_again(consumer, expected):
             log.warning("source partition %s[%d] handed nothing to the stage for %g s with the "
                         "consumer at offset %d, past %d: records were fetched but never handed "
                         "over; reading them again", tp.topic, tp.partition, READ_STALL_S,
-                        position, expected)
+                        position, offset)
             self.counters["source_reads_resumed"] += 1
-            await consumer.seek(tp, expected)
 
     async def _follow_registrations(self) -> None:
         assert self.rekeyer is not None

@@ -232,24 +232,14 @@ class PartitionRunner:
         if not consumer.flow_active or self.app.tables.recovery.in_recovery:
             self.stalled_reads.clear()
             return
-        now = time.monotonic()
-        for tp in sorted(consumer.assignment()):
-            part = self.partitions.get(tp.partition) if tp.topic == self.topics.reports else None
-            if part is None:
-                continue
-            p, expected = tp.partition, part.next_offset
-            try:
-                position = await asyncio.wait_for(consumer.position(tp), 2.0)
-            except Exception as exc:  # noqa: BLE001 - a rebalance may take the partition away
-                log.info("position of %s[%d] unknown: %r", tp.topic, p, exc)
-                continue
-            if not self.stalled_reads.stalled(p, expected, position, now):
-                continue
+        expected = {tp: part.next_offset for tp in consumer.assignment()
+                    if tp.topic == self.topics.reports
+                    and (part := self.partitions.get(tp.partition)) is not None}
+        for tp, position, offset in await self.stalled_reads.read_again(consumer, expected):
             log.warning("partition %d took nothing for %g s with the consumer at offset %d, past "
                         "its state's %d: records were fetched but never handed over; reading "
-                        "them again", p, READ_STALL_S, position, expected)
+                        "them again", tp.partition, READ_STALL_S, position, offset)
             self.counters["reads_resumed"] += 1
-            await consumer.seek(tp, expected)
 
     async def read_decisions(self) -> None:
         """Read the whole decisions topic (a consumer of this worker's own, not in the group)."""

@@ -11,9 +11,15 @@ what can still win).
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+import asyncio
+import logging
+import time
+from collections.abc import Hashable, Mapping
+from typing import Any
 
 __all__ = ["READ_STALL_S", "ReadStalls"]
+
+log = logging.getLogger("pwevent.job")
 
 #: Seconds a partition may stand still with the consumer past the offset its reader expects next,
 #: before it is read again from there.
@@ -43,3 +49,22 @@ class ReadStalls:
             return False
         self.seen[key] = (expected, now)
         return True
+
+    async def read_again(self, consumer: Any, expected: Mapping[Any, int]
+                         ) -> list[tuple[Any, int, int]]:
+        """Seek each partition of ``expected`` (a topic partition to the offset its reader
+        expects next) that :meth:`stalled` says must be read again back to that offset;
+        returns those partitions with the consumer's position before the seek and the offset.
+        A partition whose position cannot be had (a rebalance took it) is left."""
+        now = time.monotonic()
+        done = []
+        for tp, offset in sorted(expected.items()):
+            try:
+                position = await asyncio.wait_for(consumer.position(tp), 2.0)
+            except Exception as exc:  # noqa: BLE001 - a rebalance may take the partition away
+                log.info("position of %s[%d] unknown: %r", tp.topic, tp.partition, exc)
+                continue
+            if self.stalled(tp, offset, position, now):
+                await consumer.seek(tp, offset)
+                done.append((tp, position, offset))
+        return done
