@@ -119,6 +119,31 @@ async def records_to_end(consumer: AIOKafkaConsumer, tps: list[TopicPartition],
             got[tp] += [r for r in recs if r.offset < ends[tp]]
 
 
+async def holds_records(bootstrap: str, topic: str, partition: int, start: int, stop: int,
+                        limit: float = 5.0) -> bool:
+    """Whether ``partition`` of ``topic`` holds, at an offset in [``start``, ``stop``), a record
+    a consumer hands over (in Kafka's default ``read_uncommitted``). ``False`` when every such
+    offset is a transaction marker, which takes an offset and is never handed over (or was
+    removed by retention). ``True`` when that is not known within ``limit`` seconds."""
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, **client_options(),
+                                enable_auto_commit=False, auto_offset_reset="earliest")
+    await consumer.start()
+    try:
+        tp = TopicPartition(topic, partition)
+        consumer.assign([tp])
+        consumer.seek(tp, start)
+        deadline = time.monotonic() + limit
+        while await consumer.position(tp) < stop:
+            if time.monotonic() >= deadline:
+                return True
+            got = await consumer.getmany(tp, timeout_ms=200, max_records=1)
+            if any(r.offset < stop for r in got.get(tp, ())):
+                return True
+        return False
+    finally:
+        await consumer.stop()
+
+
 async def read_topic(bootstrap: str, topic: str, partitions: int = 1,
                      limit: float = 30.0) -> list[tuple[bytes | None, bytes]]:
     """Every record of a topic from the beginning to the log-end offsets it has when the call

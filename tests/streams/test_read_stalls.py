@@ -61,4 +61,17 @@ def test_read_again_seeks_only_the_stalled_partitions_back() -> None:
         assert consumer.seeks == [(a, 5)]
         assert await stalls.read_again(consumer, expected) == []  # at its offset now
 
+    async def markers_only() -> None:  # the offsets between hold nothing to read again
+        consumer, stalls = Consumer(), ReadStalls(after_s=0.0)
+        told: list = []
+
+        async def dropped(tp: TP, offset: int, position: int) -> bool:
+            told.append((tp, offset, position))
+            return False
+
+        assert await stalls.read_again(consumer, {a: 5}, dropped) == []
+        assert await stalls.read_again(consumer, {a: 5}, dropped) == []
+        assert told == [(a, 5, 9)] and consumer.seeks == []
+
     asyncio.run(run())
+    asyncio.run(markers_only())

@@ -351,7 +351,8 @@ def test_a_source_partition_is_idle_only_once_its_records_reached_the_stage() ->
     """A quiet source partition stops holding the stream's event time back (idle progress)
     only once every record below its high watermark was handed to the stage, counted from the
     offset its reading began at (the group's commit): records the consumer fetched but has not
-    handed over yet keep it busy, though the consumer's position is past them."""
+    handed over yet keep it busy, though the consumer's position is past them. Offsets that
+    hold nothing to hand over (transaction markers) are counted past."""
     from dataclasses import replace
 
     from streams.job.source_progress import Progress, progress_of
@@ -361,6 +362,8 @@ def test_a_source_partition_is_idle_only_once_its_records_reached_the_stage() ->
         stage = _stage(sends, [])
         stage.config = replace(stage.config, idle_close_ms=1)
         asked: list[str] = []
+        probed: list[tuple[int, int]] = []
+        markers = {8}  # offset 8 is a transaction's commit marker
 
         async def committed() -> int | None:
             asked.append("t")
@@ -369,15 +372,20 @@ def test_a_source_partition_is_idle_only_once_its_records_reached_the_stage() ->
         async def unknown() -> int | None:
             return None
 
-        async def caught_up(topic: str, p: int) -> bool:
-            return await stage.read_to_end((topic, p), 8, committed)
+        async def holds(first: int, stop: int) -> bool:
+            probed.append((first, stop))
+            return any(o not in markers for o in range(first, stop))
 
-        assert not await stage.read_to_end(("t", 1), None, committed)  # nothing fetched yet
-        assert not await stage.read_to_end(("t", 1), 0, unknown)  # where it began: unknown
+        async def caught_up(topic: str, p: int) -> bool:
+            return await stage.read_to_end((topic, p), 9, committed, holds)
+
+        assert not await stage.read_to_end(("t", 1), None, committed, holds)  # not fetched
+        assert not await stage.read_to_end(("t", 1), 0, unknown, holds)  # where it began?
         for _ in range(2):  # quiet since the first look, records 3-7 not handed over
             await stage.say_idle([("t", 0)], caught_up)
             await asyncio.sleep(0.01)
         assert sends == [] and asked == ["t"]  # asked once: the stage counts from there
+        assert probed == [(3, 9)]  # records wait below the marker: not idle
         await stage.on_batch("t", _batch(3, 5))
         sends[0][1].set_result(5)
         await asyncio.sleep(0.01)
@@ -387,7 +395,9 @@ def test_a_source_partition_is_idle_only_once_its_records_reached_the_stage() ->
         await idle
         marks = [progress_of(v, b"x", "s", q) for q, (_k, v) in enumerate(sends[1][0])]
         assert marks == [Progress(0, 0, 1000, True)] * 2 and asked == ["t"]
+        assert probed[1:] == [(8, 9)] and stage.handed[("t", 0)] == 9  # past the marker
         stage.forget("t", 0)  # another worker took it: where reading begins is asked again
-        assert not await stage.read_to_end(("t", 0), 9, committed) and asked == ["t", "t"]
+        assert not await stage.read_to_end(("t", 0), 10, committed, holds)
+        assert asked == ["t", "t"]
 
     asyncio.run(run())

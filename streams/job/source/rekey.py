@@ -298,14 +298,19 @@ class Rekeyer:
         await sending
 
     async def read_to_end(self, where: tuple[str, int], highwater: int | None,
-                          start: Callable[[], Awaitable[int | None]]) -> bool:
+                          start: Callable[[], Awaitable[int | None]],
+                          holds: Callable[[int, int], Awaitable[bool]]) -> bool:
         """Whether every record of source partition ``where`` below its ``highwater`` was
-        handed to the stage since this worker holds it: the offset after the last record handed,
-        or, before any, the offset its reading began at (``start()``: the group's commit, or the
-        log's start without one; ``None`` when unknown). Not the consumer's position: that moves
-        when records are fetched, before the stage has them (a fetch of several partitions hands
-        them over one after the other), and a partition said idle then would let the others
-        close slots its fetched records belong to."""
+        handed to the stage since this worker holds it: counted from the offset after the last
+        record handed, or, before any, from the offset its reading began at (``start()``: the
+        group's commit, or the log's start without one; ``None`` when unknown). Offsets left
+        between that and the high watermark are read to their end when they hold no record the
+        consumer hands over (``holds(first, stop)`` is ``False``: transaction markers, which a
+        transactional producer's topic ends in); the stage then counts past them.
+
+        Not the consumer's position: that moves when records are fetched, before the stage has
+        them (a fetch of several partitions hands them over one after the other), and a
+        partition said idle then would let the others close slots its records belong to."""
         if highwater is None:
             return False
         handed = self.handed.get(where)
@@ -314,7 +319,12 @@ class Rekeyer:
             if begun is None:
                 return False
             handed = self.handed.setdefault(where, begun)
-        return handed >= highwater
+        if handed >= highwater:
+            return True
+        if await holds(handed, highwater) or where not in self.handed:  # (or taken away)
+            return False
+        self.handed[where] = max(self.handed[where], highwater)
+        return True
 
     async def say_idle(self, assigned: Sequence[tuple[str, int]],
                        caught_up: Callable[[str, int], Awaitable[bool]]) -> None:

@@ -56,7 +56,7 @@ from streams.job.worker.partition_runner import PartitionRunner
 from streams.job.worker.preflight import TABLE_PARTITIONS
 from streams.job.worker.read_stalls import READ_STALL_S, ReadStalls
 from streams.job.worker.recovery_watch import RecoveryWatch
-from streams.kafka.offsets import committed_offsets
+from streams.kafka.offsets import committed_offsets, holds_records
 from streams.kafka.producer import RawProducer, key_partition
 from streams.kafka.settings import current as current_settings
 from streams.kafka.settings import faust_options
@@ -205,6 +205,7 @@ class Job:
             self.app.task(self._follow_registrations)
             self.app.timer(interval=0.25)(self._say_idle)
             self.source_stalls = ReadStalls()
+            self._holding: set[tuple[TP, int, int]] = set()
             self.app.timer(interval=1.0)(self._check_source_reads)
         self.app.timer(interval=0.25)(self.partitions.on_tick)
         self.app.timer(interval=1.0)(self.partitions.check_reads)
@@ -273,7 +274,11 @@ class Job:
                     return None
                 return earliest.get(tp)
 
-            return await rekeyer.read_to_end((topic, partition), consumer.highwater(tp), start)
+            async def holds(first: int, stop: int) -> bool:
+                return await self._holds_records(tp, first, stop)
+
+            return await rekeyer.read_to_end((topic, partition), consumer.highwater(tp), start,
+                                             holds)
 
         await rekeyer.say_idle(assigned, caught_up)
 
@@ -292,12 +297,40 @@ class Job:
         expected = {tp: rekeyer.handed[where] for tp in consumer.assignment()
                     if tp.topic in sources and (where := (tp.topic, tp.partition)) in rekeyer.handed
                     and where not in rekeyer.in_batch}
-        for tp, position, offset in await self.source_stalls.read_again(consumer, expected):
+
+        async def dropped(tp: TP, offset: int, position: int) -> bool:
+            if await self._holds_records(tp, offset, position):
+                return True
+            where = (tp.topic, tp.partition)  # transaction markers only: the stage counts past
+            if where in rekeyer.handed:
+                rekeyer.handed[where] = max(rekeyer.handed[where], position)
+            return False
+
+        for tp, position, offset in await self.source_stalls.read_again(consumer, expected,
+                                                                        dropped):
             log.warning("source partition %s[%d] handed nothing to the stage for %g s with the "
                         "consumer at offset %d, past %d: records were fetched but never handed "
                         "over; reading them again", tp.topic, tp.partition, READ_STALL_S,
                         position, offset)
             self.counters["source_reads_resumed"] += 1
+
+    async def _holds_records(self, tp: TP, first: int, stop: int) -> bool:
+        """Whether source partition ``tp`` holds a record to hand over at an offset in
+        [``first``, ``stop``) (:func:`streams.kafka.offsets.holds_records`; ``True`` when the
+        broker does not say). A range found to hold one is remembered: records stay."""
+        if (tp, first, stop) in self._holding:
+            return True
+        try:
+            found = await holds_records(self.broker, tp.topic, tp.partition, first, stop)
+        except Exception as exc:  # noqa: BLE001 - not known: as if it did
+            log.info("records of %s[%d] %d-%d unknown: %r", tp.topic, tp.partition, first, stop,
+                     exc)
+            return True
+        if found:
+            if len(self._holding) >= 10_000:
+                self._holding.clear()
+            self._holding.add((tp, first, stop))
+        return found
 
     async def _follow_registrations(self) -> None:
         assert self.rekeyer is not None

@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Hashable, Mapping
+from collections.abc import Awaitable, Callable, Hashable, Mapping
 from typing import Any
 
 __all__ = ["READ_STALL_S", "ReadStalls"]
@@ -50,12 +50,15 @@ class ReadStalls:
         self.seen[key] = (expected, now)
         return True
 
-    async def read_again(self, consumer: Any, expected: Mapping[Any, int]
+    async def read_again(self, consumer: Any, expected: Mapping[Any, int],
+                         dropped: Callable[[Any, int, int], Awaitable[bool]] | None = None,
                          ) -> list[tuple[Any, int, int]]:
         """Seek each partition of ``expected`` (a topic partition to the offset its reader
         expects next) that :meth:`stalled` says must be read again back to that offset;
         returns those partitions with the consumer's position before the seek and the offset.
-        A partition whose position cannot be had (a rebalance took it) is left."""
+        A partition whose position cannot be had (a rebalance took it) is left, and so is one
+        for which ``dropped(tp, offset, position)`` says the offsets between hold nothing to
+        read (transaction markers)."""
         now = time.monotonic()
         done = []
         for tp, offset in sorted(expected.items()):
@@ -64,7 +67,8 @@ class ReadStalls:
             except Exception as exc:  # noqa: BLE001 - a rebalance may take the partition away
                 log.info("position of %s[%d] unknown: %r", tp.topic, tp.partition, exc)
                 continue
-            if self.stalled(tp, offset, position, now):
+            if self.stalled(tp, offset, position, now) and (
+                    dropped is None or await dropped(tp, offset, position)):
                 await consumer.seek(tp, offset)
                 done.append((tp, position, offset))
         return done
