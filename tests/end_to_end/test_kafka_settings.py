@@ -352,7 +352,7 @@ async def build_every_client(bootstrap: str, tmp_path: Path) -> None:
     from streams.job.worker.membership import leave_group
     from streams.job.worker.partition_runner import PartitionRunner
     from streams.job.worker.preflight import partition_counts
-    from streams.kafka.offsets import committed_offsets, end_offsets, read_topic
+    from streams.kafka.offsets import committed_offsets, end_offsets, holds_records, read_topic
     from streams.kafka.producer import RawProducer
     from streams.kafka.topics import Topics, create_topics, describe_topics
     from streams.ldp_client.kafka import ReportProducer
@@ -377,6 +377,7 @@ async def build_every_client(bootstrap: str, tmp_path: Path) -> None:
         send_records(bootstrap, [(topics.releases, b"s/0", b"{}", 0)], 1),
         end_offsets(bootstrap, topics.reports, 1),
         committed_offsets(bootstrap, "group", topics.reports),
+        holds_records(bootstrap, topics.reports, 0, 0, 1, limit=2),
         read_topic(bootstrap, topics.reports, limit=2),
         producer.start(),
         create_topics(bootstrap, topics.specs(), timeout=2),
