@@ -15,10 +15,9 @@ is read, has been read past its end (plus the lateness).
 A source partition stops holding time back when it is **idle**: read to its end offset (the
 stage was handed every record below it) and without new records for ``--idle-close-ms``; the
 stage that holds it then writes a progress record marked idle. An empty partition is idle from
-the start. When every source partition is
-idle, the slots up to the one of the largest event time seen close. An idle partition that gets
-records again holds time back again from its next progress on (its records older than the
-watermark by then are ``late``).
+the start. When every source partition is idle, the slots up to the one of the largest event time
+seen close. An idle partition that gets records again holds time back again from its next
+progress on (its records older than the watermark by then are ``late``).
 
 Progress records are keyless and signed like watermark records (HMAC-SHA256 with the deployment
 secret over the stream, the ``reports`` partition, the source position and the time), so whoever

@@ -321,9 +321,15 @@ class Rekeyer:
             handed = self.handed.setdefault(where, begun)
         if handed >= highwater:
             return True
-        if await holds(handed, highwater) or where not in self.handed:  # (or taken away)
+        return not await holds(handed, highwater) and self.count_past(where, highwater)
+
+    def count_past(self, where: tuple[str, int], stop: int) -> bool:
+        """Count source partition ``where`` as handed up to ``stop``, its offsets between
+        found to hold no record to hand over (transaction markers); ``False`` when this worker
+        no longer holds it."""
+        if where not in self.handed:
             return False
-        self.handed[where] = max(self.handed[where], highwater)
+        self.handed[where] = max(self.handed[where], stop)
         return True
 
     async def say_idle(self, assigned: Sequence[tuple[str, int]],

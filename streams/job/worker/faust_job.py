@@ -301,9 +301,7 @@ class Job:
         async def dropped(tp: TP, offset: int, position: int) -> bool:
             if await self._holds_records(tp, offset, position):
                 return True
-            where = (tp.topic, tp.partition)  # transaction markers only: the stage counts past
-            if where in rekeyer.handed:
-                rekeyer.handed[where] = max(rekeyer.handed[where], position)
+            rekeyer.count_past((tp.topic, tp.partition), position)  # transaction markers only
             return False
 
         for tp, position, offset in await self.source_stalls.read_again(consumer, expected,

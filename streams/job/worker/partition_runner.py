@@ -39,6 +39,7 @@ from streams.kafka.topics import Topics
 
 log = logging.getLogger("pwevent.job")
 
+
 class Assigned(dict[int, Partition]):
     """The partitions a worker holds, by number. Each is built once the tables are recovered
     after the rebalance that assigned it (:meth:`PartitionRunner.open_assigned`); one looked up
