@@ -25,6 +25,7 @@ from streams.job.pipeline import InProcessJob
 from streams.job.worker.membership import describe_group
 from streams.kafka.offsets import read_topic, wait_consumed
 from streams.kafka.producer import RawProducer, key_partition
+from streams.kafka.settings import ISOLATION_LEVEL
 from streams.kafka.topics import Topics, create_topics
 
 SECRET = "test-secret"
@@ -573,10 +574,11 @@ def start_configured_worker(bootstrap: str, prefix: str, conf: Path, data: Path,
 
 
 def timestamped_records(bootstrap: str, topic: str, partitions: int) -> list[tuple]:
-    """A topic's records as the source stage reads them: (key, value, partition, offset,
-    timestamp), partition by partition."""
+    """A topic's records as the source stage reads them (only what transactions committed):
+    (key, value, partition, offset, timestamp), partition by partition."""
     async def go() -> list[tuple]:
-        c = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+        c = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False,
+                             isolation_level=ISOLATION_LEVEL)
         await c.start()
         try:
             tps = [TopicPartition(topic, p) for p in range(partitions)]

@@ -143,9 +143,9 @@ async def fetch_topics(bootstrap: str, names: Sequence[str], timeout: float = 30
 
     from streams.kafka.errors import authentication_failed, authentication_failure
     from streams.kafka.offsets import records_to_end, topic_partitions
-    from streams.kafka.settings import client_options
+    from streams.kafka.settings import consumer_options
 
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, **client_options(),
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, **consumer_options(),
                                 enable_auto_commit=False,
                                 auto_offset_reset="earliest",
                                 request_timeout_ms=int(timeout * 1000))

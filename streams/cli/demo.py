@@ -87,9 +87,9 @@ async def follow_releases(bootstrap: str, topic: str, expected: int, deadline: f
     from aiokafka import AIOKafkaConsumer, TopicPartition
     from tqdm import tqdm
 
-    from streams.kafka.settings import client_options
+    from streams.kafka.settings import consumer_options
 
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, **client_options(),
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, **consumer_options(),
                                 enable_auto_commit=False,
                                 auto_offset_reset="earliest")
     await consumer.start()

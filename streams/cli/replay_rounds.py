@@ -25,7 +25,7 @@ from streams.cli.replay_ldp import make_devices, slot_values
 from streams.data.sources import Source
 from streams.job.partitions.key_hashing import key_partitions
 from streams.job.partitions.watermarks import watermark_record
-from streams.kafka.settings import client_options
+from streams.kafka.settings import consumer_options
 from streams.ldp_client.devices import Devices
 from streams.ldp_collector.kafka_job import LdpJobSettings
 
@@ -115,7 +115,7 @@ class DecisionReader:
     def __init__(self, built: LdpJobSettings) -> None:
         """A reader from the topic's first record."""
         self.built = built
-        self.consumer = AIOKafkaConsumer(bootstrap_servers=built.broker, **client_options(),
+        self.consumer = AIOKafkaConsumer(bootstrap_servers=built.broker, **consumer_options(),
                                          enable_auto_commit=False, auto_offset_reset="earliest")
         self.seen: dict[int, Decision] = {}
 

@@ -14,12 +14,13 @@ from aiokafka.errors import (
     NotCoordinatorForGroupError,
 )
 
-from streams.kafka.settings import client_options
+from streams.kafka.settings import client_options, consumer_options
 
 
 async def end_offsets(bootstrap: str, topic: str, partitions: int) -> dict[int, int]:
-    """The log-end offset of each partition."""
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, **client_options())
+    """The offset each partition is read to: its last stable offset (the log end when no
+    transaction is open on it; :data:`streams.kafka.settings.ISOLATION_LEVEL`)."""
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, **consumer_options())
     await consumer.start()
     try:
         tps = [TopicPartition(topic, p) for p in range(partitions)]
@@ -122,10 +123,13 @@ async def records_to_end(consumer: AIOKafkaConsumer, tps: list[TopicPartition],
 async def holds_records(bootstrap: str, topic: str, partition: int, start: int, stop: int,
                         limit: float = 5.0) -> bool:
     """Whether ``partition`` of ``topic`` holds, at an offset in [``start``, ``stop``), a record
-    a consumer hands over (in Kafka's default ``read_uncommitted``). ``False`` when every such
-    offset is a transaction marker, which takes an offset and is never handed over (or was
-    removed by retention). ``True`` when that is not known within ``limit`` seconds."""
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, **client_options(),
+    a consumer hands over or may yet hand over. Consumers read only what transactions committed
+    (:data:`streams.kafka.settings.ISOLATION_LEVEL`), so ``False`` when every such offset is a
+    transaction marker or a record of an aborted transaction (or was removed by retention).
+    ``True`` when a transaction still open holds one of the offsets (its records wait until it
+    ends, which moves the log's end past ``stop``), and when that is not known within ``limit``
+    seconds."""
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, **consumer_options(),
                                 enable_auto_commit=False, auto_offset_reset="earliest")
     await consumer.start()
     try:
@@ -133,7 +137,10 @@ async def holds_records(bootstrap: str, topic: str, partition: int, start: int, 
         consumer.assign([tp])
         consumer.seek(tp, start)
         deadline = time.monotonic() + limit
-        while await consumer.position(tp) < stop:
+        while (position := await consumer.position(tp)) < stop:
+            stable = consumer.last_stable_offset(tp)
+            if stable is not None and position >= stable:
+                return True  # at the start of a transaction still open
             if time.monotonic() >= deadline:
                 return True
             got = await consumer.getmany(tp, timeout_ms=200, max_records=1)
@@ -148,7 +155,7 @@ async def read_topic(bootstrap: str, topic: str, partitions: int = 1,
                      limit: float = 30.0) -> list[tuple[bytes | None, bytes]]:
     """Every record of a topic from the beginning to the log-end offsets it has when the call
     starts, partition after partition in offset order (:func:`records_to_end`)."""
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, **client_options(),
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, **consumer_options(),
                                 enable_auto_commit=False,
                                 auto_offset_reset="earliest")
     await consumer.start()

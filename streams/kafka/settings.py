@@ -5,8 +5,9 @@ Every command that talks to Kafka takes the same flags (:func:`add_arguments`), 
 from an environment variable (``PWEVENT_SECURITY_PROTOCOL``, ``PWEVENT_SASL_PASSWORD``, ...),
 and, through the command line's ``--config`` file, from a TOML file. A command calls
 :func:`configure` once with what it parsed; every Kafka client of the process then takes its
-options from :func:`client_options` (aiokafka clients) or :func:`faust_options` (the worker's
-Faust app), so a new client cannot forget them.
+options from :func:`client_options` (aiokafka clients; :func:`consumer_options` for consumers,
+which read only what transactions committed) or :func:`faust_options` (the worker's Faust app),
+so a new client cannot forget them.
 
 Defaults connect without TLS or SASL and create topics with one replica, which suits the
 embedded broker and a single-broker test cluster; a production cluster wants
@@ -167,6 +168,19 @@ def current() -> KafkaSettings:
 def client_options() -> dict[str, Any]:
     """:meth:`KafkaSettings.client_options` of the process's settings."""
     return _current.client_options()
+
+
+#: How every consumer of pwevent reads: only what transactional producers committed. A record of
+#: an aborted transaction is never handed over; a partition is read up to its last stable
+#: offset, so the records of a transaction still open wait until it ends. Topics written without
+#: transactions (every topic the job writes itself) read the same either way.
+ISOLATION_LEVEL: Final = "read_committed"
+
+
+def consumer_options() -> dict[str, Any]:
+    """:func:`client_options` and :data:`ISOLATION_LEVEL`: the keyword arguments of every
+    aiokafka consumer of the process."""
+    return {**_current.client_options(), "isolation_level": ISOLATION_LEVEL}
 
 
 def faust_options() -> dict[str, Any]:

@@ -30,7 +30,7 @@ from aiokafka.errors import KafkaError
 
 from streams.job.partitions.watermarks import wall_clock_ms, watermark_record
 from streams.kafka.offsets import read_topic, topic_partitions
-from streams.kafka.settings import client_options
+from streams.kafka.settings import client_options, consumer_options
 from streams.kafka.topics import Topics, TopicSpec, create_topics, min_insync_replicas
 from streams.ldp_collector.collector import LdpCollector
 from streams.ldp_collector.stream_time import PartitionedCollector, Refused
@@ -149,7 +149,7 @@ class LdpJob:
         self.times["start"] = time.monotonic()
         consumer = AIOKafkaConsumer(bootstrap_servers=s.broker, group_id=s.group,
                                     enable_auto_commit=False, auto_offset_reset="earliest",
-                                    max_poll_records=POLL_RECORDS, **client_options())
+                                    max_poll_records=POLL_RECORDS, **consumer_options())
         producer = AIOKafkaProducer(bootstrap_servers=s.broker, acks="all",
                                     enable_idempotence=True, **client_options())
         try:

@@ -86,9 +86,9 @@ async def read_start_record(bootstrap: str, topic: str, key: str, timeout: float
     from aiokafka import AIOKafkaConsumer
 
     from streams.kafka.offsets import records_to_end, topic_partitions
-    from streams.kafka.settings import client_options
+    from streams.kafka.settings import consumer_options
 
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, **client_options(),
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, **consumer_options(),
                                 enable_auto_commit=False, auto_offset_reset="earliest",
                                 request_timeout_ms=int(timeout * 1000))
     try:
@@ -121,10 +121,10 @@ async def aiter_releases(bootstrap: str, topic: str, *, stream: str | None = Non
 
     from streams.kafka.errors import authentication_failed, authentication_failure
     from streams.kafka.offsets import topic_partitions
-    from streams.kafka.settings import client_options
+    from streams.kafka.settings import consumer_options
 
     check_confidence(confidence)
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, **client_options(),
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, **consumer_options(),
                                 enable_auto_commit=False,
                                 # the position a seek asks for, and the one a reset that
                                 # assign() started may still set after it (seen on Apache Kafka)

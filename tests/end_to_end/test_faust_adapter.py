@@ -89,6 +89,8 @@ METHODS: list[tuple[type, str, bool, list[str] | str]] = [
     (Consumer, "commit", True, []),
     (Consumer, "highwater", False, ["tp"]),
     (Consumer, "wait_first", True, "*"),
+    (Consumer, "_new_consumer_thread", False, []),  # overridden: the thread below
+    (faust_aiokafka.AIOKafkaConsumerThread, "_create_worker_consumer", False, ["transport"]),
     (faust_base.Transport, "__init__", False, ["url", "app"]),
     (Message, "__init__", False, ["topic", "partition", "offset", "timestamp", "timestamp_type",
                                   "headers", "key", "value", "checksum"]),
@@ -97,7 +99,8 @@ METHODS: list[tuple[type, str, bool, list[str] | str]] = [
 
 #: Methods of :class:`streams.job.worker.ingest.BatchConsumer` that Faust calls: the same
 #: parameters.
-OVERRIDES = ("_drain_messages", "_getmany", "on_start", "on_partitions_revoked", "_new_offset")
+OVERRIDES = ("_drain_messages", "_getmany", "on_start", "on_partitions_revoked", "_new_offset",
+             "_new_consumer_thread")
 
 
 @pytest.mark.parametrize(("owner", "name", "awaited", "params"), METHODS,
@@ -277,6 +280,33 @@ def test_membership_task_internals() -> None:
         broken("aiokafka GroupCoordinator._coordination_task", "no longer runs the membership")
 
 
+def test_the_worker_consumer_reads_only_what_transactions_committed() -> None:
+    """``CommittedReadThread`` sets the aiokafka consumer's ``_isolation_level`` after Faust built
+    it and before it starts; aiokafka's ``start()`` hands that attribute to its fetcher."""
+    from aiokafka import AIOKafkaConsumer
+
+    from streams.kafka.settings import ISOLATION_LEVEL
+
+    sig = inspect.signature(faust_aiokafka.AIOKafkaConsumerThread._create_worker_consumer)
+    theirs = list(sig.parameters)
+    ours = list(inspect.signature(ingest.CommittedReadThread._create_worker_consumer).parameters)
+    if ours != theirs:
+        broken("AIOKafkaConsumerThread._create_worker_consumer",
+               f"has parameters {theirs}, the override in CommittedReadThread {ours}")
+    if "isolation_level=self._isolation_level" not in inspect.getsource(AIOKafkaConsumer.start):
+        broken("aiokafka AIOKafkaConsumer._isolation_level", "is no longer what start() reads")
+    app = new_app("isolation")
+    thread = app.consumer._thread
+    assert isinstance(thread, ingest.CommittedReadThread)
+
+    async def built_isolation() -> str:
+        consumer = thread._create_worker_consumer(app.transport)
+        await consumer.stop()  # never started: closes its client
+        return consumer._isolation_level
+
+    assert asyncio.run(built_isolation()) == ISOLATION_LEVEL == "read_committed"
+
+
 def test_fetcher_stopped_event() -> None:
     fetcher = faust_consumer.Fetcher(new_app("fetcher"))
     if not callable(getattr(getattr(fetcher, "_stopped", None), "is_set", None)):
@@ -346,7 +376,8 @@ def test_committed_offsets_reads_faust_books() -> None:
 
 def _checked_names() -> set[str]:
     names = {name for _owner, name, _a, _p in METHODS} | set(CONSUMER_ATTRIBUTES)
-    return names | {"_current_event", "_transport", "_consumer", *MEMBERSHIP_INTERNALS}
+    return names | {"_current_event", "_transport", "_consumer", "_isolation_level",
+                    *MEMBERSHIP_INTERNALS}
 
 
 def _own_names(tree: ast.AST) -> set[str]:

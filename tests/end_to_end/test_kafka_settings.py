@@ -429,6 +429,26 @@ def test_every_kafka_client_the_code_builds_gets_the_connection_settings(
     assert not missed, f"Kafka clients built but not exercised here: {sorted(missed)}"
 
 
+def test_every_consumer_the_code_builds_reads_only_what_transactions_committed(
+        settings: None, monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
+    """Each aiokafka consumer the code builds reads ``read_committed`` (the worker's Faust
+    consumer: tests/end_to_end/test_faust_adapter.py), so no consumer of pwevent hands over a
+    record of an aborted transaction."""
+    from aiokafka import AIOKafkaConsumer
+
+    levels: list[tuple[tuple[str, str] | None, str]] = []
+    init = AIOKafkaConsumer.__init__
+
+    def recording(self: Any, *args: Any, **kwargs: Any) -> None:
+        levels.append((caller_site(), kwargs.get("isolation_level", "read_uncommitted")))
+        init(self, *args, **kwargs)
+
+    monkeypatch.setattr(AIOKafkaConsumer, "__init__", recording)
+    asyncio.run(build_every_client(f"127.0.0.1:{free_port()}", tmp_path))
+    assert len({site for site, _level in levels}) >= 10, levels
+    assert all(level == "read_committed" for _site, level in levels), levels
+
+
 def test_the_workers_faust_clients_get_the_connection_settings(settings: None, tmp_path: Path):
     """The worker's Faust app hands the same settings to every aiokafka client it builds
     (consumers, producer, admin), and creates its changelog and assignor topics with the

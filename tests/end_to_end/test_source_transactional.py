@@ -3,18 +3,22 @@ each transaction ends in a commit marker, an offset that holds no record the con
 over. A source partition read to its last record is read to its end all the same: with default
 flags, the history replay of test_source_event_time.py's events, written in transactions of 50
 records, releases every slot (the last one once every partition is idle), nothing is ``late``,
-and the releases are the in-process run of the same mapped reports. On both brokers."""
+and the releases are the in-process run of the same mapped reports. A transaction still open
+holds its partition's offsets: they wait. On both brokers; aborted transactions in
+test_source_aborted.py."""
 
 from __future__ import annotations
 
 import asyncio
+import time
 from dataclasses import replace
+from datetime import datetime
 from pathlib import Path
 
 import orjson
 from aiokafka import AIOKafkaProducer
 from brokers import broker_fixture
-from test_source import DOMAIN, ORIGIN
+from test_source import DOMAIN, ORIGIN, iso
 from test_source_event_time import CONFIG, LEVELS, PARTS, SLOT, SLOTS, events
 
 from streams.job.pipeline import InProcessJob
@@ -37,12 +41,28 @@ from tests.jobkit import (
 broker = broker_fixture()
 
 
-def produce_in_transactions(bootstrap: str, topic: str, evs: list[tuple[int, dict]]) -> None:
-    """Each partition's events as keyless JSON records, in committed transactions of 50."""
-    async def go() -> None:
+def aborted_events(batch: list[dict], n: int) -> list[dict]:
+    """What a transaction after ``batch`` (the ``n``-th) writes and aborts: an event of a device
+    that never reports, and one of the batch's devices a millisecond before its event in the
+    same slot, in another country (it would be the one that counts)."""
+    first = batch[0]
+    t = round(datetime.fromisoformat(first["ts"].replace("Z", "+00:00")).timestamp() * 1000)
+    earlier = t - 1 if (t - ORIGIN) % SLOT else t
+    return [{"device": {"id": f"ghost{n}"}, "ts": first["ts"], "country": "US"},
+            {"device": first["device"], "ts": iso(earlier),
+             "country": "DE" if first["country"] != "DE" else "FR"}]
+
+
+def produce_in_transactions(bootstrap: str, topic: str, evs: list[tuple[int, dict]],
+                            abort: bool) -> int:
+    """Each partition's events as keyless JSON records, in committed transactions of 50, each
+    followed, when ``abort``, by an aborted transaction (:func:`aborted_events`); the number of
+    records aborted."""
+    async def go() -> int:
         prod = AIOKafkaProducer(bootstrap_servers=bootstrap, **client_options(),
                                 transactional_id=f"tx-{topic}", enable_idempotence=True)
         await prod.start()
+        aborted = 0
         try:
             for p in range(PARTS):
                 mine = [e for q, e in evs if q == p]
@@ -50,35 +70,49 @@ def produce_in_transactions(bootstrap: str, topic: str, evs: list[tuple[int, dic
                     async with prod.transaction():
                         for e in mine[i:i + 50]:
                             await prod.send(topic, orjson.dumps(e), partition=p)
+                    if not abort:
+                        continue
+                    await prod.begin_transaction()
+                    for e in aborted_events(mine[i:i + 50], aborted):
+                        await prod.send(topic, orjson.dumps(e), partition=p)
+                        aborted += 1
+                    await prod.abort_transaction()
         finally:
             await prod.stop()
+        return aborted
 
-    asyncio.run(go())
+    return asyncio.run(go())
 
 
-def test_a_transactional_source_replays_to_its_last_slot(broker, tmp_path: Path) -> None:
-    prefix, source = "evtx", "ev-tx"
+def replay_transactional(bootstrap: str, tmp_path: Path, name: str, abort: bool) -> None:
+    """Replay test_source_event_time.py's events written in transactions (aborted ones too when
+    ``abort``) with default flags; check every slot is released once, nothing is ``late``, and
+    the releases are the in-process run of the committed records."""
+    prefix, source = f"ev{name}", f"ev-{name}"
     cfg = config(prefix, stream="ev", domain=DOMAIN, slot_ms=SLOT, origin_ms=ORIGIN,
                  default_levels=LEVELS)
-    topics = setup_topics(broker.bootstrap, cfg)
-    asyncio.run(create_topics(broker.bootstrap, [TopicSpec("ev", source, PARTS)]))
+    topics = setup_topics(bootstrap, cfg)
+    asyncio.run(create_topics(bootstrap, [TopicSpec("ev", source, PARTS)]))
     evs = events()
-    produce_in_transactions(broker.bootstrap, source, evs)
-    records = timestamped_records(broker.bootstrap, source, PARTS)
+    aborted = produce_in_transactions(bootstrap, source, evs, abort)
+    records = timestamped_records(bootstrap, source, PARTS)  # read as the job reads
     assert len(records) == len(evs)
-    ends = asyncio.run(end_offsets(broker.bootstrap, source, PARTS))
-    assert sum(ends.values()) > len(evs), "the commit markers take offsets"
-    last = max(r[3] for r in records if r[2] == 0)  # partition 0's last record, then a marker
-    assert ends[0] == last + 2
-    assert not asyncio.run(holds_records(broker.bootstrap, source, 0, last + 1, ends[0]))
-    assert asyncio.run(holds_records(broker.bootstrap, source, 0, last, ends[0]))
+    assert not any(b"ghost" in r[1] for r in records)
+    ends = asyncio.run(end_offsets(bootstrap, source, PARTS))
+    assert sum(ends.values()) >= len(evs) + 3 * aborted // 2 + len(evs) // 50, \
+        "markers and aborted records take offsets"
+    # partition 0's last record and its commit marker (then two aborted records and their marker)
+    last = max(r[3] for r in records if r[2] == 0)
+    assert ends[0] == last + (5 if abort else 2)
+    assert not asyncio.run(holds_records(bootstrap, source, 0, last + 1, ends[0]))
+    assert asyncio.run(holds_records(bootstrap, source, 0, last, ends[0]))
     conf = tmp_path / "pwevent.toml"
     conf.write_text(CONFIG.format(origin=ORIGIN, source=source))
     log = tmp_path / "worker.log"
-    worker = start_configured_worker(broker.bootstrap, prefix, conf, tmp_path / "data", log)
+    worker = start_configured_worker(bootstrap, prefix, conf, tmp_path / "data", log)
     try:
         # the last slot closes only once every partition, read to its marker, is idle
-        docs = wait_for_slots(broker.bootstrap, topics, set(range(SLOTS)), 120, worker)
+        docs = wait_for_slots(bootstrap, topics, set(range(SLOTS)), 120, worker)
         assert worker.poll() is None, log.read_text()[-3000:]
     finally:
         stop_worker(worker)
@@ -86,13 +120,48 @@ def test_a_transactional_source_replays_to_its_last_slot(broker, tmp_path: Path)
     assert sorted(d["slot"] for d in docs) == list(range(SLOTS)), text[-3000:]
     assert "reading them again" not in text, "a partition ending in a marker was read again"
     dead = [decode_dead_letter(v) for _k, v in
-            asyncio.run(read_topic(broker.bootstrap, topics.dead_letters, 1))]
+            asyncio.run(read_topic(bootstrap, topics.dead_letters, 1))]
     assert {d["reason"] for d in dead} <= {"duplicate_in_slot"}, dead[:3]
-    job = InProcessJob(replace(cfg, nonce=job_nonce(broker.bootstrap, topics, "ev")))
-    job.register(asyncio.run(read_topic(broker.bootstrap, topics.requirements, cfg.partitions)))
+    job = InProcessJob(replace(cfg, nonce=job_nonce(bootstrap, topics, "ev")))
+    requirements = asyncio.run(read_topic(bootstrap, topics.requirements, cfg.partitions))
+    assert not any(b"ghost" in (k or b"") + v for k, v in requirements), "an aborted user"
+    job.register(requirements)
     job.feed(rekeyed(records, SourceMapping.from_flags("device.id", "ts", ["country"], DOMAIN),
                      PARTS))
     job.finish(ORIGIN + SLOTS * SLOT)
-    raw = sorted((v for _k, v in asyncio.run(read_topic(broker.bootstrap, topics.releases, 1))),
+    raw = sorted((v for _k, v in asyncio.run(read_topic(bootstrap, topics.releases, 1))),
                  key=lambda v: orjson.loads(v)["slot"])
     assert raw == job.releases
+
+
+
+def test_a_transactional_source_replays_to_its_last_slot(broker, tmp_path: Path) -> None:
+    replay_transactional(broker.bootstrap, tmp_path, "tx", abort=False)
+
+
+def test_an_open_transaction_holds_its_offsets(broker) -> None:
+    """Offsets a transaction still open holds may yet hold records: ``holds_records`` says so at
+    once (not after its time limit), and says the same offsets hold none once it aborted."""
+    topic = "ev-tx-open"
+    asyncio.run(create_topics(broker.bootstrap, [TopicSpec("ev", topic, 1)]))
+
+    async def go() -> None:
+        prod = AIOKafkaProducer(bootstrap_servers=broker.bootstrap, **client_options(),
+                                transactional_id=f"tx-{topic}", enable_idempotence=True)
+        await prod.start()
+        try:
+            async with prod.transaction():
+                await prod.send(topic, b"{}", partition=0)
+            await prod.begin_transaction()
+            await prod.send_and_wait(topic, b"{}", partition=0)
+            started = time.monotonic()
+            assert await holds_records(broker.bootstrap, topic, 0, 2, 3, limit=30.0)
+            assert time.monotonic() - started < 10.0, "it waited for its limit"
+            assert (await end_offsets(broker.bootstrap, topic, 1))[0] == 2, "read to the open one"
+            await prod.abort_transaction()
+        finally:
+            await prod.stop()
+        assert not await holds_records(broker.bootstrap, topic, 0, 1, 4)
+        assert (await end_offsets(broker.bootstrap, topic, 1))[0] == 4
+
+    asyncio.run(go())

@@ -49,7 +49,7 @@ from streams.job.source.mapping import MappedBatch, MappingWatch, SourceMapping
 from streams.job.source.report_values import remapped, report_value, report_values
 from streams.job.source.winners import Forwarded
 from streams.job.source_progress import Progress, progress_record
-from streams.kafka.settings import client_options
+from streams.kafka.settings import consumer_options
 from streams.kafka.topics import Topics
 
 log = logging.getLogger("pwevent.source")
@@ -519,7 +519,7 @@ class Rekeyer:
 
         if not self.defaults:
             return
-        consumer = AIOKafkaConsumer(bootstrap_servers=broker, **client_options(),
+        consumer = AIOKafkaConsumer(bootstrap_servers=broker, **consumer_options(),
                                     enable_auto_commit=False, group_id=None,
                                     auto_offset_reset="earliest")
         await consumer.start()

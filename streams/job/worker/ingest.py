@@ -69,6 +69,9 @@ else uses Faust's public API, or the public functions here (:func:`partition_con
   books), and mode's ``Service._stopped`` on the consumer and the fetcher;
 * the consumer's ``_thread`` and its aiokafka consumer ``_consumer``, whose ``_coordinator`` runs
   the group membership as ``_coordination_task`` (:meth:`BatchConsumer.check_coordination`);
+* ``Consumer._new_consumer_thread`` and ``AIOKafkaConsumerThread._create_worker_consumer``, and
+  aiokafka's ``AIOKafkaConsumer._isolation_level``, which ``start()`` hands to its fetcher
+  (:class:`CommittedReadThread`);
 * the less private parts that the replacement fetch loop shares with Faust's: ``diag``,
   ``flow_active``, ``perform_seek``, ``highwater``, ``wait_first``, ``suspend_flow``,
   ``callback``, ``commit``, the app's ``flow_control``, producer buffer and monitor counters,
@@ -102,6 +105,7 @@ from mode import Service
 from mode.utils.futures import notify
 
 from streams.job.batch_handling import BatchHandler, RawRecord, Rewind
+from streams.kafka.settings import ISOLATION_LEVEL
 
 __all__ = ["BatchConsumer", "BatchIngest", "BatchTransport", "CoordinationFailed", "FetchStalled",
            "committed_offsets", "ingest_settings", "install_batch_consumer"]
@@ -213,11 +217,28 @@ class CoordinationFailed(RuntimeError):
 COORDINATION_CHECK_S: Final = 1.0
 
 
+class CommittedReadThread(faust_aiokafka.AIOKafkaConsumerThread):
+    """Faust's consumer thread, whose aiokafka consumer reads only what transactions committed
+    (:data:`streams.kafka.settings.ISOLATION_LEVEL`), like every other consumer of pwevent.
+    Faust chooses ``read_committed`` only for an app that writes in transactions itself, which
+    the job does not; a source topic written by a transactional producer must not have its
+    aborted records counted."""
+
+    def _create_worker_consumer(self, transport: Any) -> Any:
+        consumer = super()._create_worker_consumer(transport)
+        consumer._isolation_level = ISOLATION_LEVEL  # read by start(), which builds the fetcher
+        return consumer
+
+
 class BatchConsumer(faust_aiokafka.Consumer):
     """Faust's aiokafka consumer with a fetch loop that hands whole batches to batch topics."""
 
     #: Per partition, the next offset to acknowledge when a handler holds records back.
     _ack_next: dict[TP, int]
+
+    def _new_consumer_thread(self) -> CommittedReadThread:
+        """Faust's consumer thread, reading only what transactions committed."""
+        return CommittedReadThread(self, loop=self.loop, beacon=self.beacon)
 
     async def _getmany(self, active_partitions: Any, timeout: float) -> Any:
         """Faust's fetch through its consumer thread, with a deadline.

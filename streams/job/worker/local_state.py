@@ -15,7 +15,7 @@ from aiokafka.errors import KafkaError
 
 from streams.job.worker.data_dir import TABLES_DIR
 from streams.job.worker.preflight import GRACE, StartupError, quiet_kafka_logs
-from streams.kafka.settings import client_options
+from streams.kafka.settings import client_options, consumer_options
 from streams.kafka.topics import Topics
 
 if TYPE_CHECKING:
@@ -93,7 +93,7 @@ async def changelog_ends(bootstrap: str, app_id: str, tables: list[str],
                           timeout: float) -> dict[tuple[str, int], int]:
     from aiokafka import AIOKafkaConsumer, TopicPartition
 
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, **client_options(),
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, **consumer_options(),
                                 request_timeout_ms=int(timeout * 1000))
     try:
         with quiet_kafka_logs():

@@ -34,7 +34,7 @@ from streams.job.slot_protocol import Control, control, declaration_key, encode,
 from streams.job.worker.dead_letters import DeadLetterSender
 from streams.job.worker.ingest import partition_context
 from streams.job.worker.read_stalls import READ_STALL_S, ReadStalls
-from streams.kafka.settings import client_options
+from streams.kafka.settings import consumer_options
 from streams.kafka.topics import Topics
 
 log = logging.getLogger("pwevent.job")
@@ -246,7 +246,7 @@ class PartitionRunner:
         """Read the whole decisions topic (a consumer of this worker's own, not in the group)."""
         from aiokafka import AIOKafkaConsumer, TopicPartition
 
-        consumer = AIOKafkaConsumer(bootstrap_servers=self.broker, **client_options(),
+        consumer = AIOKafkaConsumer(bootstrap_servers=self.broker, **consumer_options(),
                                     enable_auto_commit=False,
                                     group_id=None, auto_offset_reset="earliest")
         await consumer.start()
