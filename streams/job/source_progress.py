@@ -17,7 +17,10 @@ stage was handed every record below it) and without new records for ``--idle-clo
 stage that holds it then writes a progress record marked idle. An empty partition is idle from
 the start. When every source partition is idle, the slots up to the one of the largest event time
 seen close. An idle partition that gets records again holds time back again from its next
-progress on (its records older than the watermark by then are ``late``).
+progress on (its records older than the watermark by then are ``late``). A partition added to a
+source topic while the job runs holds time back from when a worker's consumer sees it in the
+broker's metadata (refreshed every few seconds) until its first progress
+(:meth:`SourceProgress.grow`).
 
 Progress records are keyless and signed like watermark records (HMAC-SHA256 with the deployment
 secret over the stream, the ``reports`` partition, the source position and the time), so whoever
@@ -98,6 +101,11 @@ class SourceProgress:
     partitions: Sequence[int]
     reached: dict[tuple[int, int], int] = field(default_factory=dict)
     idle: set[tuple[int, int]] = field(default_factory=set)
+
+    def grow(self, partitions: Sequence[int]) -> None:
+        """Source topics gained partitions: each new one holds the stream's event time back
+        until its progress says where it is (a topic's partitions never shrink)."""
+        self.partitions = [max(a, b) for a, b in zip(self.partitions, partitions, strict=True)]
 
     def expected(self) -> list[tuple[int, int]]:
         """Every source partition (topic index, partition)."""

@@ -136,6 +136,47 @@ def test_a_partition_of_reports_waits_for_every_source_partition() -> None:
     assert again.sources.reached == acc.sources.reached
 
 
+def test_a_partition_added_to_a_source_holds_time_back_once_seen() -> None:
+    """Source partitions 0-2 all idle past slot 1; the topic grows to 5 partitions. From then
+    on, the new partitions hold the stream's event time back: partitions 0-2 running on to
+    slot 4 close nothing until partitions 3 and 4 say where they are, and a report of partition
+    4 in slot 2 read after that counts. Before the topic is seen to grow, the partitions it
+    does not know of hold nothing back."""
+    registry = make_registry(CFG, 0)
+    users = [f"u{i}" for i in range(6)]
+    registry.apply_batch([u.encode() for u in users],
+                         [orjson.dumps({"user": u, "w": 4, "E": 1.0}) for u in users])
+    acc = make_accumulator(0, CFG, registry)
+    offset = iter(range(1_000))
+
+    def mark(src: int, ms: int, idle: bool = False) -> tuple:
+        return (None, progress_record(Progress(0, src, ms, idle), SECRET, STREAM, 0), 0,
+                next(offset))
+
+    def report(user: str, t: int, src: int) -> tuple:
+        return (user.encode(), report_value(user, t, 1, (0, src, 0)), 0, next(offset))
+
+    acc.process([report("u0", 100, 0), mark(0, 1_500, True), mark(1, 1_200, True),
+                 mark(2, 1_100, True)], "reports")
+    assert acc.closed_through == 1, "all idle: through the slot of the largest time"
+    assert acc.sources is not None
+    acc.sources.grow((5,))
+    assert acc.sources.expected() == [(0, p) for p in range(5)]
+    partials, dead = acc.process([report("u1", 2_100, 1), mark(0, 4_200), mark(1, 4_300),
+                                  mark(2, 4_100)], "reports")
+    assert dead == [] and acc.closed_through == 1, "partitions 3 and 4 said nothing yet"
+    partials, dead = acc.process([mark(3, 0, True), report("u2", 2_500, 4), mark(4, 2_600)],
+                                 "reports")
+    assert dead == [], "partition 4's report of slot 2 is on time"
+    assert acc.closed_through == 1, "2,600 ms has not passed slot 2's end"
+    partials, dead = acc.process([mark(4, 4_000, True)], "reports")
+    assert acc.closed_through == 3, "the busy partitions 0-2 are in slot 4"
+    counted = {s: doc["accepted"] for part in partials for s, doc in part["slots"].items()}
+    assert counted.get("2") == 2, "u1 and u2 counted in slot 2"
+    with pytest.raises(ValueError):
+        acc.sources.grow((5, 1))  # one count per source topic
+
+
 def test_a_restarted_live_worker_closes_what_waited_longer_than_the_bound() -> None:
     """Live, a worker that comes back after its partitions' slots waited past ``--max-hold-ms``
     writes, before records flow, a signed watermark record at the bound to each partition whose

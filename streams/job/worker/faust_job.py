@@ -72,6 +72,10 @@ log = logging.getLogger("pwevent.job")
 USERS_ROCKSDB = {"write_buffer_size": 8 * 2**20, "max_write_buffer_number": 2,
                  "block_cache_size": 8 * 2**20, "block_cache_compressed_size": 8 * 2**20}
 
+#: How old the worker's consumer lets its metadata of the topics grow (ms) before asking again:
+#: a partition added to a source topic is seen, and read, within about this long.
+METADATA_MAX_AGE_MS = 5_000
+
 
 class UsersTable(faust.Table):
     """The ``users`` table: each partition's registry in bulk
@@ -166,6 +170,10 @@ class Job:
                 # the group at once; a worker that stops cleanly leaves the group
                 # (:class:`Worker`), so its partitions move to the others
                 consumer_group_instance_id=self.instance_id,
+                # a partition added to a source topic is seen within seconds, not Faust's five
+                # minutes: it holds the stream's event time back from then on
+                # (_follow_source_partitions), and the group rebalances to read it
+                consumer_metadata_max_age_ms=METADATA_MAX_AGE_MS,
             ),
         )
         table = {"key_type": bytes, "value_type": bytes,  # stored and logged as raw bytes
@@ -207,6 +215,7 @@ class Job:
             self.source_stalls = ReadStalls()
             self._holding: set[tuple[TP, int, int]] = set()
             self.app.timer(interval=1.0)(self._check_source_reads)
+            self.app.timer(interval=1.0)(self._follow_source_partitions)
         self.app.timer(interval=0.25)(self.partitions.on_tick)
         self.app.timer(interval=1.0)(self.partitions.check_reads)
         self.app.timer(interval=10.0)(self.on_status)
@@ -311,6 +320,28 @@ class Job:
                         "over; reading them again", tp.topic, tp.partition, READ_STALL_S,
                         position, offset)
             self.counters["source_reads_resumed"] += 1
+
+    async def _follow_source_partitions(self) -> None:
+        """Follow partitions added to a source topic while the job runs, as the consumer's
+        metadata shows them: from then on every partition of ``reports`` this worker holds, or
+        takes later, waits for their progress too (``PartitionRunner.grow_sources``). Every
+        worker does the same from its own metadata, refreshed every
+        :data:`METADATA_MAX_AGE_MS`; records written to a new partition before then whose slot
+        another partition's progress closed meanwhile are ``late``."""
+        rekeyer = self.rekeyer
+        assert rekeyer is not None
+        consumer = self.app.consumer
+        known = self.partitions.config.source_partitions
+        seen = tuple(max(n, consumer.topic_partitions(topic) or 0)
+                     for topic, n in zip(rekeyer.settings.topics, known, strict=True))
+        if seen == known:
+            return
+        for topic, before, now in zip(rekeyer.settings.topics, known, seen, strict=True):
+            if now > before:
+                log.warning("source topic %s grew from %d to %d partitions: the stream's event "
+                            "time now waits for the new ones too", topic, before, now)
+                self.counters["source_partitions_added"] += now - before
+        self.partitions.grow_sources(seen)
 
     async def _holds_records(self, tp: TP, first: int, stop: int) -> bool:
         """Whether source partition ``tp`` holds a record to hand over at an offset in

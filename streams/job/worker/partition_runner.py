@@ -14,6 +14,7 @@ budgets.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 from collections import Counter
@@ -96,6 +97,15 @@ class PartitionRunner:
         if lock is None:
             lock = self.locks[p] = asyncio.Lock()
         return lock
+
+    def grow_sources(self, counts: tuple[int, ...]) -> None:
+        """Source topics gained partitions (``counts``, per ``--source-topic``): the partitions
+        built and those built later wait for the new ones' progress too
+        (:meth:`streams.job.source_progress.SourceProgress.grow`)."""
+        self.config = dataclasses.replace(self.config, source_partitions=counts)
+        for acc in self.accumulators.values():
+            if acc.sources is not None:
+                acc.sources.grow(counts)
 
     def build(self, p: int) -> Partition:
         """Partition ``p`` as the ``users`` and ``checkpoints`` tables hold it."""

@@ -1,0 +1,112 @@
+"""A source topic that gains partitions while the job runs (``kafka-topics --alter
+--partitions``): from when a worker's consumer sees them in the broker's metadata, the new
+partitions hold the stream's event time back until their first progress, and the group
+rebalances to read them. test_source_event_time.py's events, slots 0-3 on 3 partitions; once
+the worker read them, the topic grows to 6, slots 4-7 arrive on the new partitions and, once the
+worker saw them, on the old ones, which it reads first: none is ``late``, every slot is released
+once, and the releases are the in-process run of the same records. On both brokers."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import orjson
+from aiokafka.admin import AIOKafkaAdminClient, NewPartitions
+from brokers import broker_fixture
+from test_source import DOMAIN, ORIGIN, iso, produce_source
+from test_source_event_time import CONFIG, LEVELS, PARTS, SLOT, SLOTS, events
+
+from streams.job.pipeline import InProcessJob
+from streams.job.source.mapping import SourceMapping
+from streams.kafka.offsets import read_topic, wait_consumed
+from streams.kafka.settings import client_options
+from streams.kafka.topics import TopicSpec, create_topics
+from streams.records.dead_letters import decode_dead_letter
+from tests.jobkit import (
+    config,
+    job_nonce,
+    rekeyed,
+    setup_topics,
+    start_configured_worker,
+    stop_worker,
+    timestamped_records,
+    wait_for_slots,
+)
+
+broker = broker_fixture()
+BEFORE = 3  # the source topic's partitions at the worker's start; PARTS after it grew
+
+
+def grow(bootstrap: str, topic: str, total: int) -> None:
+    """Add partitions to ``topic`` up to ``total``."""
+    async def go() -> None:
+        admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, **client_options())
+        await admin.start()
+        try:
+            await admin.create_partitions({topic: NewPartitions(total_count=total)})
+        finally:
+            await admin.close()
+
+    asyncio.run(go())
+
+
+def wait_in_log(log: Path, text: str, timeout: float, worker) -> None:  # noqa: ANN001
+    """Wait until the worker's ``log`` holds ``text``."""
+    deadline = time.monotonic() + timeout
+    while text not in log.read_text():
+        assert time.monotonic() < deadline and worker.poll() is None, log.read_text()[-3000:]
+        time.sleep(0.1)
+
+
+def test_partitions_added_to_a_source_hold_time_back(broker, tmp_path: Path) -> None:
+    prefix, source = "evgrow", "ev-grow"
+    cfg = config(prefix, stream="ev", domain=DOMAIN, slot_ms=SLOT, origin_ms=ORIGIN,
+                 default_levels=LEVELS)
+    topics = setup_topics(broker.bootstrap, cfg)
+    asyncio.run(create_topics(broker.bootstrap, [TopicSpec("ev", source, BEFORE)]))
+    evs = events()
+    early = [(p % BEFORE, e) for p, e in evs if e["ts"] < iso(ORIGIN + 4 * SLOT)]
+    late_old = [(p, e) for p, e in evs if e["ts"] >= iso(ORIGIN + 4 * SLOT) and p < BEFORE]
+    late_new = [(p, e) for p, e in evs if e["ts"] >= iso(ORIGIN + 4 * SLOT) and p >= BEFORE]
+    assert late_new and late_old
+    produce_source(broker.bootstrap, source, early, BEFORE)
+    conf = tmp_path / "pwevent.toml"
+    conf.write_text(CONFIG.format(origin=ORIGIN, source=source))
+    log = tmp_path / "worker.log"
+    worker = start_configured_worker(broker.bootstrap, prefix, conf, tmp_path / "data", log)
+    alive = lambda: worker.poll() is None  # noqa: E731
+    try:
+        assert asyncio.run(wait_consumed(broker.bootstrap, cfg.app_id(), source, BEFORE, 120,
+                                         alive=alive)), log.read_text()[-3000:]
+        grow(broker.bootstrap, source, PARTS)
+        # producers write to the new partitions at once; the worker sees them within seconds
+        produce_source(broker.bootstrap, source, late_new, PARTS)
+        wait_in_log(log, f"source topic {source} grew from {BEFORE} to {PARTS} partitions", 60,
+                    worker)
+        # the old partitions' later slots: they must not close what the new ones hold
+        produce_source(broker.bootstrap, source, late_old, PARTS)
+        assert asyncio.run(wait_consumed(broker.bootstrap, cfg.app_id(), source, PARTS, 120,
+                                         alive=alive)), log.read_text()[-3000:]
+        docs = wait_for_slots(broker.bootstrap, topics, set(range(SLOTS)), 120, worker)
+        assert alive(), log.read_text()[-3000:]
+    finally:
+        stop_worker(worker)
+    text = log.read_text()
+    assert sorted(d["slot"] for d in docs) == list(range(SLOTS)), text[-3000:]
+    dead = [decode_dead_letter(v) for _k, v in
+            asyncio.run(read_topic(broker.bootstrap, topics.dead_letters, 1))]
+    assert [d for d in dead if d["reason"] == "late"] == [], "an event on time became late"
+    assert {d["reason"] for d in dead} <= {"duplicate_in_slot"}, dead[:3]
+    records = timestamped_records(broker.bootstrap, source, PARTS)
+    assert len(records) == len(evs)
+    job = InProcessJob(replace(cfg, nonce=job_nonce(broker.bootstrap, topics, "ev")))
+    job.register(asyncio.run(read_topic(broker.bootstrap, topics.requirements, cfg.partitions)))
+    job.feed(rekeyed(records, SourceMapping.from_flags("device.id", "ts", ["country"], DOMAIN),
+                     PARTS))
+    job.finish(ORIGIN + SLOTS * SLOT)
+    raw = sorted((v for _k, v in asyncio.run(read_topic(broker.bootstrap, topics.releases, 1))),
+                 key=lambda v: orjson.loads(v)["slot"])
+    assert raw == job.releases
