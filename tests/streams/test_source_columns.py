@@ -401,3 +401,70 @@ def test_a_source_partition_is_idle_only_once_its_records_reached_the_stage() ->
         assert asked == ["t", "t"]
 
     asyncio.run(run())
+
+
+def test_busy_marks_of_a_rebalance_that_overtake_idle_marks_on_their_way_hold() -> None:
+    """A rebalance's busy progress enqueued while the same partition's idle progress waits
+    for the broker comes after it on ``reports``: the partition is busy, and the stage says it
+    idle again once it is quiet (not never: that would hold the stream's last slot open for
+    ever). Idle progress computed for a partition forgotten meanwhile (another worker took it)
+    is not written."""
+    from dataclasses import replace
+
+    from streams.job.source_progress import progress_of
+
+    async def run() -> None:
+        sends: list = []
+        stage = _stage(sends, [])
+        stage.config = replace(stage.config, idle_close_ms=1)
+
+        async def committed() -> int | None:
+            return 0
+
+        async def holds(first: int, stop: int) -> bool:
+            return False
+
+        async def caught_up(topic: str, p: int) -> bool:
+            return await stage.read_to_end((topic, p), 0, committed, holds)  # an empty one
+
+        async def idle_marks() -> None:
+            await stage.say_idle([("t", 0)], caught_up)  # first look: quiet since now
+            await asyncio.sleep(0.01)
+            await stage.say_idle([("t", 0)], caught_up)
+
+        idle = asyncio.ensure_future(idle_marks())
+        await asyncio.sleep(0.05)
+        assert len(sends) == 1  # the idle marks, on their way
+        busy = asyncio.ensure_future(stage.say_busy([("t", 0)]))
+        await asyncio.sleep(0.01)
+        assert len(sends) == 2
+        for _records, ack in sends:
+            ack.set_result(2)
+        await idle
+        await busy
+        said = [[progress_of(v, b"x", "s", q).idle for q, (_k, v) in enumerate(records)]
+                for records, _ack in sends]
+        assert said == [[True, True], [False, False]]
+        assert ("t", 0) not in stage.idle_said, "busy: to be said idle again"
+        again = asyncio.ensure_future(idle_marks())
+        await asyncio.sleep(0.05)
+        assert len(sends) == 3
+        sends[2][1].set_result(2)
+        await again
+        assert [progress_of(v, b"x", "s", q).idle for q, (_k, v) in enumerate(sends[2][0])] \
+            == [True, True]
+        assert ("t", 0) in stage.idle_said
+        # caught up, then forgotten before its idle marks are written: none are
+        stage.forget("t", 0)
+
+        async def taken_over(topic: str, p: int) -> bool:
+            done = await caught_up(topic, p)
+            stage.forget(topic, p)
+            return done
+
+        await stage.say_idle([("t", 0)], taken_over)
+        await asyncio.sleep(0.01)
+        await stage.say_idle([("t", 0)], taken_over)
+        assert len(sends) == 3
+
+    asyncio.run(run())

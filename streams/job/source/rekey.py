@@ -346,13 +346,16 @@ class Rekeyer:
             if now - last < quiet or not await caught_up(*where):
                 continue
             async with self._enqueue:
-                if self.held.get(where) or where in self.idle_said or where in self.in_batch:
+                if (self.held.get(where) or where in self.idle_said or where in self.in_batch
+                        or where not in self.handed):  # (forgotten: another worker holds it)
                     continue
                 marks = self._marks(where, self.reached.get(where, -1), idle=True)
                 sending = await self._produce([(None, m) for _q, m in marks],
                                               [q for q, _m in marks])
+                # noted with the marks, in their order: a rebalance's busy marks, enqueued
+                # after these while they are on their way, take it back (say_busy)
+                self.idle_said.add(where)
             await sending
-            self.idle_said.add(where)
 
     def _mapped_count(self, records: Sequence[Any], batch: Any) -> int:
         """How many of the batch's records reached the mapping: an Avro record that did not
