@@ -23,7 +23,7 @@ from streams.job.pipeline import InProcessJob
 from streams.job.source.defaults import DEFAULT_PRIOR, default_levels
 from streams.job.source.mapping import SourceMapping
 from streams.kafka.offsets import read_topic, wait_consumed
-from streams.kafka.topics import TopicSpec, create_topics
+from streams.kafka.topics import Topics, TopicSpec, create_topics
 from streams.records.dead_letters import decode_dead_letter
 from tests.jobkit import (
     config,
@@ -55,6 +55,32 @@ default-requirement = ["w=20,E=1"]
 LEVELS = default_levels(["w=20,E=1"], JobConfig())  # the worker's, from the flag above
 
 broker = broker_fixture()
+
+
+def assert_nothing_late(bootstrap: str, topics: Topics) -> None:
+    """No event on time became ``late``; a device's further events in a slot are the only
+    dead letters."""
+    dead = [decode_dead_letter(v) for _k, v in
+            asyncio.run(read_topic(bootstrap, topics.dead_letters, 1))]
+    assert [d for d in dead if d["reason"] == "late"] == [], "an event on time became late"
+    assert {d["reason"] for d in dead} <= {"duplicate_in_slot"}, dead[:3]
+
+
+def assert_in_process_releases(bootstrap: str, cfg: JobConfig, topics: Topics,
+                               mapped: list[tuple[bytes, bytes]],
+                               requirements: list | None = None) -> list[bytes]:
+    """The releases on ``topics`` are those of the in-process run of the ``mapped`` reports
+    (under ``requirements``, else those on the requirements topic), slot by slot; they are
+    returned."""
+    job = InProcessJob(replace(cfg, nonce=job_nonce(bootstrap, topics, "ev")))
+    job.register(requirements if requirements is not None else
+                 asyncio.run(read_topic(bootstrap, topics.requirements, cfg.partitions)))
+    job.feed(mapped)
+    job.finish(ORIGIN + SLOTS * SLOT)
+    raw = sorted((v for _k, v in asyncio.run(read_topic(bootstrap, topics.releases, 1))),
+                 key=lambda v: orjson.loads(v)["slot"])
+    assert raw == job.releases
+    return raw
 
 
 def events() -> list[tuple[int, dict]]:
@@ -115,23 +141,14 @@ def test_no_event_of_a_multi_partition_source_is_late(broker, tmp_path: Path, ho
             stop_worker(w)
     text = "".join(p.read_text()[-3000:] for p in logs if p.exists())
     assert sorted(d["slot"] for d in docs) == list(range(SLOTS)), text
-    dead = [decode_dead_letter(v) for _k, v in
-            asyncio.run(read_topic(broker.bootstrap, topics.dead_letters, 1))]
-    assert [d for d in dead if d["reason"] == "late"] == [], "an event on time became late"
-    assert {d["reason"] for d in dead} <= {"duplicate_in_slot"}, dead[:3]
+    assert_nothing_late(broker.bootstrap, topics)
     # every device counted in every slot, and the releases are the in-process run's
     records = timestamped_records(broker.bootstrap, source, PARTS)
-    job = InProcessJob(replace(cfg, nonce=job_nonce(broker.bootstrap, topics, "ev")))
-    job.register(asyncio.run(read_topic(broker.bootstrap, topics.requirements, cfg.partitions)))
     # (in event-time order: the in-process run's reports move its watermark themselves)
     mapped = rekeyed(records, SourceMapping.from_flags("device.id", "ts", ["country"], DOMAIN),
                      PARTS)
     assert len(mapped) == len(records)
-    job.feed(mapped)
-    job.finish(ORIGIN + SLOTS * SLOT)
-    raw = sorted((v for _k, v in asyncio.run(read_topic(broker.bootstrap, topics.releases, 1))),
-                 key=lambda v: orjson.loads(v)["slot"])
-    assert raw == job.releases
+    raw = assert_in_process_releases(broker.bootstrap, cfg, topics, mapped)
     assert all(orjson.loads(v)["users"] == DEFAULT_PRIOR for v in raw)  # public: the prior
 
 
@@ -165,19 +182,11 @@ def test_two_source_topics_at_once(broker, tmp_path: Path) -> None:
     finally:
         stop_worker(worker)
     assert sorted(d["slot"] for d in docs) == list(range(SLOTS)), log.read_text()[-3000:]
-    dead = [decode_dead_letter(v) for _k, v in
-            asyncio.run(read_topic(broker.bootstrap, topics.dead_letters, 1))]
-    assert [d for d in dead if d["reason"] == "late"] == [], "an event on time became late"
+    assert_nothing_late(broker.bootstrap, topics)
     mapping = SourceMapping.from_flags("device.id", "ts", ["country"], DOMAIN)
     mapped = sorted(
         rekeyed(timestamped_records(broker.bootstrap, sources[0], PARTS), mapping, PARTS, 0)
         + rekeyed(timestamped_records(broker.bootstrap, sources[1], 2), mapping, 2, 1),
         key=lambda r: orjson.loads(r[1])["time"])
     assert len(mapped) == len(evs)
-    job = InProcessJob(replace(cfg, nonce=job_nonce(broker.bootstrap, topics, "ev")))
-    job.register(asyncio.run(read_topic(broker.bootstrap, topics.requirements, cfg.partitions)))
-    job.feed(mapped)
-    job.finish(ORIGIN + SLOTS * SLOT)
-    raw = sorted((v for _k, v in asyncio.run(read_topic(broker.bootstrap, topics.releases, 1))),
-                 key=lambda v: orjson.loads(v)["slot"])
-    assert raw == job.releases
+    assert_in_process_releases(broker.bootstrap, cfg, topics, mapped)

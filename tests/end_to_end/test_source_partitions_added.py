@@ -10,24 +10,28 @@ from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import replace
 from pathlib import Path
 
-import orjson
 from aiokafka.admin import AIOKafkaAdminClient, NewPartitions
 from brokers import broker_fixture
 from test_source import DOMAIN, ORIGIN, iso, produce_source
-from test_source_event_time import CONFIG, LEVELS, PARTS, SLOT, SLOTS, events
+from test_source_event_time import (
+    CONFIG,
+    LEVELS,
+    PARTS,
+    SLOT,
+    SLOTS,
+    assert_in_process_releases,
+    assert_nothing_late,
+    events,
+)
 
-from streams.job.pipeline import InProcessJob
 from streams.job.source.mapping import SourceMapping
-from streams.kafka.offsets import read_topic, wait_consumed
+from streams.kafka.offsets import wait_consumed
 from streams.kafka.settings import client_options
 from streams.kafka.topics import TopicSpec, create_topics
-from streams.records.dead_letters import decode_dead_letter
 from tests.jobkit import (
     config,
-    job_nonce,
     rekeyed,
     setup_topics,
     start_configured_worker,
@@ -96,17 +100,8 @@ def test_partitions_added_to_a_source_hold_time_back(broker, tmp_path: Path) -> 
         stop_worker(worker)
     text = log.read_text()
     assert sorted(d["slot"] for d in docs) == list(range(SLOTS)), text[-3000:]
-    dead = [decode_dead_letter(v) for _k, v in
-            asyncio.run(read_topic(broker.bootstrap, topics.dead_letters, 1))]
-    assert [d for d in dead if d["reason"] == "late"] == [], "an event on time became late"
-    assert {d["reason"] for d in dead} <= {"duplicate_in_slot"}, dead[:3]
+    assert_nothing_late(broker.bootstrap, topics)
     records = timestamped_records(broker.bootstrap, source, PARTS)
     assert len(records) == len(evs)
-    job = InProcessJob(replace(cfg, nonce=job_nonce(broker.bootstrap, topics, "ev")))
-    job.register(asyncio.run(read_topic(broker.bootstrap, topics.requirements, cfg.partitions)))
-    job.feed(rekeyed(records, SourceMapping.from_flags("device.id", "ts", ["country"], DOMAIN),
-                     PARTS))
-    job.finish(ORIGIN + SLOTS * SLOT)
-    raw = sorted((v for _k, v in asyncio.run(read_topic(broker.bootstrap, topics.releases, 1))),
-                 key=lambda v: orjson.loads(v)["slot"])
-    assert raw == job.releases
+    mapping = SourceMapping.from_flags("device.id", "ts", ["country"], DOMAIN)
+    assert_in_process_releases(broker.bootstrap, cfg, topics, rekeyed(records, mapping, PARTS))

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
 
@@ -19,17 +18,23 @@ import orjson
 from aiokafka import AIOKafkaProducer
 from brokers import broker_fixture
 from test_source import DOMAIN, ORIGIN, iso
-from test_source_event_time import CONFIG, LEVELS, PARTS, SLOT, SLOTS, events
+from test_source_event_time import (
+    CONFIG,
+    LEVELS,
+    PARTS,
+    SLOT,
+    SLOTS,
+    assert_in_process_releases,
+    assert_nothing_late,
+    events,
+)
 
-from streams.job.pipeline import InProcessJob
 from streams.job.source.mapping import SourceMapping
 from streams.kafka.offsets import end_offsets, holds_records, read_topic
 from streams.kafka.settings import client_options
 from streams.kafka.topics import TopicSpec, create_topics
-from streams.records.dead_letters import decode_dead_letter
 from tests.jobkit import (
     config,
-    job_nonce,
     rekeyed,
     setup_topics,
     start_configured_worker,
@@ -119,19 +124,12 @@ def replay_transactional(bootstrap: str, tmp_path: Path, name: str, abort: bool)
     text = log.read_text()
     assert sorted(d["slot"] for d in docs) == list(range(SLOTS)), text[-3000:]
     assert "reading them again" not in text, "a partition ending in a marker was read again"
-    dead = [decode_dead_letter(v) for _k, v in
-            asyncio.run(read_topic(bootstrap, topics.dead_letters, 1))]
-    assert {d["reason"] for d in dead} <= {"duplicate_in_slot"}, dead[:3]
-    job = InProcessJob(replace(cfg, nonce=job_nonce(bootstrap, topics, "ev")))
+    assert_nothing_late(bootstrap, topics)
     requirements = asyncio.run(read_topic(bootstrap, topics.requirements, cfg.partitions))
     assert not any(b"ghost" in (k or b"") + v for k, v in requirements), "an aborted user"
-    job.register(requirements)
-    job.feed(rekeyed(records, SourceMapping.from_flags("device.id", "ts", ["country"], DOMAIN),
-                     PARTS))
-    job.finish(ORIGIN + SLOTS * SLOT)
-    raw = sorted((v for _k, v in asyncio.run(read_topic(bootstrap, topics.releases, 1))),
-                 key=lambda v: orjson.loads(v)["slot"])
-    assert raw == job.releases
+    mapping = SourceMapping.from_flags("device.id", "ts", ["country"], DOMAIN)
+    assert_in_process_releases(bootstrap, cfg, topics, rekeyed(records, mapping, PARTS),
+                               requirements)
 
 
 
