@@ -306,7 +306,8 @@ class Rekeyer:
         group's commit, or the log's start without one; ``None`` when unknown). Offsets left
         between that and the high watermark are read to their end when they hold no record the
         consumer hands over (``holds(first, stop)`` is ``False``: transaction markers, which a
-        transactional producer's topic ends in); the stage then counts past them.
+        transactional producer's topic ends in, and records of aborted transactions, which no
+        consumer of the job reads); the stage then counts past them.
 
         Not the consumer's position: that moves when records are fetched, before the stage has
         them (a fetch of several partitions hands them over one after the other), and a
@@ -325,8 +326,8 @@ class Rekeyer:
 
     def count_past(self, where: tuple[str, int], stop: int) -> bool:
         """Count source partition ``where`` as handed up to ``stop``, its offsets between
-        found to hold no record to hand over (transaction markers); ``False`` when this worker
-        no longer holds it."""
+        found to hold no record to hand over (transaction markers, aborted records); ``False``
+        when this worker no longer holds it."""
         if where not in self.handed:
             return False
         self.handed[where] = max(self.handed[where], stop)

@@ -310,7 +310,7 @@ class Job:
         async def dropped(tp: TP, offset: int, position: int) -> bool:
             if await self._holds_records(tp, offset, position):
                 return True
-            rekeyer.count_past((tp.topic, tp.partition), position)  # transaction markers only
+            rekeyer.count_past((tp.topic, tp.partition), position)  # markers, aborted records only
             return False
 
         for tp, position, offset in await self.source_stalls.read_again(consumer, expected,

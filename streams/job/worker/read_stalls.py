@@ -58,7 +58,7 @@ class ReadStalls:
         returns those partitions with the consumer's position before the seek and the offset.
         A partition whose position cannot be had (a rebalance took it) is left, and so is one
         for which ``dropped(tp, offset, position)`` says the offsets between hold nothing to
-        read (transaction markers)."""
+        read (transaction markers, records of aborted transactions)."""
         now = time.monotonic()
         done = []
         for tp, offset in sorted(expected.items()):
