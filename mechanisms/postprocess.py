@@ -30,7 +30,8 @@ registered users (public). Two methods:
   plain bank predicts better and is kept (docs/design.md, "The default configuration").
 
 Every function works on a leading batch axis as well, so the evaluation filters all its runs at
-once (compiled, :mod:`mechanisms.kernels.compiled_filters`, where numba is installed), and
+once (compiled, :mod:`mechanisms.kernels.compiled_filters`, where numba is installed and the
+batch has several runs or a long one), and
 :class:`KalmanState` steps one slot at a time for the job, with the same arithmetic.
 """
 
@@ -228,7 +229,7 @@ def kalman_bank(histograms: np.ndarray, published: np.ndarray, std: np.ndarray,
     pub = np.asarray(published, dtype=bool)
     s = np.asarray(std, dtype=np.float64)
     lead = h.shape[:-2]
-    if compiled_filters.available(int(np.prod(lead, dtype=np.int64))):
+    if compiled_filters.available(int(np.prod(lead, dtype=np.int64)), h.shape[-2]):
         q = np.stack([np.broadcast_to(process_variance(users, d, drift), lead).reshape(-1)
                       for drift in BANK_DRIFTS])
         return compiled_filters.kalman_bank(h, pub, s, q, BANK_FORGET, RESTART)
@@ -282,7 +283,7 @@ def kalman(histograms: np.ndarray, published: np.ndarray, std: np.ndarray,
     pub = np.asarray(published, dtype=bool)
     s = np.asarray(std, dtype=np.float64)
     lead = h.shape[:-2]
-    if compiled_filters.available(int(np.prod(lead, dtype=np.int64))):
+    if compiled_filters.available(int(np.prod(lead, dtype=np.int64)), h.shape[-2]):
         q_runs = np.broadcast_to(np.asarray(q, dtype=np.float64), lead).reshape(-1)
         return compiled_filters.kalman(h, pub, s, q_runs, restart)
     T = h.shape[-2]

@@ -17,11 +17,18 @@ import numpy as np
 
 from mechanisms.kernels.compiled import kernel, numba_module
 
+#: A run alone of at least this many slots takes the compiled filters too: the numpy code
+#: costs about 0.3 ms a slot for ``kalman_split``, numba's import and cached kernels about
+#: half a second once per process.
+LONG_RUN = 2_000
 
-def available(runs: int) -> bool:
-    """Whether a batch of ``runs`` runs takes the compiled filters (numba installed, more than
-    one run)."""
-    return runs > 1 and numba_module() is not None
+
+def available(runs: int, slots: int = 0) -> bool:
+    """Whether a batch of ``runs`` runs of ``slots`` slots each takes the compiled filters:
+    numba is installed, and the batch has more than one run or its run is long
+    (:data:`LONG_RUN`). Only the evaluation filters whole runs; the job steps one slot at a
+    time with the numpy code."""
+    return (runs > 1 or slots >= LONG_RUN) and numba_module() is not None
 
 
 def _batch(histograms: np.ndarray, published: np.ndarray, std: np.ndarray

@@ -209,6 +209,29 @@ def test_postprocessing_leaves_the_releases_and_charges_alone(name):
 
 
 @pytest.mark.skipif(not pp.compiled_filters.available(2), reason="numba is not installed")
+def test_a_long_run_alone_takes_the_compiled_filters_and_their_values(monkeypatch):
+    """A run alone of LONG_RUN slots (the evaluation at --repeat 1) is filtered by the compiled
+    kernels, with the numpy code's values; a shorter one keeps numpy."""
+    long = pp.compiled_filters.LONG_RUN
+    assert pp.compiled_filters.available(1, long)
+    assert not pp.compiled_filters.available(1, long - 1)
+    hist, published, std = releases(11, long, 3)
+    calls = []
+    compiled_bank = pp.compiled_filters.kalman_bank
+
+    def counted(*args, **kwargs):
+        calls.append(1)
+        return compiled_bank(*args, **kwargs)
+
+    monkeypatch.setattr(pp.compiled_filters, "kalman_bank", counted)
+    got = pp.kalman_split(hist, published, std, 4_000, 3)
+    assert len(calls) == 3  # the cells', the mean's and the deviations' banks
+    monkeypatch.setattr(pp.compiled_filters, "available", lambda runs, slots=0: False)
+    np.testing.assert_array_equal(got, pp.kalman_split(hist, published, std, 4_000, 3))
+    assert len(calls) == 3
+
+
+@pytest.mark.skipif(not pp.compiled_filters.available(2), reason="numba is not installed")
 @settings(max_examples=40, deadline=None)
 @given(st.integers(0, 2**31), st.integers(1, 60), st.integers(1, 4), st.booleans())
 def test_compiled_filters_equal_the_numpy_ones(seed, T, d, per_cell):
@@ -227,7 +250,7 @@ def test_compiled_filters_equal_the_numpy_ones(seed, T, d, per_cell):
                 pp.kalman_split(hist, published, std, users, d))
     real = pp.compiled_filters.available
     try:
-        pp.compiled_filters.available = lambda runs: False
+        pp.compiled_filters.available = lambda runs, slots=0: False
         reference = (pp.kalman(hist, published, std, q), pp.kalman_bank(hist, published, std,
                                                                           users, d),
                      pp.kalman_split(hist, published, std, users, d))
