@@ -1,8 +1,9 @@
 """Test-session settings shared by every test directory.
 
-``-n auto`` (the README's test command) starts two test processes per core: most of the suite's
-time is end-to-end tests waiting on brokers, workers and their timeouts, not computing, so a
-second process per core fills that waiting (docs/performance.md, "The test suite").
+``-n auto`` (the README's test command) starts two and a half test processes per core, five on
+two: most of the suite's time is end-to-end tests waiting on brokers, workers and their
+timeouts, not computing, so the extra processes fill that waiting (docs/performance.md, "The
+test suite").
 """
 
 from __future__ import annotations
@@ -12,43 +13,82 @@ import os
 import pytest
 
 #: Test processes per core under ``-n auto``.
-PROCESSES_PER_CORE = 2
+PROCESSES_PER_CORE = 2.5
 
 
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
-    """The number of test processes ``-n auto`` starts: :data:`PROCESSES_PER_CORE` per core."""
+    """The number of test processes ``-n auto`` starts: :data:`PROCESSES_PER_CORE` per core,
+    rounded."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return PROCESSES_PER_CORE * max(cores or 1, 1)
+    return round(PROCESSES_PER_CORE * max(cores or 1, 1))
 
 
 #: The longest files, longest first (``--durations=0`` summed per file, docs/performance.md "The
-#: test suite"); they start first, then the other end-to-end files, then the rest.
+#: test suite"); they start first.
 LONG_FILES = (
     "tests/end_to_end/test_membership.py",
-    "tests/end_to_end/test_restart_backlog.py",
-    "tests/end_to_end/test_kills.py",
-    "tests/end_to_end/test_replay.py",
     "tests/end_to_end/test_hardening_job.py",
-    "tests/end_to_end/test_takeover_backlog.py",
+    "tests/end_to_end/test_restart_backlog.py",
+    "tests/end_to_end/test_replay.py",
     "tests/end_to_end/test_apache_cluster.py",
-    "tests/end_to_end/test_apache_failover.py",
+    "tests/end_to_end/test_source_event_time.py",
+    "tests/end_to_end/test_kills.py",
+    "tests/end_to_end/test_job_dynamic.py",
     "tests/end_to_end/test_broker_loss.py",
+    "tests/end_to_end/test_job.py",
+    "tests/end_to_end/test_apache_failover.py",
+    "tests/end_to_end/test_ldp_rounds_job.py",
+    "tests/end_to_end/test_ldp_collector_job.py",
     "tests/end_to_end/test_contract.py",
-    "tests/streams/test_evaluate.py",
 )
 
+#: The files that keep a core busy throughout (statistical checks, property tests, the
+#: evaluation), longest first. The end-to-end files leave about a quarter of the cores idle while
+#: their brokers and workers wait out slots and timeouts, so these run between them, one after
+#: every :data:`END_TO_END_PER_BUSY` end-to-end files, instead of all together at the end
+#: (docs/performance.md, "The test suite").
+BUSY_FILES = (
+    "tests/mechanisms/test_privacy_audit.py",
+    "tests/streams/test_evaluate.py",
+    "tests/mechanisms/test_dynamic.py",
+    "tests/mechanisms/test_dpba_ties.py",
+    "tests/mechanisms/test_postprocess.py",
+    "tests/mechanisms/test_batch.py",
+    "tests/streams/test_avro_decoding.py",
+    "tests/streams/test_input_fuzzing.py",
+    "tests/streams/test_source_columns.py",
+    "tests/streams/test_avro_schemas.py",
+    "tests/mechanisms/test_dynamic_state.py",
+    "tests/streams/test_registry_batches.py",
+)
+END_TO_END_PER_BUSY = 3
+#: The end-to-end files that start before the first of :data:`BUSY_FILES`, which the fifth
+#: process of ``-n auto`` on two cores takes first.
+FIRST_FILES = 4
 
-def _file_rank(path: str) -> tuple[int, int]:
-    """A test file's place in the run: :data:`LONG_FILES` in their order, then the other
-    end-to-end files, then every other file, each group as collected."""
-    path = path.replace(os.sep, "/")
-    if path in LONG_FILES:
-        return (0, LONG_FILES.index(path))
-    return (1 if "/end_to_end/" in path else 2, 0)
+
+def file_order(paths: list[str]) -> list[str]:
+    """The order the files of a run start in: the end-to-end files, :data:`LONG_FILES` first,
+    with :data:`BUSY_FILES` between them after the first :data:`FIRST_FILES`, then every other
+    file, each group as collected."""
+    present = set(paths)
+    e2e = [p for p in LONG_FILES if p in present] + [
+        p for p in paths if "/end_to_end/" in p and p not in LONG_FILES]
+    busy = [p for p in BUSY_FILES if p in present]
+    order, rest = e2e[:FIRST_FILES], e2e[FIRST_FILES:]
+    while rest or busy:
+        if busy:
+            order.append(busy.pop(0))
+        order += rest[:END_TO_END_PER_BUSY]
+        rest = rest[END_TO_END_PER_BUSY:]
+    placed = set(order)
+    return order + [p for p in paths if p not in placed]
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Order the files so that the long ones start first. Under ``--dist loadfile`` each file
-    runs in one process and the processes take files in this order (``--no-loadscope-reorder``
-    in ``pyproject.toml`` keeps it): a long file started last would run alone at the end."""
-    items.sort(key=lambda item: _file_rank(item.location[0]))
+    """Order the files as :func:`file_order` does. Under ``--dist loadfile`` each file runs in
+    one process and the processes take files in this order (``--no-loadscope-reorder`` in
+    ``pyproject.toml`` keeps it): a long file started last would run alone at the end."""
+    paths = list(dict.fromkeys(item.location[0].replace(os.sep, "/") for item in items))
+    rank = {p: i for i, p in enumerate(file_order(paths))}
+    items.sort(key=lambda item: rank[item.location[0].replace(os.sep, "/")])
