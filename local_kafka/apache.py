@@ -168,11 +168,18 @@ class ApacheKafka:
         return self
 
     def stop(self, timeout: float = 20.0) -> None:
-        """Stop every node it started (SIGTERM, then SIGKILL after ``timeout``)."""
+        """Stop every node it started: SIGTERM, then SIGKILL after ``timeout``. A cluster in a
+        directory of its own, which this deletes, is killed at once: nothing a clean shutdown
+        writes is kept, and the nodes of a cluster stopped together wait out ``timeout`` on a
+        quorum that is leaving with them."""
+        discarded = self._tmp is not None
         for node in self.nodes:
             if node.proc is not None and node.proc.poll() is None:
                 with contextlib.suppress(ProcessLookupError):
-                    node.proc.terminate()
+                    if discarded:
+                        node.proc.kill()
+                    else:
+                        node.proc.terminate()
         for node in self.nodes:
             if node.proc is not None:
                 try:
