@@ -9,7 +9,6 @@ once, and the releases are the in-process run of the same records. On both broke
 from __future__ import annotations
 
 import asyncio
-import time
 from pathlib import Path
 
 from aiokafka.admin import AIOKafkaAdminClient, NewPartitions
@@ -38,6 +37,7 @@ from tests.jobkit import (
     stop_worker,
     timestamped_records,
     wait_for_slots,
+    wait_while_running,
 )
 
 broker = broker_fixture()
@@ -55,14 +55,6 @@ def grow(bootstrap: str, topic: str, total: int) -> None:
             await admin.close()
 
     asyncio.run(go())
-
-
-def wait_in_log(log: Path, text: str, timeout: float, worker) -> None:  # noqa: ANN001
-    """Wait until the worker's ``log`` holds ``text``."""
-    deadline = time.monotonic() + timeout
-    while text not in log.read_text():
-        assert time.monotonic() < deadline and worker.poll() is None, log.read_text()[-3000:]
-        time.sleep(0.1)
 
 
 def test_partitions_added_to_a_source_hold_time_back(broker, tmp_path: Path) -> None:
@@ -88,8 +80,8 @@ def test_partitions_added_to_a_source_hold_time_back(broker, tmp_path: Path) -> 
         grow(broker.bootstrap, source, PARTS)
         # producers write to the new partitions at once; the worker sees them within seconds
         produce_source(broker.bootstrap, source, late_new, PARTS)
-        wait_in_log(log, f"source topic {source} grew from {BEFORE} to {PARTS} partitions", 60,
-                    worker)
+        grown = f"source topic {source} grew from {BEFORE} to {PARTS} partitions"
+        wait_while_running(lambda: grown in log.read_text(), 60, worker, log)
         # the old partitions' later slots: they must not close what the new ones hold
         produce_source(broker.bootstrap, source, late_old, PARTS)
         assert asyncio.run(wait_consumed(broker.bootstrap, cfg.app_id(), source, PARTS, 120,

@@ -132,7 +132,6 @@ def replay_transactional(bootstrap: str, tmp_path: Path, name: str, abort: bool)
                                requirements)
 
 
-
 def test_a_transactional_source_replays_to_its_last_slot(broker, tmp_path: Path) -> None:
     replay_transactional(broker.bootstrap, tmp_path, "tx", abort=False)
 
