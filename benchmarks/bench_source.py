@@ -8,9 +8,11 @@ measures a bare aiokafka consumer (``getmany`` + ``orjson.loads``) on that topic
 worker (``pwevent worker --source-topic ... --user-field device.id --time-field ts
 --value-field country``) reading the same backlog: the worker maps every event, re-keys it by
 user and produces it to the job's ``reports`` topic, so its rate counts the re-keying produce.
-The worker's rate is the reports it produced over the span of their Kafka timestamps. Every
-device declared a requirement beforehand (``--defaults`` lets the stage write defaults instead,
-which adds the wait for their registration to the first events of each device).
+The worker's rate is the reports it produced over the span of their Kafka timestamps; its CPU
+an event is read from ``/proc`` between its group's first and last commit of the source topic
+(start-up left out). Every device declared a requirement beforehand (``--defaults`` lets the
+stage write defaults instead, which adds the wait for their registration to the first events of
+each device).
 
 ``--format avro`` writes the same events in the Confluent wire format instead (Avro, the time
 as a ``timestamp-millis`` long), their schema registered in the schema registry the tests use
@@ -208,16 +210,37 @@ def declare(bootstrap: str, topics: Topics, parts: int, devices: int) -> None:
     asyncio.run(produce_raw(bootstrap, topics.requirements, reqs, partitions=parts))
 
 
+def process_cpu_s(pid: int) -> float:
+    """The CPU time (user and system, seconds) process ``pid`` has used, from ``/proc``."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 async def wait_committed(bootstrap: str, group: str, topic: str, want: int, timeout: float,
-                         alive: Callable[[], bool]) -> None:
-    """Until ``group`` has committed ``want`` records of ``topic`` (looked up twice a second)."""
+                         alive: Callable[[], bool], cpu: Callable[[], float] | None = None
+                         ) -> list[tuple[int, float]]:
+    """Until ``group`` has committed ``want`` records of ``topic`` (looked up twice a second);
+    returns, per look, the records committed and ``cpu()`` then."""
     from streams.kafka.offsets import committed_offsets
 
+    looks: list[tuple[int, float]] = []
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline and alive():
-        if sum((await committed_offsets(bootstrap, group, topic)).values()) >= want:
-            return
+        done = sum((await committed_offsets(bootstrap, group, topic)).values())
+        looks.append((done, cpu() if cpu is not None else 0.0))
+        if done >= want:
+            break
         await asyncio.sleep(0.5)
+    return looks
+
+
+def cpu_us_an_event(looks: list[tuple[int, float]]) -> float:
+    """The CPU a source event cost while the worker read its backlog: from the first commit
+    to the last (start-up and the first commit's wait left out); ``nan`` with one commit."""
+    started = [(done, cpu) for done, cpu in looks if done > 0]
+    if len(started) < 2 or started[-1][0] == started[0][0]:
+        return float("nan")
+    return (started[-1][1] - started[0][1]) / (started[-1][0] - started[0][0]) * 1e6
 
 
 async def measure_path(bootstrap: str, source: str, topics: Topics, parts: int, n: int,
@@ -319,8 +342,9 @@ def measure(bootstrap: str, n: int, devices: int, source_parts: int, parts: int,
     try:
         # reading reports while the worker writes them would take a core from it: wait until
         # its group committed the whole source topic, then read them
-        asyncio.run(wait_committed(bootstrap, f"pwevent-{prefix}-app", source, n, 600,
-                                   lambda: worker.poll() is None))
+        looks = asyncio.run(wait_committed(bootstrap, f"pwevent-{prefix}-app", source, n, 600,
+                                           lambda: worker.poll() is None,
+                                           lambda: process_cpu_s(worker.pid)))
         want = min(n, devices * (span // SLOT_MS))  # a report per device and slot at least
         got, total, seconds = asyncio.run(reports_span(bootstrap, topics.reports, parts, 120))
     finally:
@@ -335,8 +359,8 @@ def measure(bootstrap: str, n: int, devices: int, source_parts: int, parts: int,
             "mapping_rate": mapped_rate, "raw_rate": raw["rate"], "path_rate": path["rate"],
             "raw_cpu_us": raw["cpu_us"], "path_cpu_us": path["cpu_us"],
             "path_of_raw": path["rate"] / raw["rate"], "stage_rate": rate,
-            "of_raw": rate / raw["rate"], "per_slot": per_slot, "reports": got,
-            "repartition_per_event": total / n}
+            "of_raw": rate / raw["rate"], "worker_cpu_us": cpu_us_an_event(looks),
+            "per_slot": per_slot, "reports": got, "repartition_per_event": total / n}
 
 
 LIVE_SLOT_MS = 2_000
@@ -500,13 +524,13 @@ def main() -> int:
     print("| format | events | devices | events per device and slot | defaults | "
           "mapping alone /s | raw aiokafka /s | mapping and re-keying path /s | of raw | "
           "CPU us an event, raw / path | worker (stage and job) /s | of raw | "
-          "repartition records per event |")
-    print("|---|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+          "CPU us an event, worker | repartition records per event |")
+    print("|---|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     print(f"| {row['format']} | {row['events']:,} | {row['devices']:,} | {row['per_slot']} | "
           f"{'yes' if row['defaults'] else 'no'} | {row['mapping_rate']:,.0f} | "
           f"{row['raw_rate']:,.0f} | {row['path_rate']:,.0f} | {row['path_of_raw']:.0%} | "
           f"{row['raw_cpu_us']:.1f} / {row['path_cpu_us']:.1f} | "
-          f"{row['stage_rate']:,.0f} | {row['of_raw']:.0%} | "
+          f"{row['stage_rate']:,.0f} | {row['of_raw']:.0%} | {row['worker_cpu_us']:.1f} | "
           f"{row['repartition_per_event']:.3f} |")
     return 0
 

@@ -91,6 +91,9 @@ METHODS: list[tuple[type, str, bool, list[str] | str]] = [
     (Consumer, "wait_first", True, "*"),
     (Consumer, "_new_consumer_thread", False, []),  # overridden: the thread below
     (faust_aiokafka.AIOKafkaConsumerThread, "_create_worker_consumer", False, ["transport"]),
+    # overridden: the fetcher's store of fetched partitions replaced (RawFetched)
+    (faust_aiokafka.AIOKafkaConsumerThread, "_fetch_records", True,
+     ["consumer", "active_partitions", "timeout", "max_records"]),
     (faust_base.Transport, "__init__", False, ["url", "app"]),
     (Message, "__init__", False, ["topic", "partition", "offset", "timestamp", "timestamp_type",
                                   "headers", "key", "value", "checksum"]),
@@ -307,6 +310,111 @@ def test_the_worker_consumer_reads_only_what_transactions_committed() -> None:
     assert asyncio.run(built_isolation()) == ISOLATION_LEVEL == "read_committed"
 
 
+#: aiokafka internals behind ``RawFetched``
+RAW_FETCH_INTERNALS = ("_fetcher", "_records", "_partition_records", "_consumer_record")
+
+
+def test_raw_fetch_internals() -> None:
+    """Faust's ``_fetch_records`` reads the aiokafka consumer's ``_fetcher``; aiokafka's fetcher
+    keeps its fetched partitions in ``_records``, storing each as a ``FetchResult`` whose
+    ``_partition_records`` yields every record through ``_consumer_record(tp, record)``."""
+    from aiokafka.consumer import fetcher
+
+    if "fetcher = consumer._fetcher" not in inspect.getsource(
+            faust_aiokafka.AIOKafkaConsumerThread._fetch_records):
+        broken("AIOKafkaConsumerThread._fetch_records", "no longer reads consumer._fetcher")
+    if "self._records = collections.OrderedDict()" not in inspect.getsource(
+            fetcher.Fetcher.__init__):
+        broken("aiokafka Fetcher._records", "is no longer an OrderedDict made in __init__")
+    if "self._records[tp] = FetchResult(" not in inspect.getsource(fetcher.Fetcher):
+        broken("aiokafka Fetcher._records", "no longer stores FetchResults by item assignment")
+    if "self._partition_records = partition_records" not in inspect.getsource(
+            fetcher.FetchResult.__init__):
+        broken("aiokafka FetchResult._partition_records", "no longer holds the PartitionRecords")
+    if "self._consumer_record(tp, record)" not in inspect.getsource(
+            fetcher.PartitionRecords._unpack_records):
+        broken("aiokafka PartitionRecords._consumer_record", "no longer makes each record")
+
+
+def _record_batches(batches: list[tuple[int, list[tuple[Any, Any, int]]]]) -> bytes:
+    """Kafka record batches (v2) one after the other: per batch its producer (0: not
+    transactional) and records ``(key, value, timestamp)``."""
+    from aiokafka.record.default_records import DefaultRecordBatchBuilder
+
+    out, offset = bytearray(), 0
+    for producer, records in batches:
+        builder = DefaultRecordBatchBuilder(2, 0, 1 if producer else 0, producer or -1,
+                                            0 if producer else -1, 0 if producer else -1,
+                                            1 << 20)
+        for i, (key, value, stamp) in enumerate(records):
+            builder.append(i, timestamp=stamp, key=key, value=value, headers=[("h", b"x")])
+        built = bytearray(builder.build())
+        built[:8] = offset.to_bytes(8, "big")  # the batch's base offset
+        out += built
+        offset += len(records)
+    return bytes(out)
+
+
+_RECORD = st.tuples(st.none() | st.binary(max_size=8), st.none() | st.binary(max_size=16),
+                    st.integers(0, 2**40))
+
+
+@settings(max_examples=60, deadline=None)
+@given(batches=st.lists(st.tuples(st.sampled_from([0, 7, 9]),
+                                  st.lists(_RECORD, min_size=1, max_size=6)),
+                        min_size=1, max_size=5),
+       aborted_from=st.none() | st.integers(0, 30), start=st.integers(0, 8),
+       timed=st.booleans())
+def test_raw_fetched_records_are_aiokafka_records_as_tuples(batches, aborted_from, start,
+                                                            timed) -> None:
+    """The records of a batch topic, fetched through ``RawFetched``, are aiokafka's own records
+    of the same fetch (aborted transactions skipped, a fetch starting inside a batch) as the
+    tuples a batch handler takes, and the fetch position ends where aiokafka's does."""
+    from aiokafka.consumer.fetcher import FetchResult, PartitionRecords
+    from aiokafka.record.memory_records import MemoryRecords
+    from aiokafka.structs import TopicPartition
+
+    data = _record_batches(batches)
+    aborted = [] if aborted_from is None else [(9, aborted_from)]
+    tp = TopicPartition("adapter.raw", 3)
+
+    def fetched(topics: dict[str, bool]) -> PartitionRecords:
+        records = PartitionRecords(tp, MemoryRecords(data), list(aborted), start, None, None,
+                                   True, 1)  # 1: read_committed
+        store = ingest.RawFetched(topics, {})
+        store[tp] = FetchResult(tp, assignment=None, partition_records=records, backoff=0)
+        return store[tp]._partition_records
+
+    theirs = fetched({"adapter.other": timed})
+    ours = fetched({"adapter.raw": timed})
+    want = [(r.key, r.value, 3, r.offset, r.timestamp)[:5 if timed else 4] for r in theirs]
+    assert list(ours) == want
+    assert ours.next_fetch_offset == theirs.next_fetch_offset
+    assert all(isinstance(r, ConsumerRecord) for r in fetched({"adapter.other": timed}))
+
+
+def test_raw_fetched_leaves_errors_and_other_topics() -> None:
+    """Only fetched partitions of batch topics are changed, those already fetched included."""
+    from aiokafka.consumer.fetcher import FetchError, FetchResult, PartitionRecords
+    from aiokafka.record.memory_records import MemoryRecords
+    from aiokafka.structs import TopicPartition
+
+    def result(topic: str) -> FetchResult:
+        tp = TopicPartition(topic, 0)
+        records = PartitionRecords(tp, MemoryRecords(_record_batches([(0, [(b"k", b"v", 5)])])),
+                                   [], 0, None, None, True, 1)
+        return FetchResult(tp, assignment=None, partition_records=records, backoff=0)
+
+    error = FetchError(error=RuntimeError("broken"), backoff=0)
+    store = ingest.RawFetched({"adapter.batch": True},
+                              {TP("adapter.batch", 0): result("adapter.batch")})
+    store[TP("adapter.plain", 0)] = result("adapter.plain")
+    store[TP("adapter.batch", 1)] = error
+    assert list(store[TP("adapter.batch", 0)]._partition_records) == [(b"k", b"v", 0, 0, 5)]
+    assert isinstance(next(store[TP("adapter.plain", 0)]._partition_records), ConsumerRecord)
+    assert store[TP("adapter.batch", 1)] is error
+
+
 def test_fetcher_stopped_event() -> None:
     fetcher = faust_consumer.Fetcher(new_app("fetcher"))
     if not callable(getattr(getattr(fetcher, "_stopped", None), "is_set", None)):
@@ -377,7 +485,7 @@ def test_committed_offsets_reads_faust_books() -> None:
 def _checked_names() -> set[str]:
     names = {name for _owner, name, _a, _p in METHODS} | set(CONSUMER_ATTRIBUTES)
     return names | {"_current_event", "_transport", "_consumer", "_isolation_level",
-                    *MEMBERSHIP_INTERNALS}
+                    *MEMBERSHIP_INTERNALS, *RAW_FETCH_INTERNALS}
 
 
 def _own_names(tree: ast.AST) -> set[str]:

@@ -15,7 +15,7 @@ parsers (tests/streams/test_source_columns.py holds the two paths equal on gener
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from operator import attrgetter
 from typing import Any, Final
 
@@ -74,6 +74,7 @@ class PathDecoder:
         self._decode = msgspec.json.Decoder(struct).decode
         self._required = [attrgetter(self._names[k]) for k in required]
         self._optional = [self._names[k] for k in optional]
+        self._optional_get = [attrgetter(self._names[k]) for k in optional]
 
     def _struct(self, node: _Node, prefix: tuple[str, ...]) -> type:
         """The msgspec struct of one object level, fields named ``f0``, ``f1``... (JSON keys
@@ -124,9 +125,10 @@ class PathDecoder:
         records it leaves to the general path."""
         taken, structs, left = self._structs(values)
         columns = [list(map(get, structs)) for get in self._required]
-        optional = ([tuple(_optional(s, name) for name in self._optional) for s in structs]
-                    if self._optional else [])
-        bad = _not_plain(columns, optional)
+        leaves = [_leaves(structs, name, get)
+                  for name, get in zip(self._optional, self._optional_get, strict=True)]
+        optional = list(zip(*leaves, strict=True)) if leaves else []
+        bad = _not_plain([*columns, *leaves])
         if not bad:
             return taken, columns, optional, left
         keep = [j for j in range(len(taken)) if j not in bad]
@@ -135,15 +137,27 @@ class PathDecoder:
                 [optional[j] for j in keep] if optional else [], left)
 
 
-def _not_plain(columns: list[list[Any]], optional: list[tuple[Any, ...]]) -> set[int]:
+def _not_plain(columns: list[list[Any]]) -> set[int]:
     """Rows holding a leaf that is not plain (module doc), checked a column at a time."""
     bad: set[int] = set()
-    for col in [*columns, *zip(*optional, strict=True)]:
+    for col in columns:
         kinds = set(map(type, col))
         if kinds <= _PLAIN_TYPES:
             continue
         bad.update(j for j, v in enumerate(col) if not _plain(v))
     return bad
+
+
+def _leaves(structs: list[Any], dotted: str, get: Callable[[Any], Any]) -> list[Any]:
+    """An optional path's leaf of every struct, ``None`` where it or a parent is absent: a
+    column at a time, record by record only where a parent level is absent."""
+    try:
+        column = list(map(get, structs))
+    except AttributeError:  # a parent level absent (UNSET) in some record
+        return [_optional(s, dotted) for s in structs]
+    if msgspec.UnsetType in set(map(type, column)):
+        return [None if v is msgspec.UNSET else v for v in column]
+    return column
 
 
 def _optional(struct: Any, dotted: str) -> Any:

@@ -18,7 +18,8 @@ What this does
 :class:`BatchConsumer` replaces the fetch loop of Faust's aiokafka consumer. Records of topics
 registered with :class:`BatchIngest` are handed to a coroutine one fetched batch per partition at a
 time, as a list of ``(key, value, partition, offset)`` tuples (raw bytes, nothing decoded; what a
-handler receives and may answer is in :mod:`streams.job.batch_handling`). Every other topic
+handler receives and may answer is in :mod:`streams.job.batch_handling`), which the consumer's
+thread makes straight from the fetched record batches (:class:`RawFetched`). Every other topic
 (tables' changelogs during recovery, ordinary agents) still goes through Faust's conductor record
 by record, exactly as before. Faust keeps everything else:
 
@@ -72,6 +73,9 @@ else uses Faust's public API, or the public functions here (:func:`partition_con
 * ``Consumer._new_consumer_thread`` and ``AIOKafkaConsumerThread._create_worker_consumer``, and
   aiokafka's ``AIOKafkaConsumer._isolation_level``, which ``start()`` hands to its fetcher
   (:class:`CommittedReadThread`);
+* ``AIOKafkaConsumerThread._fetch_records`` and, in aiokafka, the consumer's ``_fetcher``, the
+  fetcher's store of fetched partitions ``_records``, a ``FetchResult``'s
+  ``_partition_records`` and ``PartitionRecords._consumer_record`` (:class:`RawFetched`);
 * the less private parts that the replacement fetch loop shares with Faust's: ``diag``,
   ``flow_active``, ``perform_seek``, ``highwater``, ``wait_first``, ``suspend_flow``,
   ``callback``, ``commit``, the app's ``flow_control``, producer buffer and monitor counters,
@@ -87,6 +91,7 @@ new version, after adapting this module.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import logging
 import time
@@ -95,12 +100,13 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Final
 
 import numpy as np
+from aiokafka.consumer.fetcher import FetchResult, PartitionRecords
 from faust.events import Event
 from faust.streams import _current_event
 from faust.transport.consumer import CONSUMER_FETCHING
 from faust.transport.drivers import aiokafka as faust_aiokafka
 from faust.types import TP, AppT, TopicT
-from faust.types.tuples import Message, ack_lock
+from faust.types.tuples import ConsumerMessage, Message, ack_lock
 from mode import Service
 from mode.utils.futures import notify
 
@@ -108,7 +114,7 @@ from streams.job.batch_handling import BatchHandler, RawRecord, Rewind
 from streams.kafka.settings import ISOLATION_LEVEL
 
 __all__ = ["BatchConsumer", "BatchIngest", "BatchTransport", "CoordinationFailed", "FetchStalled",
-           "committed_offsets", "ingest_settings", "install_batch_consumer"]
+           "RawFetched", "committed_offsets", "ingest_settings", "install_batch_consumer"]
 
 logger = logging.getLogger(__name__)
 
@@ -217,6 +223,22 @@ class CoordinationFailed(RuntimeError):
 COORDINATION_CHECK_S: Final = 1.0
 
 
+def _offset(record: Any) -> int:
+    """A fetched record's offset, a raw tuple's (:class:`RawFetched`) or a ``ConsumerRecord``'s."""
+    return record[3] if type(record) is tuple else record.offset
+
+
+def _raw_records(route: BatchIngest, partition: int, batch: Sequence[Any]) -> list[RawRecord]:
+    """``batch`` as its handler takes it: as fetched (:class:`RawFetched`), or made of the
+    ``ConsumerRecord`` s that a partition fetched before the fetcher's store was replaced."""
+    if not batch or type(batch[0]) is tuple:
+        return batch  # type: ignore[return-value]
+    if route.timestamps:
+        return [(r.key, r.value, partition, r.offset, r.timestamp)  # type: ignore[misc]
+                for r in batch]
+    return [(r.key, r.value, partition, r.offset) for r in batch]
+
+
 class CommittedReadThread(faust_aiokafka.AIOKafkaConsumerThread):
     """Faust's consumer thread, whose aiokafka consumer reads only what transactions committed
     (:data:`streams.kafka.settings.ISOLATION_LEVEL`), like every other consumer of pwevent.
@@ -228,6 +250,59 @@ class CommittedReadThread(faust_aiokafka.AIOKafkaConsumerThread):
         consumer = super()._create_worker_consumer(transport)
         consumer._isolation_level = ISOLATION_LEVEL  # read by start(), which builds the fetcher
         return consumer
+
+    async def _fetch_records(self, consumer: Any, active_partitions: Any,
+                             timeout: float | None = None, max_records: int | None = None) -> Any:
+        """Faust's fetch, with the records of batch topics fetched as :class:`RawFetched`."""
+        fetcher = consumer._fetcher
+        if not isinstance(fetcher._records, RawFetched):
+            routes = _ROUTES.get(self.consumer.app, {})
+            fetcher._records = RawFetched(
+                {topic: route.timestamps for topic, route in routes.items()}, fetcher._records)
+        return await super()._fetch_records(consumer, active_partitions, timeout, max_records)
+
+
+class _RawRecords(PartitionRecords):
+    """aiokafka's records of one fetched partition (its batches, aborted transactions and
+    control records handled as aiokafka does), each yielded as the tuple a batch handler takes,
+    ``(key, value, partition, offset, timestamp)``, instead of a ``ConsumerRecord``."""
+
+    def _consumer_record(self, tp: Any, record: Any) -> tuple[Any, ...]:
+        return (record.key, record.value, tp.partition, record.offset, record.timestamp)
+
+
+class _RawRecordsUntimed(PartitionRecords):
+    """:class:`_RawRecords` without the timestamp: ``(key, value, partition, offset)``."""
+
+    def _consumer_record(self, tp: Any, record: Any) -> tuple[Any, ...]:
+        return (record.key, record.value, tp.partition, record.offset)
+
+
+class RawFetched(collections.OrderedDict):
+    """The aiokafka fetcher's fetched partitions (``Fetcher._records``), whose records of batch
+    topics come out as raw tuples (:data:`~streams.job.batch_handling.RawRecord`).
+
+    aiokafka builds a ``ConsumerRecord`` (a dataclass of eleven fields, the headers copied) for
+    every record in the consumer's thread, and the fetch loop turned each into a tuple again:
+    about a microsecond a record together, most of what a bare consumer spends
+    (docs/performance.md, "The source stage"). Every fetched partition stored here whose topic
+    has a batch handler has its records yielded as those tuples straight away; the rest of
+    aiokafka (positions, aborted transactions, control batches, CRCs) is untouched."""
+
+    def __init__(self, timestamps: Mapping[str, bool], fetched: Mapping[Any, Any]) -> None:
+        super().__init__()
+        self.kinds = {topic: _RawRecords if timed else _RawRecordsUntimed
+                      for topic, timed in timestamps.items()}
+        for tp, result in fetched.items():
+            self[tp] = result
+
+    def __setitem__(self, tp: Any, result: Any) -> None:
+        kind = self.kinds.get(tp.topic)
+        if kind is not None and type(result) is FetchResult:
+            records = result._partition_records
+            if type(records) is PartitionRecords:
+                records.__class__ = kind  # the records not yet yielded come out as tuples
+        super().__setitem__(tp, result)
 
 
 class BatchConsumer(faust_aiokafka.Consumer):
@@ -334,7 +409,7 @@ class BatchConsumer(faust_aiokafka.Consumer):
                         break
                     del pending[tp]
                     if not (active is None or tp in active or tp in self._buffered_partitions):
-                        await self._refetch(tp, batch[0].offset)
+                        await self._refetch(tp, _offset(batch[0]))
                         continue
                     self.app.monitor.track_tp_end_offset(tp, self.highwater(tp))
                     route = routes.get(tp.topic)
@@ -368,7 +443,7 @@ class BatchConsumer(faust_aiokafka.Consumer):
         requirements sent during a rebalance went unread by the group for ever)."""
         for tp, batch in records.items():
             if batch:
-                await self._refetch(tp, batch[0].offset)
+                await self._refetch(tp, _offset(batch[0]))
 
     async def _refetch(self, tp: TP, offset: int) -> None:
         """Fetch ``tp`` again from ``offset``: records fetched for a partition paused meanwhile
@@ -400,19 +475,16 @@ class BatchConsumer(faust_aiokafka.Consumer):
     async def _deliver_batch(
         self, route: BatchIngest, tp: TP, batch: Sequence[Any], generation: int
     ) -> None:
+        records = _raw_records(route, tp.partition, batch)
         r_offset = self._read_offset[tp]
-        if r_offset is not None:
-            batch = [r for r in batch if r.offset >= r_offset]
-        if not batch:
+        if r_offset is not None and records and records[0][3] < r_offset:
+            records = [r for r in records if r[3] >= r_offset]
+        if not records:
             return
         app = self.app
         await app.flow_control.acquire()
         await app.producer.buffer.wait_until_ebb()
-        partition = tp.partition
-        records: list[RawRecord] = (
-            [(r.key, r.value, partition, r.offset, r.timestamp) for r in batch]  # type: ignore[misc]
-            if route.timestamps else [(r.key, r.value, partition, r.offset) for r in batch])
-        last = self._to_message(tp, batch[-1])
+        last = self._raw_message(tp, records[-1])
         event = Event(app, last.key, last.value, last.headers, last)
         self._unacked_messages.add(last)
         token = _current_event.set(weakref.ref(event))
@@ -423,9 +495,9 @@ class BatchConsumer(faust_aiokafka.Consumer):
         rewind = ack_until.offset if isinstance(ack_until, Rewind) else None
         hold = rewind if rewind is not None else ack_until
         if app.consumer_generation_id == generation:
-            first = batch[0].offset
+            first = records[0][3]
             start = first if r_offset is None else min(first, r_offset + 1)
-            end = batch[-1].offset + 1
+            end = records[-1][3] + 1
             stop = end if hold is None else min(int(hold), end)
             start = self._ack_next.get(tp, start)
             if stop > start:
@@ -434,7 +506,7 @@ class BatchConsumer(faust_aiokafka.Consumer):
             elif tp not in self._ack_next:
                 self._ack_next[tp] = start
             if rewind is None:
-                self._read_offset[tp] = batch[-1].offset
+                self._read_offset[tp] = records[-1][3]
             else:
                 await self.seek(tp, rewind)  # also the read offset: the records come again
         with ack_lock:  # Faust's lock over ack bookkeeping (``Consumer.ack``)
@@ -448,6 +520,16 @@ class BatchConsumer(faust_aiokafka.Consumer):
             monitor.stream_inbound_time[tp] = time.monotonic()
             monitor.messages_received_total += len(records)
             monitor.events_total += len(records)
+
+    def _raw_message(self, tp: TP, record: RawRecord) -> Any:
+        """Faust's message of a raw record, as ``_to_message`` makes it of an aiokafka record:
+        the batch's last record stands for the batch in Faust's books and event."""
+        key, value, _partition, offset = record[:4]
+        stamp = record[4] / 1000.0 if len(record) > 4 else None  # type: ignore[misc]
+        return ConsumerMessage(tp.topic, tp.partition, offset, stamp, 0, [], key, value, None,
+                               -1 if key is None else len(key),
+                               -1 if value is None else len(value), tp,
+                               generation_id=self.app.consumer_generation_id)
 
     def acknowledge(self, tp: TP, stop: int) -> None:
         """Acknowledge a batch topic's partition up to ``stop`` (exclusive): records its handler
