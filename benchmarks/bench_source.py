@@ -10,9 +10,10 @@ worker (``pwevent worker --source-topic ... --user-field device.id --time-field 
 user and produces it to the job's ``reports`` topic, so its rate counts the re-keying produce.
 The worker's rate is the reports it produced over the span of their Kafka timestamps; its CPU
 an event is read from ``/proc`` between its group's first and last commit of the source topic
-(start-up left out). Every device declared a requirement beforehand (``--defaults`` lets the
-stage write defaults instead, which adds the wait for their registration to the first events of
-each device).
+(start-up left out). ``--workers N`` starts N worker processes of the same group instead, which
+share the source's partitions; rate and CPU are then theirs together. Every device declared a
+requirement beforehand (``--defaults`` lets the stage write defaults instead, which adds the
+wait for their registration to the first events of each device).
 
 ``--format avro`` writes the same events in the Confluent wire format instead (Avro, the time
 as a ``timestamp-millis`` long), their schema registered in the schema registry the tests use
@@ -22,7 +23,8 @@ with fastavro instead of orjson. Before the broker runs, the mapping alone is ti
 (``SourceMapping.map``, or ``AvroSource.map`` for Avro, in batches of 20,000). Run::
 
     .venv/bin/python benchmarks/bench_source.py [--events 500000] [--devices 20000] \\
-        [--per-slot 1] [--broker embedded|apache-kafka] [--defaults] [--format json|avro]
+        [--per-slot 1] [--broker embedded|apache-kafka] [--defaults] [--format json|avro] \\
+        [--workers 1]
 
 ``--latency`` measures instead how long a slot's release waits for the repartition hop: events
 are produced live (event time = now) for ``--live-slots`` slots of 2 s, once to the source
@@ -301,10 +303,11 @@ async def measure_path(bootstrap: str, source: str, topics: Topics, parts: int, 
 
 
 def measure(bootstrap: str, n: int, devices: int, source_parts: int, parts: int,
-            defaults: bool, registry: Any = None, per_slot: int = 1) -> dict:
+            defaults: bool, registry: Any = None, per_slot: int = 1, workers: int = 1) -> dict:
     """One run; ``registry`` (a started ``SchemaRegistryServer``): the events in Avro;
     ``per_slot``: events of each device in each slot (telemetry sends many; the stage forwards
-    per device and slot only the one that can still count)."""
+    per device and slot only the one that can still count); ``workers``: worker processes of
+    the job's group sharing the source."""
     span = max(1, n // (devices * per_slot)) * SLOT_MS
     prefix = f"benchsrc{'d' if defaults else ''}{'a' if registry else ''}"
     source = f"{prefix}-telemetry"
@@ -329,26 +332,31 @@ def measure(bootstrap: str, n: int, devices: int, source_parts: int, parts: int,
     if not defaults:
         declare(bootstrap, topics, parts, devices)
     workdir = Path(tempfile.mkdtemp(prefix="pwevent-bench-source-"))
-    cmd = [sys.executable, "-m", "streams.cli", "worker", "--broker", bootstrap, "--prefix",
-           prefix, "--partitions", str(parts), "--stream", "app", "--mechanism", "pbd",
-           "--domain", orjson.dumps(DOMAIN).decode(), "--slot-ms", str(SLOT_MS),
-           "--origin-ms", str(ORIGIN), "--event-time", "history", "--lateness-ms",
-           str(10 * SLOT_MS), "--idle-close-ms", "600000", "--source-topic", source,
-           "--user-field", "device.id", "--time-field", "ts", "--value-field", "country",
-           *(["--default-requirement", "w=10,E=1"] if defaults else []), *fmt,
-           "--data-dir", str(workdir / "data"), "--loglevel", "warning", "--metrics-port", "0"]
-    worker = subprocess.Popen(cmd, stdout=(workdir / "log").open("wb"), stderr=subprocess.STDOUT,
-                              env=dict(os.environ, PWEVENT_SECRET="bench"))
+    cmds = [[sys.executable, "-m", "streams.cli", "worker", "--broker", bootstrap, "--prefix",
+             prefix, "--partitions", str(parts), "--stream", "app", "--mechanism", "pbd",
+             "--domain", orjson.dumps(DOMAIN).decode(), "--slot-ms", str(SLOT_MS),
+             "--origin-ms", str(ORIGIN), "--event-time", "history", "--lateness-ms",
+             str(10 * SLOT_MS), "--idle-close-ms", "600000", "--source-topic", source,
+             "--user-field", "device.id", "--time-field", "ts", "--value-field", "country",
+             *(["--default-requirement", "w=10,E=1"] if defaults else []), *fmt,
+             "--data-dir", str(workdir / f"data{k}"), "--loglevel", "warning",
+             "--metrics-port", "0"] for k in range(workers)]
+    running = [subprocess.Popen(cmd, stdout=(workdir / f"log{k}").open("wb"),
+                                stderr=subprocess.STDOUT,
+                                env=dict(os.environ, PWEVENT_SECRET="bench"))
+               for k, cmd in enumerate(cmds)]
     try:
-        # reading reports while the worker writes them would take a core from it: wait until
-        # its group committed the whole source topic, then read them
-        looks = asyncio.run(wait_committed(bootstrap, f"pwevent-{prefix}-app", source, n, 600,
-                                           lambda: worker.poll() is None,
-                                           lambda: process_cpu_s(worker.pid)))
+        # reading reports while the workers write them would take a core from them: wait until
+        # their group committed the whole source topic, then read them
+        looks = asyncio.run(wait_committed(
+            bootstrap, f"pwevent-{prefix}-app", source, n, 600,
+            lambda: all(w.poll() is None for w in running),
+            lambda: sum(process_cpu_s(w.pid) for w in running)))
         want = min(n, devices * (span // SLOT_MS))  # a report per device and slot at least
         got, total, seconds = asyncio.run(reports_span(bootstrap, topics.reports, parts, 120))
     finally:
-        stop(worker)
+        for w in running:
+            stop(w)
     assert got >= want, f"{got} of {want} device-slots re-keyed; log in {workdir}"
     # the worker's rate in source events: every event was read, mapped and either forwarded
     # or superseded between the first and the last record it wrote to reports (the first is
@@ -360,7 +368,8 @@ def measure(bootstrap: str, n: int, devices: int, source_parts: int, parts: int,
             "raw_cpu_us": raw["cpu_us"], "path_cpu_us": path["cpu_us"],
             "path_of_raw": path["rate"] / raw["rate"], "stage_rate": rate,
             "of_raw": rate / raw["rate"], "worker_cpu_us": cpu_us_an_event(looks),
-            "per_slot": per_slot, "reports": got, "repartition_per_event": total / n}
+            "per_slot": per_slot, "reports": got, "repartition_per_event": total / n,
+            "workers": workers}
 
 
 LIVE_SLOT_MS = 2_000
@@ -479,6 +488,8 @@ def main() -> int:
                         help="events of each device in each slot (e.g. 10)")
     parser.add_argument("--source-partitions", type=int, default=3)
     parser.add_argument("--partitions", type=int, default=4)
+    parser.add_argument("--workers", type=int, default=1,
+                        help="worker processes of the job's group sharing the source")
     parser.add_argument("--defaults", action="store_true",
                         help="devices declare nothing: the stage writes default requirements")
     parser.add_argument("--broker", choices=("embedded", "apache-kafka"), default="embedded")
@@ -518,9 +529,9 @@ def main() -> int:
             registry = stack.enter_context(SchemaRegistryServer())
         broker = stack.enter_context(cluster)
         row = measure(broker.bootstrap, args.events, args.devices, args.source_partitions,
-                      args.partitions, args.defaults, registry, args.per_slot)
+                      args.partitions, args.defaults, registry, args.per_slot, args.workers)
     print(orjson.dumps(row).decode())
-    print(f"broker: {args.broker}")
+    print(f"broker: {args.broker}; {args.workers} worker process(es)")
     print("| format | events | devices | events per device and slot | defaults | "
           "mapping alone /s | raw aiokafka /s | mapping and re-keying path /s | of raw | "
           "CPU us an event, raw / path | worker (stage and job) /s | of raw | "
