@@ -320,20 +320,22 @@ def test_raw_fetch_internals() -> None:
     ``_partition_records`` yields every record through ``_consumer_record(tp, record)``."""
     from aiokafka.consumer import fetcher
 
-    if "fetcher = consumer._fetcher" not in inspect.getsource(
-            faust_aiokafka.AIOKafkaConsumerThread._fetch_records):
-        broken("AIOKafkaConsumerThread._fetch_records", "no longer reads consumer._fetcher")
-    if "self._records = collections.OrderedDict()" not in inspect.getsource(
-            fetcher.Fetcher.__init__):
-        broken("aiokafka Fetcher._records", "is no longer an OrderedDict made in __init__")
-    if "self._records[tp] = FetchResult(" not in inspect.getsource(fetcher.Fetcher):
-        broken("aiokafka Fetcher._records", "no longer stores FetchResults by item assignment")
-    if "self._partition_records = partition_records" not in inspect.getsource(
-            fetcher.FetchResult.__init__):
-        broken("aiokafka FetchResult._partition_records", "no longer holds the PartitionRecords")
-    if "self._consumer_record(tp, record)" not in inspect.getsource(
-            fetcher.PartitionRecords._unpack_records):
-        broken("aiokafka PartitionRecords._consumer_record", "no longer makes each record")
+    # (where, the line it must still hold, the internal, what changed if it does not)
+    expected = [
+        (faust_aiokafka.AIOKafkaConsumerThread._fetch_records, "fetcher = consumer._fetcher",
+         "AIOKafkaConsumerThread._fetch_records", "no longer reads consumer._fetcher"),
+        (fetcher.Fetcher.__init__, "self._records = collections.OrderedDict()",
+         "aiokafka Fetcher._records", "is no longer an OrderedDict made in __init__"),
+        (fetcher.Fetcher, "self._records[tp] = FetchResult(", "aiokafka Fetcher._records",
+         "no longer stores FetchResults by item assignment"),
+        (fetcher.FetchResult.__init__, "self._partition_records = partition_records",
+         "aiokafka FetchResult._partition_records", "no longer holds the PartitionRecords"),
+        (fetcher.PartitionRecords._unpack_records, "self._consumer_record(tp, record)",
+         "aiokafka PartitionRecords._consumer_record", "no longer makes each record"),
+    ]
+    for where, line, internal, problem in expected:
+        if line not in inspect.getsource(where):
+            broken(internal, problem)
 
 
 def _record_batches(batches: list[tuple[int, list[tuple[Any, Any, int]]]]) -> bytes:
