@@ -284,8 +284,8 @@ class RawFetched(collections.OrderedDict):
 
     aiokafka builds a ``ConsumerRecord`` (a dataclass of eleven fields, the headers copied) for
     every record in the consumer's thread, and the fetch loop turned each into a tuple again:
-    about a microsecond a record together, most of what a bare consumer spends
-    (docs/performance.md, "The source stage"). Every fetched partition stored here whose topic
+    a third of what unpacking a fetched record cost (``benchmarks/bench_fetch.py``,
+    docs/performance.md, "The source stage"). Every fetched partition stored here whose topic
     has a batch handler has its records yielded as those tuples straight away; the rest of
     aiokafka (positions, aborted transactions, control batches, CRCs) is untouched."""
 
