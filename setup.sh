@@ -4,12 +4,13 @@
 # eval and avro extras, a JDK, used as the oracle of the TLNS generator, if none is present, and
 # Debian's headless Chromium and chromedriver, which render the dashboard in its tests, if
 # /usr/bin/chromium or /usr/bin/chromedriver is missing, and the pinned Apache Kafka broker
-# (deploy/apache-kafka/pom.xml) with Maven into .kafka/libs/, once, and the pinned schema registry
-# the Avro source tests run against (deploy/schema-registry/pom.xml) into .schema-registry/, once
-# (Maven itself from Debian's packages if it is missing), and what the local-DP clients' tests
-# need: the TypeScript client's compiler (npm ci in clients/typescript) and the Java client's
-# test dependencies (Maven, in clients/java; Node, npm and Maven from Debian's packages if
-# missing). Nothing else is downloaded.
+# (deploy/apache-kafka/pom.xml) with Maven into .kafka/libs/, once (with an archive of the
+# classes a node loads, .kafka/kafka-classes.jsa, which starts the tests' nodes faster), and the
+# pinned schema registry the Avro source tests run against (deploy/schema-registry/pom.xml) into
+# .schema-registry/, once (Maven itself from Debian's packages if it is missing), and what the
+# local-DP clients' tests need: the TypeScript client's compiler (npm ci in clients/typescript)
+# and the Java client's test dependencies (Maven, in clients/java; Node, npm and Maven from
+# Debian's packages if missing). Nothing else is downloaded.
 set -euo pipefail
 cd "$(dirname "$0")"
 if [ ! -x .venv/bin/python ]; then
@@ -53,6 +54,12 @@ if [ "${1:-}" = "test" ]; then
     mvn -q -B -f deploy/apache-kafka/pom.xml dependency:copy-dependencies \
       -DincludeScope=runtime -DoutputDirectory="$PWD/.kafka/libs.partial"
     rm -rf .kafka/libs && mv .kafka/libs.partial .kafka/libs
+    rm -f .kafka/kafka-classes.jsa  # made from the jars replaced
+  fi
+  if [ ! -f .kafka/kafka-classes.jsa ]; then
+    # the classes a Kafka node loads, archived once: every node and tool the tests start maps
+    # them instead of loading them from the jars (local_kafka/apache.py, class_archive)
+    .venv/bin/python -c 'from local_kafka.apache import make_class_archive; make_class_archive()'
   fi
   if [ ! -x /usr/bin/chromium ] || [ ! -x /usr/bin/chromedriver ]; then
     if command -v apt-get >/dev/null 2>&1; then

@@ -30,11 +30,12 @@ import orjson
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests"))
 
 from aiokafka.consumer.fetcher import FetchResult, PartitionRecords  # noqa: E402
-from aiokafka.record.default_records import DefaultRecordBatchBuilder  # noqa: E402
 from aiokafka.record.memory_records import MemoryRecords  # noqa: E402
 from aiokafka.structs import TopicPartition  # noqa: E402
+from record_batches import record_batches  # noqa: E402
 
 from streams.cli.worker import tune_collector  # noqa: E402
 from streams.job.worker.ingest import RawFetched  # noqa: E402
@@ -43,24 +44,14 @@ READ_COMMITTED = 1
 TP = TopicPartition("bench.source", 0)
 
 
-def record_batches(events: int, per_batch: int) -> bytes:
+def app_events(events: int, per_batch: int) -> bytes:
     """``events`` app events in uncompressed record batches (v2) of ``per_batch`` records."""
-    out, offset = bytearray(), 0
-    while offset < events:
-        builder = DefaultRecordBatchBuilder(2, 0, 0, -1, -1, -1, 1 << 24)
-        count = min(per_batch, events - offset)
-        for i in range(count):
-            n = offset + i
-            value = orjson.dumps({"device": {"id": f"d{n % 100_000}"},
-                                  "ts": f"2026-12-01T10:{n // 60 % 60:02d}:{n % 60:02d}Z",
-                                  "country": "DE", "app": "7.2"})
-            builder.append(i, timestamp=1_764_756_900_000 + n, key=None, value=value,
-                           headers=[])
-        built = bytearray(builder.build())
-        built[:8] = offset.to_bytes(8, "big")  # the batch's base offset
-        out += built
-        offset += count
-    return bytes(out)
+    values = [orjson.dumps({"device": {"id": f"d{n % 100_000}"},
+                            "ts": f"2026-12-01T10:{n // 60 % 60:02d}:{n % 60:02d}Z",
+                            "country": "DE", "app": "7.2"}) for n in range(events)]
+    return record_batches([(0, [(None, v, 1_764_756_900_000 + start + i)
+                                for i, v in enumerate(values[start:start + per_batch])])
+                           for start in range(0, events, per_batch)])
 
 
 def as_consumer_records(data: bytes) -> list:
@@ -96,7 +87,7 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=15)
     args = parser.parse_args()
     tune_collector()  # the collector set as in a worker
-    data = record_batches(args.events, args.batch)
+    data = app_events(args.events, args.batch)
     assert as_consumer_records(data) == as_raw_fetched(data)
     rows = []
     for name, fn in (("ConsumerRecord, then a tuple (before)", as_consumer_records),

