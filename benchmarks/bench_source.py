@@ -214,7 +214,7 @@ def declare(bootstrap: str, topics: Topics, parts: int, devices: int) -> None:
 
 
 async def wait_committed(bootstrap: str, group: str, topic: str, want: int, timeout: float,
-                         alive: Callable[[], bool], cpu: Callable[[], float] | None = None
+                         alive: Callable[[], bool], cpu: Callable[[], float]
                          ) -> list[tuple[int, float]]:
     """Until ``group`` has committed ``want`` records of ``topic`` (looked up twice a second);
     returns, per look, the records committed and ``cpu()`` then."""
@@ -224,7 +224,7 @@ async def wait_committed(bootstrap: str, group: str, topic: str, want: int, time
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline and alive():
         done = sum((await committed_offsets(bootstrap, group, topic)).values())
-        looks.append((done, cpu() if cpu is not None else 0.0))
+        looks.append((done, cpu()))
         if done >= want:
             break
         await asyncio.sleep(0.5)

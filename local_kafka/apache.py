@@ -115,8 +115,9 @@ _SHORT_LIVED_JVM = ("-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC")
 def class_archive(libs: Path) -> Path:
     """The class data archive of Kafka's classes for the jars in ``libs`` (beside them), made by
     :func:`make_class_archive` (``./setup.sh test``). A JVM started with it maps the classes a
-    node or a tool loads instead of reading and verifying each from the jars: a node's start
-    (storage format, start, stop) took 3.5 s of CPU without it and 2.4 s with it."""
+    node or a tool loads instead of reading and verifying each from the jars: a node's storage
+    format, start and stop took 2.9-3.2 s of CPU without it and 1.6-1.7 s with it
+    (docs/performance.md, "The test suite")."""
     return libs.parent / "kafka-classes.jsa"
 
 
