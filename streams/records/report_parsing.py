@@ -68,8 +68,9 @@ def source_order(source: object) -> int:
                       "offset < 2**40] of non-negative integers")
 
 
-class _Report(msgspec.Struct, kw_only=True):
-    """A report's fields as the typed decoder reads them (the other fields are skipped)."""
+class _Report(msgspec.Struct, kw_only=True, gc=False):
+    """A report's fields as the typed decoder reads them (the other fields are skipped); left
+    untracked by the cycle collector, as it holds decoded JSON only (no cycle can form)."""
 
     user: Any
     time: Any

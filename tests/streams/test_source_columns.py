@@ -8,6 +8,7 @@ counts with its typed decoder as with every record parsed whole (``typed=False``
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 from datetime import UTC, datetime, timedelta
 
@@ -175,6 +176,24 @@ def test_the_typed_path_takes_the_usual_events() -> None:
     assert (len(taken), left) == (50, [])
     batch = mapping.map([(None, v, 0, i, 0) for i, v in enumerate(events)])
     assert batch.times.tolist() == [parse_time("2026-12-03T10:15:00.123Z")] * 50
+
+
+
+def test_decoded_records_stay_out_of_the_cycle_collectors_way() -> None:
+    """The typed decoders' records cannot form reference cycles (they hold decoded JSON only),
+    so the collector does not track them: a batch's thousands of them alive during a young
+    collection used to make it the worker's largest collection cost (docs/performance.md)."""
+    from streams.job.source.typed_paths import PathDecoder
+    from streams.records.report_parsing import _decode_report
+
+    decoder = PathDecoder([("device", "id"), ("ts",)], [("app", "v")])
+    structs = decoder._structs([orjson.dumps({"device": {"id": "d1"}, "ts": "t",
+                                              "app": {"v": [1, {"x": 2}]}})])[1]
+    assert len(structs) == 1
+    assert not gc.is_tracked(structs[0]) and not gc.is_tracked(structs[0].f0)
+    assert gc.is_tracked(structs[0].f3.f4)  # a decoded list is tracked as ever
+    report = _decode_report(b'{"user": "u", "time": 1, "value": "a", "source": [0, 1, 2]}')
+    assert not gc.is_tracked(report)
 
 
 @settings(max_examples=200, deadline=None)

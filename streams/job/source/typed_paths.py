@@ -92,7 +92,11 @@ class PathDecoder:
                 fields.append((name, kind))
             else:
                 fields.append((name, kind | msgspec.UnsetType, msgspec.UNSET))
-        return msgspec.defstruct(f"Level{self._count}", fields, rename=rename, kw_only=True)
+        # gc=False: a decoded record holds decoded JSON only, so it can be in no reference
+        # cycle; the cycle collector then need not walk a batch's records alive in every young
+        # collection (docs/performance.md, "The source stage").
+        return msgspec.defstruct(f"Level{self._count}", fields, rename=rename, kw_only=True,
+                                 gc=False)
 
     def _structs(self, values: Sequence[bytes | None]) -> tuple[list[int], list[Any], list[int]]:
         """The records decoded: the positions taken, their structs, the positions left."""
