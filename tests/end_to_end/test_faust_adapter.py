@@ -45,7 +45,7 @@ from record_batches import record_batches
 FAUST = version("faust-streaming")
 
 try:
-    from streams.job.worker import ingest
+    from streams.job.worker import ingest, raw_fetch
 except ImportError as exc:  # a Faust internal that streams/job/worker/ingest.py imports is gone
     pytest.fail(f"faust-streaming {FAUST}: streams/job/worker/ingest.py no longer imports ({exc}); "
                 "adapt it and this test before moving the faust-streaming pin in pyproject.toml",
@@ -311,16 +311,24 @@ def test_the_worker_consumer_reads_only_what_transactions_committed() -> None:
     assert asyncio.run(built_isolation()) == ISOLATION_LEVEL == "read_committed"
 
 
-#: aiokafka internals behind ``RawFetched``
-RAW_FETCH_INTERNALS = ("_fetcher", "_records", "_partition_records", "_consumer_record")
+#: aiokafka internals behind ``RawFetched`` (streams/job/worker/raw_fetch.py)
+RAW_FETCH_INTERNALS = ("_fetcher", "_records", "_partition_records", "_topic_partition",
+                       "check_assignment", "_update_position", "getall", "has_more",
+                       "_records_iterator", "_consumer_record", "_tp", "_check_crcs",
+                       "_isolation_level", "_aborted_producers", "_consume_aborted_up_to",
+                       "_contains_abort_marker", "next_fetch_offset")
 
 
 def test_raw_fetch_internals() -> None:
     """Faust's ``_fetch_records`` reads the aiokafka consumer's ``_fetcher``; aiokafka's fetcher
     keeps its fetched partitions in ``_records``, storing each as a ``FetchResult`` whose
-    ``_partition_records`` yields every record through ``_consumer_record(tp, record)``."""
+    ``getall`` the fetcher calls; a ``PartitionRecords`` hands its records out through the
+    generator ``_records_iterator``, made in ``__init__`` and making each record with
+    ``_consumer_record(tp, record)``, and skips aborted transactions with the helpers named
+    here."""
     from aiokafka.consumer import fetcher
 
+    records, result = fetcher.PartitionRecords, fetcher.FetchResult
     # (where, the line it must still hold, the internal, what changed if it does not)
     expected = [
         (faust_aiokafka.AIOKafkaConsumerThread._fetch_records, "fetcher = consumer._fetcher",
@@ -329,52 +337,145 @@ def test_raw_fetch_internals() -> None:
          "aiokafka Fetcher._records", "is no longer an OrderedDict made in __init__"),
         (fetcher.Fetcher, "self._records[tp] = FetchResult(", "aiokafka Fetcher._records",
          "no longer stores FetchResults by item assignment"),
-        (fetcher.FetchResult.__init__, "self._partition_records = partition_records",
+        (fetcher.Fetcher.fetched_records, "records = res_or_error.getall(max_records)",
+         "aiokafka FetchResult.getall", "is no longer how the fetcher takes records"),
+        (fetcher.Fetcher.fetched_records, "if type(res_or_error) is FetchResult:",
+         "aiokafka Fetcher.fetched_records", "no longer tells results by their exact class "
+         "(RawFetched may then swap the FetchResult's class instead of its getall)"),
+        (fetcher.Fetcher.fetched_records, "if not res_or_error.has_more():",
+         "aiokafka FetchResult.has_more", "no longer tells the fetcher a partition is done"),
+        (result.__init__, "self._partition_records = partition_records",
          "aiokafka FetchResult._partition_records", "no longer holds the PartitionRecords"),
-        (fetcher.PartitionRecords._unpack_records, "self._consumer_record(tp, record)",
+        (result.__init__, "self._topic_partition = tp",
+         "aiokafka FetchResult._topic_partition", "no longer holds the partition"),
+        (result.getall, "if not self.check_assignment(tp) or not self.has_more():",
+         "aiokafka FetchResult.getall", "no longer checks the assignment first"),
+        (result._update_position,
+         "state.consumed_to(self._partition_records.next_fetch_offset)",
+         "aiokafka FetchResult._update_position", "no longer moves the consumer's position"),
+        (records.__init__, "self._records_iterator = self._unpack_records()",
+         "aiokafka PartitionRecords._records_iterator", "is no longer made in __init__"),
+        (records.__next__, "return next(self._records_iterator)",
+         "aiokafka PartitionRecords.__next__", "no longer reads _records_iterator"),
+        (records._unpack_records, "self._consumer_record(tp, record)",
          "aiokafka PartitionRecords._consumer_record", "no longer makes each record"),
+        (records._unpack_records, "self._consume_aborted_up_to(next_batch.base_offset)",
+         "aiokafka PartitionRecords._consume_aborted_up_to", "is no longer how aborted "
+         "transactions are followed"),
+        (records._unpack_records, "self._contains_abort_marker(next_batch)",
+         "aiokafka PartitionRecords._contains_abort_marker", "is no longer how an abort "
+         "marker is read"),
+        (records._unpack_records, "next_batch.producer_id in self._aborted_producers",
+         "aiokafka PartitionRecords._aborted_producers", "no longer holds the aborted "
+         "producers"),
     ]
     for where, line, internal, problem in expected:
         if line not in inspect.getsource(where):
             broken(internal, problem)
+    made = records(None, None, [], 0, None, None, True, 1)
+    for name in ("_tp", "_records", "_check_crcs", "_isolation_level", "_aborted_producers",
+                 "next_fetch_offset"):
+        if not hasattr(made, name):
+            broken(f"aiokafka PartitionRecords.{name}", "is no longer set in __init__")
 
 
 _RECORD = st.tuples(st.none() | st.binary(max_size=8), st.none() | st.binary(max_size=16),
                     st.integers(0, 2**40))
 
 
-@settings(max_examples=60, deadline=None)
+def _fetched(data: bytes, aborted: list, start: int, topics: dict[str, bool]) -> Any:
+    """A fetched partition ("adapter.raw", 3) of ``data`` from offset ``start``, stored in a
+    ``RawFetched`` of ``topics``, as aiokafka's fetcher stores it, with its assignment (made
+    in a running event loop, as aiokafka's consumer makes it)."""
+    from aiokafka.consumer.fetcher import FetchResult, PartitionRecords
+    from aiokafka.consumer.subscription_state import SubscriptionState
+    from aiokafka.record.memory_records import MemoryRecords
+    from aiokafka.structs import TopicPartition
+
+    tp = TopicPartition("adapter.raw", 3)
+    state = SubscriptionState()
+    state.assign_from_user({tp})
+    state.seek(tp, start)
+    records = PartitionRecords(tp, MemoryRecords(data), list(aborted), start, None, None,
+                               True, 1)  # 1: read_committed
+    store = raw_fetch.RawFetched(topics, {})
+    store[tp] = FetchResult(tp, assignment=state.subscription.assignment,
+                            partition_records=records, backoff=0)
+    return store[tp]
+
+
+@settings(max_examples=80, deadline=None)
 @given(batches=st.lists(st.tuples(st.sampled_from([0, 7, 9]),
                                   st.lists(_RECORD, min_size=1, max_size=6)),
                         min_size=1, max_size=5),
        aborted_from=st.none() | st.integers(0, 30), start=st.integers(0, 8),
-       timed=st.booleans())
+       timed=st.booleans(), sizes=st.lists(st.none() | st.integers(1, 7), max_size=12))
 def test_raw_fetched_records_are_aiokafka_records_as_tuples(batches, aborted_from, start,
-                                                            timed) -> None:
+                                                            timed, sizes) -> None:
     """The records of a batch topic, fetched through ``RawFetched``, are aiokafka's own records
     of the same fetch (aborted transactions skipped, a fetch starting inside a batch) as the
-    tuples a batch handler takes, and the fetch position ends where aiokafka's does."""
-    from aiokafka.consumer.fetcher import FetchResult, PartitionRecords
-    from aiokafka.record.memory_records import MemoryRecords
-    from aiokafka.structs import TopicPartition
+    tuples a batch handler takes, whether iterated or taken by ``getall`` in any counts; after
+    each ``getall`` the consumer's position lies after what was handed out and at or before
+    the next record, and the fetch ends where aiokafka's does."""
+    asyncio.run(_same_records(record_batches(batches, headers=[("h", b"x")]),
+                              [] if aborted_from is None else [(9, aborted_from)], start,
+                              timed, sizes))
 
-    data = record_batches(batches, headers=[("h", b"x")])
-    aborted = [] if aborted_from is None else [(9, aborted_from)]
-    tp = TopicPartition("adapter.raw", 3)
 
-    def fetched(topics: dict[str, bool]) -> PartitionRecords:
-        records = PartitionRecords(tp, MemoryRecords(data), list(aborted), start, None, None,
-                                   True, 1)  # 1: read_committed
-        store = ingest.RawFetched(topics, {})
-        store[tp] = FetchResult(tp, assignment=None, partition_records=records, backoff=0)
-        return store[tp]._partition_records
+async def _same_records(data: bytes, aborted: list, start: int, timed: bool,
+                        sizes: list[int | None]) -> None:
+    from aiokafka.consumer.fetcher import FetchResult
 
-    theirs = fetched({"adapter.other": timed})
-    ours = fetched({"adapter.raw": timed})
-    want = [(r.key, r.value, 3, r.offset, r.timestamp)[:5 if timed else 4] for r in theirs]
-    assert list(ours) == want
-    assert ours.next_fetch_offset == theirs.next_fetch_offset
-    assert all(isinstance(r, ConsumerRecord) for r in fetched({"adapter.other": timed}))
+    width = 5 if timed else 4
+
+    def as_tuple(r: ConsumerRecord) -> tuple:
+        return (r.key, r.value, 3, r.offset, r.timestamp)[:width]
+
+    theirs = _fetched(data, aborted, start, {"adapter.other": timed})
+    their_records = theirs._partition_records
+    want = [as_tuple(r) for r in theirs.getall()]
+    end = their_records.next_fetch_offset  # where aiokafka's fetch ends
+    iterated = _fetched(data, aborted, start, {"adapter.raw": timed})._partition_records
+    assert list(iterated) == want
+    assert iterated.next_fetch_offset == end
+    ours = _fetched(data, aborted, start, {"adapter.raw": timed})
+    assert type(ours) is FetchResult  # the fetcher tells results from errors by the class
+    assert ours.getall != theirs.getall
+    state = ours._assignment.state_value(ours._topic_partition)
+    got: list[tuple] = []
+    for size in [*sizes, None]:
+        taken = ours.getall(size)
+        assert size is None or len(taken) <= size
+        assert len(taken) == min(size or len(want), len(want) - len(got))
+        got += taken
+        if got:
+            assert state.position > got[-1][3]
+        if len(got) < len(want):
+            assert state.position <= want[len(got)][3]
+        if not ours.has_more():
+            break
+    assert got == want
+    assert not ours.has_more() and ours.getall() == []
+    assert state.position == end
+    assert all(isinstance(r, ConsumerRecord) for r in
+               _fetched(data, aborted, start, {"adapter.other": timed})._partition_records)
+
+
+def test_raw_fetched_hands_nothing_out_once_the_position_moved() -> None:
+    """As aiokafka's: a partition paused, or sought elsewhere, since the fetch gives nothing,
+    and its fetched records are dropped (to be fetched again from the new position)."""
+    asyncio.run(_nothing_once_moved())
+
+
+async def _nothing_once_moved() -> None:
+    data = record_batches([(0, [(b"k", b"v", 5), (b"k", b"w", 6)])])
+    paused = _fetched(data, [], 0, {"adapter.raw": True})
+    paused._assignment.state_value(paused._topic_partition).pause()
+    assert paused.getall() == [] and not paused.has_more()
+    sought = _fetched(data, [], 0, {"adapter.raw": True})
+    assert sought.getall(1) == [(b"k", b"v", 3, 0, 5)] and sought.has_more()
+    sought._assignment.state_value(sought._topic_partition).seek(0)
+    assert sought.getall() == [] and not sought.has_more()
 
 
 def test_raw_fetched_leaves_errors_and_other_topics() -> None:
@@ -390,7 +491,7 @@ def test_raw_fetched_leaves_errors_and_other_topics() -> None:
         return FetchResult(tp, assignment=None, partition_records=records, backoff=0)
 
     error = FetchError(error=RuntimeError("broken"), backoff=0)
-    store = ingest.RawFetched({"adapter.batch": True},
+    store = raw_fetch.RawFetched({"adapter.batch": True},
                               {TP("adapter.batch", 0): result("adapter.batch")})
     store[TP("adapter.plain", 0)] = result("adapter.plain")
     store[TP("adapter.batch", 1)] = error

@@ -19,7 +19,7 @@ What this does
 registered with :class:`BatchIngest` are handed to a coroutine one fetched batch per partition at a
 time, as a list of ``(key, value, partition, offset)`` tuples (raw bytes, nothing decoded; what a
 handler receives and may answer is in :mod:`streams.job.batch_handling`), which the consumer's
-thread makes straight from the fetched record batches (:class:`RawFetched`). Every other topic
+thread makes straight from the fetched record batches (:mod:`.raw_fetch`). Every other topic
 (tables' changelogs during recovery, ordinary agents) still goes through Faust's conductor record
 by record, exactly as before. Faust keeps everything else:
 
@@ -73,9 +73,9 @@ else uses Faust's public API, or the public functions here (:func:`partition_con
 * ``Consumer._new_consumer_thread`` and ``AIOKafkaConsumerThread._create_worker_consumer``, and
   aiokafka's ``AIOKafkaConsumer._isolation_level``, which ``start()`` hands to its fetcher
   (:class:`CommittedReadThread`);
-* ``AIOKafkaConsumerThread._fetch_records`` and, in aiokafka, the consumer's ``_fetcher``, the
-  fetcher's store of fetched partitions ``_records``, a ``FetchResult``'s
-  ``_partition_records`` and ``PartitionRecords._consumer_record`` (:class:`RawFetched`);
+* ``AIOKafkaConsumerThread._fetch_records`` and, in aiokafka, the consumer's ``_fetcher`` and
+  the fetcher's store of fetched partitions ``_records``, and the parts of ``FetchResult`` and
+  ``PartitionRecords`` that :mod:`streams.job.worker.raw_fetch` names;
 * the less private parts that the replacement fetch loop shares with Faust's: ``diag``,
   ``flow_active``, ``perform_seek``, ``highwater``, ``wait_first``, ``suspend_flow``,
   ``callback``, ``commit``, the app's ``flow_control``, producer buffer and monitor counters,
@@ -91,7 +91,6 @@ new version, after adapting this module.
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextlib
 import logging
 import time
@@ -100,7 +99,6 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Final
 
 import numpy as np
-from aiokafka.consumer.fetcher import FetchResult, PartitionRecords
 from faust.events import Event
 from faust.streams import _current_event
 from faust.transport.consumer import CONSUMER_FETCHING
@@ -111,10 +109,11 @@ from mode import Service
 from mode.utils.futures import notify
 
 from streams.job.batch_handling import BatchHandler, RawRecord, Rewind
+from streams.job.worker.raw_fetch import RawFetched
 from streams.kafka.settings import ISOLATION_LEVEL
 
 __all__ = ["BatchConsumer", "BatchIngest", "BatchTransport", "CoordinationFailed", "FetchStalled",
-           "RawFetched", "committed_offsets", "ingest_settings", "install_batch_consumer"]
+           "committed_offsets", "ingest_settings", "install_batch_consumer"]
 
 logger = logging.getLogger(__name__)
 
@@ -260,49 +259,6 @@ class CommittedReadThread(faust_aiokafka.AIOKafkaConsumerThread):
             fetcher._records = RawFetched(
                 {topic: route.timestamps for topic, route in routes.items()}, fetcher._records)
         return await super()._fetch_records(consumer, active_partitions, timeout, max_records)
-
-
-class _RawRecords(PartitionRecords):
-    """aiokafka's records of one fetched partition (its batches, aborted transactions and
-    control records handled as aiokafka does), each yielded as the tuple a batch handler takes,
-    ``(key, value, partition, offset, timestamp)``, instead of a ``ConsumerRecord``."""
-
-    def _consumer_record(self, tp: Any, record: Any) -> tuple[Any, ...]:
-        return (record.key, record.value, tp.partition, record.offset, record.timestamp)
-
-
-class _RawRecordsUntimed(PartitionRecords):
-    """:class:`_RawRecords` without the timestamp: ``(key, value, partition, offset)``."""
-
-    def _consumer_record(self, tp: Any, record: Any) -> tuple[Any, ...]:
-        return (record.key, record.value, tp.partition, record.offset)
-
-
-class RawFetched(collections.OrderedDict):
-    """The aiokafka fetcher's fetched partitions (``Fetcher._records``), whose records of batch
-    topics come out as raw tuples (:data:`~streams.job.batch_handling.RawRecord`).
-
-    aiokafka builds a ``ConsumerRecord`` (a dataclass of eleven fields, the headers copied) for
-    every record in the consumer's thread, and the fetch loop turned each into a tuple again:
-    a third of what unpacking a fetched record cost (``benchmarks/bench_fetch.py``,
-    docs/performance.md, "The source stage"). Every fetched partition stored here whose topic
-    has a batch handler has its records yielded as those tuples straight away; the rest of
-    aiokafka (positions, aborted transactions, control batches, CRCs) is untouched."""
-
-    def __init__(self, timestamps: Mapping[str, bool], fetched: Mapping[Any, Any]) -> None:
-        super().__init__()
-        self.kinds = {topic: _RawRecords if timed else _RawRecordsUntimed
-                      for topic, timed in timestamps.items()}
-        for tp, result in fetched.items():
-            self[tp] = result
-
-    def __setitem__(self, tp: Any, result: Any) -> None:
-        kind = self.kinds.get(tp.topic)
-        if kind is not None and type(result) is FetchResult:
-            records = result._partition_records
-            if type(records) is PartitionRecords:
-                records.__class__ = kind  # the records not yet yielded come out as tuples
-        super().__setitem__(tp, result)
 
 
 class BatchConsumer(faust_aiokafka.Consumer):
