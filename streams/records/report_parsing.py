@@ -23,7 +23,7 @@ from streams.records.field_parsing import (
 from streams.records.input_formats import REPORT_FIELDS
 from streams.records.json_limits import screen, screen_one
 
-__all__ = ["ReportBatch", "parse_reports", "source_order"]
+__all__ = ["ReportBatch", "decode_report", "parse_reports", "source_order"]
 
 
 @dataclass(frozen=True)
@@ -78,7 +78,9 @@ class _Report(msgspec.Struct, kw_only=True, gc=False):
     source: tuple[int, int, int] | None = None
 
 
-_decode_report = msgspec.json.Decoder(_Report).decode
+#: One report of the common shape, its fields (``user``, ``time``, ``value``, ``source``) read
+#: by the typed decoder; raises on anything else (:func:`parse_reports` then takes it one by one).
+decode_report = msgspec.json.Decoder(_Report).decode
 _INT_LOW, _INT_HIGH = -(2**63), 2**63
 
 
@@ -131,7 +133,7 @@ def _typed(values: Sequence[bytes | None], keys: Sequence[bytes | None] | None
     try:
         if refused:
             raise TypeError
-        reports = list(map(_decode_report, values))  # type: ignore[arg-type]
+        reports = list(map(decode_report, values))  # type: ignore[arg-type]
         taken = list(range(len(values)))
         left: list[int] = []
     except Exception:  # noqa: BLE001 - a report to leave: decode them one by one
@@ -141,7 +143,7 @@ def _typed(values: Sequence[bytes | None], keys: Sequence[bytes | None] | None
                 left.append(i)
                 continue
             try:
-                reports.append(_decode_report(raw))  # type: ignore[arg-type]
+                reports.append(decode_report(raw))  # type: ignore[arg-type]
             except Exception:  # noqa: BLE001 - the general path says why
                 left.append(i)
                 continue

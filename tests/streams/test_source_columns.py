@@ -184,7 +184,7 @@ def test_decoded_records_stay_out_of_the_cycle_collectors_way() -> None:
     so the collector does not track them: a batch's thousands of them alive during a young
     collection used to make it the worker's largest collection cost (docs/performance.md)."""
     from streams.job.source.typed_paths import PathDecoder
-    from streams.records.report_parsing import _decode_report
+    from streams.records.report_parsing import decode_report
 
     decoder = PathDecoder([("device", "id"), ("ts",)], [("app", "v")])
     structs = decoder._structs([orjson.dumps({"device": {"id": "d1"}, "ts": "t",
@@ -192,7 +192,7 @@ def test_decoded_records_stay_out_of_the_cycle_collectors_way() -> None:
     assert len(structs) == 1
     assert not gc.is_tracked(structs[0]) and not gc.is_tracked(structs[0].f0)
     assert gc.is_tracked(structs[0].f3.f4)  # a decoded list is tracked as ever
-    report = _decode_report(b'{"user": "u", "time": 1, "value": "a", "source": [0, 1, 2]}')
+    report = decode_report(b'{"user": "u", "time": 1, "value": "a", "source": [0, 1, 2]}')
     assert not gc.is_tracked(report)
 
 
