@@ -74,11 +74,14 @@ def report_records(n: int, users: int = 10_000, cells: int = 64) -> Iterator[tup
 
 async def consume_timed(bootstrap: str, topic: str, n: int,
                         take: Callable[[int, list[Any]], Awaitable[None] | None],
-                        ) -> dict[str, Any]:
+                        tuples: bool = False) -> dict[str, Any]:
     """Consume ``n`` records of ``topic`` with a bare aiokafka consumer, handing each fetched
     partition's records to ``take(partition, records)`` (awaited if it returns an awaitable);
     timed from the first fetch that returned records, in wall-clock seconds and in this
-    process's CPU time a record (``cpu_us``, which other work on the machine moves less)."""
+    process's CPU time a record (``cpu_us``, which other work on the machine moves less).
+    ``tuples``: the records come as a worker's fetch makes them for a batch handler,
+    ``(key, value, partition, offset, timestamp)`` tuples a record batch at a time
+    (:class:`~streams.job.worker.raw_fetch.RawFetched`), instead of aiokafka's records."""
     consumer = AIOKafkaConsumer(
         topic,
         bootstrap_servers=bootstrap,
@@ -88,6 +91,11 @@ async def consume_timed(bootstrap: str, topic: str, n: int,
         fetch_max_bytes=64 * 1024 * 1024,
     )
     await consumer.start()
+    if tuples:
+        from streams.job.worker.raw_fetch import RawFetched
+
+        fetcher = consumer._fetcher
+        fetcher._records = RawFetched({topic: True}, fetcher._records)
     got, t0, cpu0 = 0, None, 0.0
     try:
         while got < n:

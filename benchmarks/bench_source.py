@@ -243,11 +243,12 @@ def cpu_us_an_event(looks: list[tuple[int, float]]) -> float:
 async def measure_path(bootstrap: str, source: str, topics: Topics, parts: int, n: int,
                        registry_url: str | None) -> dict[str, Any]:
     """The mapping and re-keying path alone, on the same backlog as the bare consumer: a bare
-    aiokafka consumer of the source topic hands each partition's fetched records to the
-    stage (:class:`~streams.job.source.rekey.Rekeyer`), which maps them and produces the
-    re-keyed reports through the worker's producer path (record batches, partitions hashed
-    a batch at a time), acknowledged by the broker before the clock stops. No Faust and no
-    job: this is what the stage adds to a consumer."""
+    aiokafka consumer of the source topic, fetching as the worker does (the handler's tuples a
+    record batch at a time), hands each partition's fetched records to the stage
+    (:class:`~streams.job.source.rekey.Rekeyer`), which maps them and produces the re-keyed
+    reports through the worker's producer path (record batches, partitions hashed a batch at a
+    time), acknowledged by the broker before the clock stops. No Faust and no job: this is what
+    the stage adds to a consumer."""
     from collections import Counter
 
     from streams.job.config import JobConfig
@@ -280,12 +281,11 @@ async def measure_path(bootstrap: str, source: str, topics: Topics, parts: int, 
                                schema_registry=registry_url))
     stage = Rekeyer(config, settings, topics, None, NoLetters(), Counter(),
                     send_reports=send_reports)
-    async def take(partition: int, records: list[Any]) -> None:
-        await stage.on_batch(source, [(r.key, r.value, partition, r.offset, r.timestamp)
-                                      for r in records])
+    async def take(_partition: int, records: list[Any]) -> None:
+        await stage.on_batch(source, records)
 
     try:
-        timed = await consume_timed(bootstrap, source, n, take)
+        timed = await consume_timed(bootstrap, source, n, take, tuples=True)
         t0, cpu0 = time.perf_counter(), time.process_time()
         await stage.drain()  # the clock runs until the broker has every report
         timed["seconds"] += time.perf_counter() - t0
