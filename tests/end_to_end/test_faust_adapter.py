@@ -478,6 +478,27 @@ async def _nothing_once_moved() -> None:
     assert sought.getall() == [] and not sought.has_more()
 
 
+def test_raw_fetched_records_begun_by_aiokafka_go_on_as_tuples() -> None:
+    """A partition whose records aiokafka began to hand out before it was stored keeps
+    aiokafka's generator and getall; the records still to come are tuples."""
+    asyncio.run(_begun_by_aiokafka())
+
+
+async def _begun_by_aiokafka() -> None:
+    from aiokafka.consumer.fetcher import FetchResult
+
+    data = record_batches([(0, [(b"k", b"v", 5), (b"k", b"w", 6), (b"k", b"x", 7)])])
+    plain = _fetched(data, [], 0, {"adapter.other": True})
+    first = plain.getall(1)
+    assert isinstance(first[0], ConsumerRecord) and first[0].offset == 0
+    store = raw_fetch.RawFetched({"adapter.raw": True}, {plain._topic_partition: plain})
+    begun = store[plain._topic_partition]
+    assert "getall" not in vars(begun) and type(begun) is FetchResult
+    assert begun.getall() == [(b"k", b"w", 3, 1, 6), (b"k", b"x", 3, 2, 7)]
+    assert not begun.has_more()
+    assert begun._assignment.state_value(begun._topic_partition).position == 3
+
+
 def test_raw_fetched_leaves_errors_and_other_topics() -> None:
     """Only fetched partitions of batch topics are changed, those already fetched included."""
     from aiokafka.consumer.fetcher import FetchError, FetchResult, PartitionRecords
