@@ -19,6 +19,7 @@ import inspect
 import threading
 import tomllib
 import typing
+import weakref
 from collections.abc import Callable
 from importlib.metadata import version
 from pathlib import Path
@@ -457,6 +458,9 @@ async def _same_records(data: bytes, aborted: list, start: int, timed: bool,
     assert got == want
     assert not ours.has_more() and ours.getall() == []
     assert state.position == end
+    gone = weakref.ref(ours)
+    del ours
+    assert gone() is None  # freed at once (no reference cycle holds its fetched bytes)
     assert all(isinstance(r, ConsumerRecord) for r in
                _fetched(data, aborted, start, {"adapter.other": timed})._partition_records)
 

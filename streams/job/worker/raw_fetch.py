@@ -31,9 +31,10 @@ aiokafka's generator; its records still come out as tuples (``_consumer_record``
 from __future__ import annotations
 
 import collections
+import functools
 import inspect
 import itertools
-import types
+import weakref
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -136,10 +137,16 @@ class RawRecordsUntimed(RawRecords):
         return [(r.key, r.value, p, r.offset) for r in batch if r.offset >= start]
 
 
-def _getall(result: FetchResult, max_records: int | None = None) -> list[tuple[Any, ...]]:
+def _getall(owner: weakref.ref[FetchResult], max_records: int | None = None
+            ) -> list[tuple[Any, ...]]:
     """A batch topic's ``FetchResult.getall``: up to ``max_records`` tuples (all: ``None``),
     handed out as aiokafka's ``getall`` hands out records, none when the partition is no longer
-    assigned, was paused or was sought elsewhere (its records then dropped)."""
+    assigned, was paused or was sought elsewhere (its records then dropped). The result is
+    held by a weak reference, so that it and its fetched bytes are freed as soon as the fetcher
+    drops it, not at a later pass of the cycle collector."""
+    result = owner()
+    if result is None:
+        return []
     records = result._partition_records
     if records is None or not result.check_assignment(result._topic_partition):
         return []
@@ -174,5 +181,5 @@ class RawFetched(collections.OrderedDict):
                     records._start_batches()
                     # the fetcher tells results from errors by their exact class: the result
                     # stays a FetchResult, with this partition's getall its own
-                    result.getall = types.MethodType(_getall, result)
+                    result.getall = functools.partial(_getall, weakref.ref(result))
         super().__setitem__(tp, result)
