@@ -36,16 +36,13 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
-from aiokafka.consumer.fetcher import FetchResult, PartitionRecords  # noqa: E402
-from aiokafka.consumer.subscription_state import SubscriptionState  # noqa: E402
-from aiokafka.record.memory_records import MemoryRecords  # noqa: E402
+from aiokafka.consumer.fetcher import FetchResult  # noqa: E402
 from aiokafka.structs import TopicPartition  # noqa: E402
-from record_batches import record_batches  # noqa: E402
+from record_batches import fetched_partition, record_batches  # noqa: E402
 
 from streams.cli.worker import tune_collector  # noqa: E402
-from streams.job.worker.raw_fetch import RawFetched, RawRecords  # noqa: E402
+from streams.job.worker.raw_fetch import RawRecords  # noqa: E402
 
-READ_COMMITTED = 1
 MAX_POLL_RECORDS = 20_000  # streams/job/worker/ingest.py's broker_max_poll_records
 TP = TopicPartition("bench.source", 0)
 
@@ -62,15 +59,8 @@ def app_events(events: int, per_batch: int) -> bytes:
 
 def fetch_result(data: bytes, topics: dict[str, bool]) -> FetchResult:
     """The fetched partition of ``data`` as aiokafka's fetcher stores it, in a ``RawFetched``
-    of ``topics`` (made in a running event loop, as the consumer makes its assignment)."""
-    state = SubscriptionState()
-    state.assign_from_user({TP})
-    state.seek(TP, 0)
-    records = PartitionRecords(TP, MemoryRecords(data), [], 0, None, None, True, READ_COMMITTED)
-    store = RawFetched(topics, {})
-    store[TP] = FetchResult(TP, assignment=state.subscription.assignment,
-                            partition_records=records, backoff=0)
-    return store[TP]
+    of ``topics``."""
+    return fetched_partition(data, TP, topics)
 
 
 def take_all(result: FetchResult) -> list:

@@ -41,7 +41,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from packaging.requirements import Requirement
 from packaging.version import Version
-from record_batches import record_batches
+from record_batches import fetched_partition, record_batches
 
 FAUST = version("faust-streaming")
 
@@ -385,24 +385,10 @@ _RECORD = st.tuples(st.none() | st.binary(max_size=8), st.none() | st.binary(max
 
 
 def _fetched(data: bytes, aborted: list, start: int, topics: dict[str, bool]) -> Any:
-    """A fetched partition ("adapter.raw", 3) of ``data`` from offset ``start``, stored in a
-    ``RawFetched`` of ``topics``, as aiokafka's fetcher stores it, with its assignment (made
-    in a running event loop, as aiokafka's consumer makes it)."""
-    from aiokafka.consumer.fetcher import FetchResult, PartitionRecords
-    from aiokafka.consumer.subscription_state import SubscriptionState
-    from aiokafka.record.memory_records import MemoryRecords
+    """Partition ("adapter.raw", 3) of ``data`` from ``start``, fetched into a ``RawFetched``."""
     from aiokafka.structs import TopicPartition
 
-    tp = TopicPartition("adapter.raw", 3)
-    state = SubscriptionState()
-    state.assign_from_user({tp})
-    state.seek(tp, start)
-    records = PartitionRecords(tp, MemoryRecords(data), list(aborted), start, None, None,
-                               True, 1)  # 1: read_committed
-    store = raw_fetch.RawFetched(topics, {})
-    store[tp] = FetchResult(tp, assignment=state.subscription.assignment,
-                            partition_records=records, backoff=0)
-    return store[tp]
+    return fetched_partition(data, TopicPartition("adapter.raw", 3), topics, start, aborted)
 
 
 @settings(max_examples=80, deadline=None)
