@@ -23,6 +23,7 @@ from typing import Any
 
 import faust
 import orjson
+from faust.types import TP
 
 from streams.job.batch_handling import ContinuityGuard, RawRecord, Rewind
 from streams.job.config import JobConfig
@@ -79,6 +80,7 @@ class PartitionRunner:
         self.last_report = time.monotonic()
         self.last_tick: dict[int, int] = {}
         self.last_activity: dict[int, float] = {}
+        self.last_batch: dict[int, float] = {}  # per partition, when its last batch was taken
         self.stalled_reads = ReadStalls()
 
     @property
@@ -145,6 +147,7 @@ class PartitionRunner:
             self.metrics.rewound()
             return rewind
         async with part.lock:
+            self.last_batch[part.number] = time.monotonic()
             said = part.take_reports(records, self.topics.reports, self.start_record,
                                      self.decision_log)
             if said.keyed:
@@ -277,6 +280,28 @@ class PartitionRunner:
         finally:
             await consumer.stop()
 
+    async def settle_tails(self, assigned: list[int], now: float, quiet: float) -> None:
+        """Checkpoint and acknowledge what the assigned partitions took after their last
+        acknowledgement, once no batch came for ``quiet`` seconds. Records that change no message
+        (a watermark behind the partition's own, control records) leave no checkpoint when they
+        arrive, and a checkpoint a decision caused is acknowledged by no batch: without this the
+        group would not commit the end of a partition that ends with them, and its lag would
+        never reach zero. A partition that goes on taking batches is checkpointed by the slots
+        it closes, as before."""
+        for p in assigned:
+            if now - self.last_batch.get(p, 0.0) < quiet:
+                continue
+            part = self.partitions.get(p)
+            if part is None or not part.resumed:
+                continue
+            if part.next_offset > part.acked:
+                async with self.lock(p):
+                    if self.partitions.get(p) is not part or part.next_offset <= part.acked:
+                        continue  # revoked, or checkpointed, meanwhile
+                    await self.say(part, part.checkpointed(Said(), True), [])
+                    self.counters["tails_checkpointed"] += 1
+            self.app.consumer.acknowledge(TP(self.topics.reports, p), part.acked)
+
     def took_source(self) -> None:
         """The source stage produced reports: the stream is not idle (idle close waits)."""
         self.last_report = time.monotonic()
@@ -345,13 +370,15 @@ class PartitionRunner:
         return clock.start(int(clock.slot_of(limit)))
 
     async def on_tick(self) -> None:
-        """Close slots of partitions that went quiet: watermark records through the data path."""
+        """Close slots of partitions that went quiet: watermark records through the data path.
+        Then checkpoint and acknowledge the quiet partitions' tails (:meth:`settle_tails`)."""
         assigned = [tp.partition for tp in self.app.consumer.assignment()
                     if tp.topic == self.topics.reports]
         if not assigned:
             return
         now = time.monotonic()
         idle = self.config.idle_close_ms / 1000.0
+        await self.settle_tails(assigned, now, idle)
         marks = [a.slotter.watermark for a in self.accumulators.values()
                  if a.slotter.watermark is not None]
         # with source topics every partition hears every source partition's progress (its
