@@ -287,7 +287,9 @@ class PartitionRunner:
         arrive, and a checkpoint a decision caused is acknowledged by no batch: without this the
         group would not commit the end of a partition that ends with them, and its lag would
         never reach zero. A partition that goes on taking batches is checkpointed by the slots
-        it closes, as before."""
+        it closes, as before. Nothing is settled while a rebalance stops the flow."""
+        if not self.app.consumer.flow_active:
+            return
         for p in assigned:
             if now - self.last_batch.get(p, 0.0) < quiet:
                 continue
