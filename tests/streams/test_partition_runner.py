@@ -144,3 +144,66 @@ def test_a_resume_overtaken_by_a_revocation_resumes_nothing_more() -> None:
         assert plans(producer, 1) == [0, 1]
 
     asyncio.run(go())
+
+
+class Acks:
+    """A consumer's side the runner acknowledges through: the stops asked for, per partition."""
+
+    def __init__(self, assigned: set[TP]) -> None:
+        self.assigned = assigned
+        self.flow_active = True
+        self.stops: dict[int, list[int]] = {}
+
+    def assignment(self) -> set[TP]:
+        return self.assigned
+
+    def acknowledge(self, tp: TP, stop: int) -> None:
+        self.stops.setdefault(tp.partition, []).append(stop)
+
+
+def test_a_quiet_partitions_tail_is_checkpointed_and_acknowledged() -> None:
+    """Records taken after the last checkpoint that said nothing (a watermark behind the
+    partition's own) are checkpointed and acknowledged once the partition is quiet, and not
+    before; a checkpoint a decision caused is acknowledged too, though no batch followed it;
+    nothing is settled while a rebalance stops the flow."""
+    from streams.job.partitions.accumulator import watermark_record
+    from streams.job.partitions.checkpoint_store import read_chunked
+
+    async def go() -> None:
+        runner, producer = restarted_worker()
+        acks = Acks(runner.app.consumer.assignment())
+        runner.app.consumer = acks  # type: ignore[attr-defined]
+        await runner.resume_assigned()
+        part = runner.partitions[0]
+        start = part.next_offset
+        assert part.acked == start
+        behind = watermark_record(CFG.slot_ms, CFG.secret_bytes(), CFG.stream, 0)
+        answer = await runner.on_reports([(None, behind, 0, start)])
+        assert answer == start and part.next_offset == start + 1  # said nothing: not covered
+        stored = read_chunked(runner.checkpoints, 0)
+        now = runner.last_batch[0]
+        await runner.settle_tails([0, 1], now + 0.1, 1.0)  # not quiet yet
+        assert 0 not in acks.stops and read_chunked(runner.checkpoints, 0) == stored
+        acks.flow_active = False
+        await runner.settle_tails([0, 1], now + 5.0, 1.0)
+        assert 0 not in acks.stops
+        acks.flow_active = True
+        await runner.settle_tails([0, 1], now + 5.0, 1.0)
+        assert acks.stops[0][-1] == start + 1 and part.acked == start + 1
+        assert read_chunked(runner.checkpoints, 0) != stored
+        assert runner.counters["tails_checkpointed"] == 1
+        # the stored checkpoint covers the tail: the partition comes back past it
+        again = runner.build(0)
+        assert again.next_offset == start + 1
+        # a decision's checkpoint moves ``acked`` with no batch to answer it: slot 2 closes
+        # (a checkpoint), a record says nothing, then slot 1's decision has slot 2 planned
+        closing = watermark_record(3 * CFG.slot_ms, CFG.secret_bytes(), CFG.stream, 0)
+        assert await runner.on_reports([(None, closing, 0, start + 1)]) == start + 2
+        assert await runner.on_reports([(None, behind, 0, start + 2)]) == start + 2
+        await runner.on_control({"stream": "s", "slot": 1, "published": True})
+        assert plans(producer, 0)[-1] == 2 and part.acked == start + 3
+        await runner.settle_tails([0, 1], runner.last_batch[0] + 5.0, 1.0)
+        assert acks.stops[0][-1] == start + 3
+        assert runner.counters["tails_checkpointed"] == 1  # that needed no checkpoint of its own
+
+    asyncio.run(go())
