@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import Iterable, Sequence
 from typing import Any
 
 from aiokafka import AIOKafkaProducer
+from aiokafka.errors import UnknownTopicOrPartitionError
 from aiokafka.partitioner import murmur2
 
 from streams.kafka.settings import client_options
@@ -66,6 +68,8 @@ class RawProducer:
             request_timeout_ms=request_timeout_ms,
         )
         self.sent = 0
+        self.metadata_wait_s = request_timeout_ms / 1000
+        self._known: frozenset[int] = frozenset()  # the topic's partitions in the metadata
 
     async def start(self) -> None:
         """Connect; on failure the client is closed again before the error is raised."""
@@ -88,6 +92,25 @@ class RawProducer:
         except Exception:  # noqa: BLE001 - timed out or failed: close whatever is left
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self.producer.client.close(), timeout)
+
+    async def _known_partition(self, part: int) -> None:
+        """Wait until the client's metadata lists partition ``part`` of the topic: aiokafka's
+        ``send_batch`` does not wait for metadata, and refuses a partition it does not know
+        (seen when records were sent right after another process created the topic). Raises
+        ``UnknownTopicOrPartitionError`` after :attr:`metadata_wait_s` seconds."""
+        if part in self._known:
+            return
+        deadline = time.monotonic() + self.metadata_wait_s
+        while True:
+            self._known = frozenset(await self.producer.partitions_for(self.topic))
+            if part in self._known:
+                return
+            if time.monotonic() >= deadline:
+                raise UnknownTopicOrPartitionError(
+                    f"{self.topic} has no partition {part} (partitions known: "
+                    f"{sorted(self._known)})")
+            await self.producer.client.force_metadata_update()
+            await asyncio.sleep(0.1)
 
     def partition_of(self, key: bytes | None, partition: int | None = None) -> int:
         """The partition a record goes to: ``partition`` if given, else the key's (murmur2);
@@ -129,6 +152,7 @@ class RawProducer:
                 if entry[0].append(key=key, value=value, timestamp=None) is None:
                     if not entry[1]:
                         raise ValueError("record larger than the batch size")
+                    await self._known_partition(part)
                     future = await self.producer.send_batch(entry[0], self.topic, partition=part)
                     out.append((entry[1], future))
                     entry = builders[part] = (self.producer.create_batch(), [])
@@ -139,6 +163,7 @@ class RawProducer:
             for part in list(builders):
                 recs = builders[part][1]
                 if recs:
+                    await self._known_partition(part)
                     future = await self.producer.send_batch(builders[part][0], self.topic,
                                                             partition=part)
                     out.append((recs, future))
