@@ -7,19 +7,8 @@ from __future__ import annotations
 
 import asyncio
 
+import jobkit as kit
 from brokers import broker_fixture
-from jobkit import (
-    close_through,
-    config,
-    produce,
-    register,
-    requirement_records,
-    setup_topics,
-    slot_reports,
-    start_worker,
-    stop_worker,
-    wait_for_slots,
-)
 
 from streams.kafka.offsets import committed_offsets, end_offsets, wait_consumed
 
@@ -29,33 +18,34 @@ broker = broker_fixture()
 
 
 def test_a_tail_that_changes_nothing_is_still_committed(broker, tmp_path):
-    cfg = config("tail")
-    topics = setup_topics(broker.bootstrap, cfg)
+    cfg = kit.config("tail")
+    topics = kit.setup_topics(broker.bootstrap, cfg)
     log = tmp_path / "worker.log"
-    worker = start_worker(broker.bootstrap, cfg, tmp_path / "data", log)
+    worker = kit.start_worker(broker.bootstrap, cfg, tmp_path / "data", log)
     group = f"pwevent-{cfg.prefix}-{cfg.stream}"
     alive = lambda: worker.poll() is None  # noqa: E731
     try:
-        register(broker.bootstrap, topics, cfg,
-                 requirement_records(USERS, [4] * len(USERS), [1.0] * len(USERS)), worker)
+        requirements = kit.requirement_records(USERS, [4] * len(USERS), [1.0] * len(USERS))
+        kit.register(broker.bootstrap, topics, cfg, requirements, worker)
         for t in range(2):
-            produce(broker.bootstrap, topics.reports, cfg.partitions, slot_reports(USERS, t, 3))
-        close_through(broker.bootstrap, topics, cfg, 2 * cfg.slot_ms)
-        docs = wait_for_slots(broker.bootstrap, topics, {0, 1}, 90, worker)
+            reports = kit.slot_reports(USERS, t, 3)
+            kit.produce(broker.bootstrap, topics.reports, cfg.partitions, reports)
+        kit.close_through(broker.bootstrap, topics, cfg, 2 * cfg.slot_ms)
+        docs = kit.wait_for_slots(broker.bootstrap, topics, {0, 1}, 90, worker)
         assert sorted(d["slot"] for d in docs) == [0, 1], log.read_text()[-3000:]
         assert asyncio.run(wait_consumed(broker.bootstrap, group, topics.reports,
                                          cfg.partitions, 30, alive=alive)), \
             log.read_text()[-3000:]
         # the same marks again: every partition's watermark stands there already
-        close_through(broker.bootstrap, topics, cfg, 2 * cfg.slot_ms)
+        kit.close_through(broker.bootstrap, topics, cfg, 2 * cfg.slot_ms)
         ends = asyncio.run(end_offsets(broker.bootstrap, topics.reports, cfg.partitions))
         done = asyncio.run(wait_consumed(broker.bootstrap, group, topics.reports,
                                          cfg.partitions, 30, alive=alive))
         committed = asyncio.run(committed_offsets(broker.bootstrap, group, topics.reports))
         assert worker.poll() is None, log.read_text()[-3000:]
     finally:
-        stop_worker(worker)
+        kit.stop_worker(worker)
     assert done, (ends, committed, log.read_text()[-3000:])
     # nothing was released again, nor anything new
-    after = wait_for_slots(broker.bootstrap, topics, {0, 1}, 10)
+    after = kit.wait_for_slots(broker.bootstrap, topics, {0, 1}, 10)
     assert sorted(d["slot"] for d in after) == [0, 1]

@@ -7,25 +7,15 @@ from __future__ import annotations
 
 import asyncio
 
-from aiokafka.admin import AIOKafkaAdminClient, NewPartitions
 from aiokafka.errors import UnknownTopicOrPartitionError
 from brokers import broker_fixture
+from test_source_partitions_added import grow
 
 from streams.kafka.offsets import end_offsets
 from streams.kafka.producer import RawProducer
-from streams.kafka.settings import client_options
 from streams.kafka.topics import TopicSpec, create_topics
 
 broker = broker_fixture()
-
-
-async def grow(bootstrap: str, topic: str, total: int) -> None:
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, **client_options())
-    await admin.start()
-    try:
-        await admin.create_partitions({topic: NewPartitions(total_count=total)})
-    finally:
-        await admin.close()
 
 
 def test_a_partition_the_topic_gained_after_the_client_looked_is_waited_for(broker):
@@ -37,7 +27,7 @@ def test_a_partition_the_topic_gained_after_the_client_looked_is_waited_for(brok
         await producer.start()
         try:
             assert await producer.send_many([(b"a", b"1")], partition=0) == 1  # metadata: {0}
-            await grow(broker.bootstrap, topic, 2)
+            await asyncio.to_thread(grow, broker.bootstrap, topic, 2)
             assert await producer.send_many([(b"b", b"2")], partition=1) == 1
         finally:
             await producer.stop()
