@@ -430,6 +430,25 @@ class RestartableBroker:
             proc.wait(10)
 
 
+def wait_for_topic(bootstrap: str, topic: str, timeout: float, worker=None) -> None:
+    """Wait until ``topic`` exists, asking the broker for its topics' names only (a request
+    that never auto-creates one): a client that asked for the topic itself before the worker
+    created it would have the broker auto-create it, with one partition."""
+    async def exists() -> bool:
+        admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+        await admin.start()
+        try:
+            return topic in await admin.list_topics()
+        finally:
+            await admin.close()
+
+    deadline = time.monotonic() + timeout
+    while not asyncio.run(exists()):
+        assert worker is None or worker.poll() is None, f"the worker ended before {topic} existed"
+        assert time.monotonic() < deadline, f"{topic} was not created within {timeout} s"
+        time.sleep(0.2)
+
+
 async def _answers(bootstrap: str) -> bool:
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=1000)
     try:

@@ -96,20 +96,23 @@ class RawProducer:
     async def _known_partition(self, part: int) -> None:
         """Wait until the client's metadata lists partition ``part`` of the topic: aiokafka's
         ``send_batch`` does not wait for metadata, and refuses a partition it does not know
-        (seen when records were sent right after another process created the topic). Raises
-        ``UnknownTopicOrPartitionError`` after :attr:`metadata_wait_s` seconds."""
+        (seen when records were sent right after a topic gained partitions). The metadata is
+        refreshed by requests for every topic, which never auto-create one (a request naming
+        the topic would have a broker that auto-creates topics make it with one partition).
+        Raises ``UnknownTopicOrPartitionError`` after :attr:`metadata_wait_s` seconds."""
         if part in self._known:
             return
+        client = self.producer.client
         deadline = time.monotonic() + self.metadata_wait_s
         while True:
-            self._known = frozenset(await self.producer.partitions_for(self.topic))
+            self._known = frozenset(client.cluster.partitions_for_topic(self.topic) or ())
             if part in self._known:
                 return
             if time.monotonic() >= deadline:
                 raise UnknownTopicOrPartitionError(
                     f"{self.topic} has no partition {part} (partitions known: "
-                    f"{sorted(self._known)})")
-            await self.producer.client.force_metadata_update()
+                    f"{sorted(self._known)})" if self._known else f"no topic {self.topic}")
+            await client.force_metadata_update()
             await asyncio.sleep(0.1)
 
     def partition_of(self, key: bytes | None, partition: int | None = None) -> int:

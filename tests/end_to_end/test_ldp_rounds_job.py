@@ -20,7 +20,14 @@ from pathlib import Path
 
 import orjson
 from brokers import broker_fixture
-from jobkit import SECRET, produce, stop_worker, timestamped_records, wait_while_running
+from jobkit import (
+    SECRET,
+    produce,
+    stop_worker,
+    timestamped_records,
+    wait_for_topic,
+    wait_while_running,
+)
 from ldp_collector.ldp_collector_kit import (
     ORIGIN_MS,
     ROUNDS_START,
@@ -202,7 +209,7 @@ def test_live_devices_answer_each_decision_in_time(broker, tmp_path: Path) -> No
     bootstrap, prefix, slot_ms, slots = broker.bootstrap, "rounds-live", 2500, 4
     port = free_port()
     origin = int(time.time() * 1000) // slot_ms * slot_ms
-    start = 2  # 2.5 to 5 s from now
+    start = 4  # 10 to 12.5 s from now: the worker has started and created its topics
     log = tmp_path / "worker.log"
     cmd = [sys.executable, "-m", "streams.cli", "worker", "--broker", bootstrap, "--prefix",
            prefix, "--partitions", str(PARTITIONS), "--stream", "s", "--cells", "3",
@@ -246,6 +253,9 @@ def test_live_devices_answer_each_decision_in_time(broker, tmp_path: Path) -> No
         return seen
 
     try:
+        # devices send to the worker's topics: asked for before it created them, the embedded
+        # broker would auto-create them with one partition
+        wait_for_topic(bootstrap, built.reports_topic, 60, proc)
         decisions = asyncio.run(devices())
         topic = f"{prefix}.ldp-releases"
         releases = wait_while_running(lambda: (r := _by_key(bootstrap, topic))

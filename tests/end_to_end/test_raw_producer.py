@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 
+from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import UnknownTopicOrPartitionError
 from brokers import broker_fixture
 from test_source_partitions_added import grow
@@ -54,3 +55,29 @@ def test_a_partition_that_never_comes_is_an_error_in_time(broker):
     assert records == [(b"a", b"1"), (b"b", b"2")]  # none enqueued, all handed back
     assert isinstance(outcome, UnknownTopicOrPartitionError)
     assert "has no partition 1" in str(outcome)
+
+
+def test_a_topic_that_does_not_exist_is_an_error_and_is_not_created(broker):
+    """Waiting for metadata never names the topic to the broker: the embedded broker would
+    auto-create a topic so named, with one partition."""
+    topic = "rawprod-missing"
+
+    async def go() -> tuple[list, list[str]]:
+        producer = RawProducer(broker.bootstrap, topic, 2, request_timeout_ms=1500)
+        await producer.start()
+        try:
+            submitted = await producer.submit([(b"a", b"1")], partition=0)
+        finally:
+            await producer.stop()
+        admin = AIOKafkaAdminClient(bootstrap_servers=broker.bootstrap)
+        await admin.start()
+        try:
+            return submitted, await admin.list_topics()
+        finally:
+            await admin.close()
+
+    submitted, topics = asyncio.run(go())
+    [(records, outcome)] = submitted
+    assert records == [(b"a", b"1")] and isinstance(outcome, UnknownTopicOrPartitionError)
+    assert str(outcome).endswith(f"no topic {topic}")
+    assert topic not in topics
