@@ -430,11 +430,11 @@ class RestartableBroker:
             proc.wait(10)
 
 
-def topic_exists(bootstrap: str, topic: str) -> bool:
-    """Whether ``topic`` exists, from the broker's topic names only (a request that never
-    auto-creates one: a client asking for the topic itself before the worker created it would
-    have the broker auto-create it, with one partition)."""
-    async def names() -> list[str]:
+def topic_names(bootstrap: str) -> set[str]:
+    """The broker's topics, by a request for their names only, which never auto-creates one (a
+    client asking for a topic itself before the worker created it would have the embedded
+    broker auto-create it, with one partition)."""
+    async def go() -> list[str]:
         admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
         await admin.start()
         try:
@@ -442,7 +442,7 @@ def topic_exists(bootstrap: str, topic: str) -> bool:
         finally:
             await admin.close()
 
-    return topic in asyncio.run(names())
+    return set(asyncio.run(go()))
 
 
 async def _answers(bootstrap: str) -> bool:

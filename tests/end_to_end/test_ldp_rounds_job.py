@@ -25,7 +25,7 @@ from jobkit import (
     produce,
     stop_worker,
     timestamped_records,
-    topic_exists,
+    topic_names,
     wait_while_running,
 )
 from ldp_collector.ldp_collector_kit import (
@@ -255,7 +255,7 @@ def test_live_devices_answer_each_decision_in_time(broker, tmp_path: Path) -> No
     try:
         # devices send to the worker's topics: asked for before it created them, the embedded
         # broker would auto-create them with one partition
-        wait_while_running(lambda: topic_exists(bootstrap, built.reports_topic), 60, proc,
+        wait_while_running(lambda: built.reports_topic in topic_names(bootstrap), 60, proc,
                            log)
         decisions = asyncio.run(devices())
         topic = f"{prefix}.ldp-releases"

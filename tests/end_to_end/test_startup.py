@@ -13,8 +13,8 @@ import time
 from pathlib import Path
 
 import pytest
-from aiokafka.admin import AIOKafkaAdminClient
 from brokers import broker_fixture
+from jobkit import topic_names
 
 from local_kafka.embedded import free_port
 from streams.job.worker.data_dir import BINDING_FILE, RESET, bind_data_dir
@@ -40,18 +40,6 @@ def run_worker(bootstrap: str, prefix: str, data_dir: Path, *, partitions: int =
     run = subprocess.run(cmd, capture_output=True, text=True, timeout=60, env=env)
     lines = [line for line in run.stderr.strip().splitlines() if line.strip()]
     return run.returncode, lines, time.monotonic() - start
-
-
-def topic_names(bootstrap: str) -> set[str]:
-    async def go() -> list[str]:
-        admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-        await admin.start()
-        try:
-            return await admin.list_topics()
-        finally:
-            await admin.close()
-
-    return set(asyncio.run(go()))
 
 
 def test_a_wrong_prefix_is_one_line_and_creates_no_topic(broker, tmp_path: Path):
