@@ -2,7 +2,8 @@
 
 The embedded broker answers a fetch that finds nothing at once instead of holding it for the
 request's wait, so an unpaced idle consumer sends fetches back to back.
-``streams/kafka/fetch_pacing.py`` waits such answers out for up to ``PACE_S``. This measures, in
+``streams/kafka/fetch_pacing.py`` waits such answers out, for up to ``PACE_S`` at first and up to
+``MAX_PACE_S`` once the consumer has stayed idle. This measures, in
 alternating rounds on one broker, an idle consumer of a 4-partition topic with pacing and with
 aiokafka's own send (fetches per second, CPU seconds per second of this process), then the CPU
 share of one idle ``pwevent worker`` (paced, as every pwevent process is) and of the broker.

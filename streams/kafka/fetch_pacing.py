@@ -7,10 +7,13 @@ a second and most of a core per consumer, which slows everything else on the mac
 
 :func:`install` makes every aiokafka client of the process wait, after an error-free fetch
 answer that carried no records and came back sooner than the request's wait, for the rest of
-that wait but at most :data:`PACE_S`, before the answer is handed on. A broker that long-polls
-never triggers it (its empty answers come after the full wait); on one that does not, an idle
-consumer sends at most about 1/PACE_S fetches a second, and new records wait at most PACE_S
-longer to be fetched. ``tests/streams/test_fetch_pacing.py`` checks both on the embedded broker.
+that wait but at most the client's current pace, before the answer is handed on. The pace starts
+at :data:`PACE_S`, doubles with each further early empty answer from the same broker up to
+:data:`MAX_PACE_S`, and falls back to :data:`PACE_S` at the first answer with records. A broker
+that long-polls never triggers it (its empty answers come after the full wait); on one that does
+not, a consumer that just went idle fetches about 1/PACE_S times a second, one idle for longer
+about 1/MAX_PACE_S times, and a record produced while it waits is fetched at most the pace
+later. ``tests/streams/test_fetch_pacing.py`` checks both on the embedded broker.
 """
 
 from __future__ import annotations
@@ -21,8 +24,11 @@ from typing import Any, Final
 
 from aiokafka.client import AIOKafkaClient
 
-#: Longest extra wait after an early empty fetch answer, in seconds.
+#: Longest extra wait after the first early empty fetch answer, in seconds.
 PACE_S: Final = 0.02
+#: Longest extra wait after a run of early empty answers, in seconds (docs/performance.md,
+#: "Idle consumers on the embedded broker").
+MAX_PACE_S: Final = 0.16
 #: The Kafka protocol's API key of Fetch.
 _FETCH: Final = 1
 
@@ -56,10 +62,17 @@ def install() -> None:
         wait = _max_wait_s(request)
         started = time.monotonic()
         response = await original(self, node_id, request, **kw)
-        if wait is not None and empty_answer(response):
-            rest = min(wait - (time.monotonic() - started), PACE_S)
-            if rest > 0:
-                await asyncio.sleep(rest)
+        if wait is None:
+            return response
+        paces: dict[Any, float] = self.__dict__.setdefault("_pwevent_paces", {})
+        if not empty_answer(response):
+            paces.pop(node_id, None)
+            return response
+        pace = paces.get(node_id, PACE_S)
+        rest = min(wait - (time.monotonic() - started), pace)
+        if rest > 0:
+            paces[node_id] = min(pace * 2.0, MAX_PACE_S)
+            await asyncio.sleep(rest)
         return response
 
     send._paces_fetches = True  # type: ignore[attr-defined]

@@ -107,10 +107,17 @@ class Worker(faust.Worker):
     (what ``pwevent group remove`` takes), and once the app has stopped (its consumer closed,
     its offsets committed, its tables and producer flushed) it leaves the group, so that a
     worker stopped by SIGTERM or Ctrl-C hands its partitions over at once. It runs the job's
-    :meth:`Job.services` beside the app (started before it, stopped after it)."""
+    :meth:`Job.services` beside the app (started before it, stopped after it).
+
+    It shows no terminal spinner. ``faust.Worker`` keeps one at log levels of warning and above,
+    and sets the root logger to debug so that every record turns it. Every library's debug call
+    then builds a record that only the spinner reads: aiokafka's, a few for each fetch. That was
+    about a seventh of an idle worker's CPU (docs/performance.md, "Idle consumers on the
+    embedded broker")."""
 
     def __init__(self, job: Job, **kwargs: Any) -> None:
         super().__init__(job.app, *job.services(), **kwargs)
+        self.spinner = None
         self.job = job
 
     async def on_first_start(self) -> None:
