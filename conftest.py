@@ -9,11 +9,45 @@ test suite").
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
+from pathlib import Path
 
 import pytest
 
 #: Test processes per core under ``-n auto``.
 PROCESSES_PER_CORE = 2.5
+
+
+#: The directory where the processes of a ``-n`` run share their Apache Kafka node.
+RUN_DIR = pytest.StashKey[Path]()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """In the process that controls a ``-n`` run, a directory for the node its test processes
+    share (tests/brokers.py, ``shared_kafka``), named to them in the environment."""
+    if hasattr(config, "workerinput") or not config.getoption("numprocesses", None):
+        return
+    from brokers import SHARED_KAFKA_DIR
+
+    run_dir = Path(tempfile.mkdtemp(prefix="pwevent-tests-"))
+    config.stash[RUN_DIR] = run_dir
+    os.environ[SHARED_KAFKA_DIR] = str(run_dir)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """Stop the node the test processes shared and delete its directory, however the run
+    ended."""
+    run_dir = config.stash.get(RUN_DIR, None)
+    if run_dir is None:
+        return
+    from brokers import SHARED_KAFKA_DIR, stop_shared_kafka
+
+    try:
+        stop_shared_kafka(run_dir)
+    finally:
+        shutil.rmtree(run_dir, ignore_errors=True)
+        os.environ.pop(SHARED_KAFKA_DIR, None)
 
 
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:

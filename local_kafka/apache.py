@@ -230,6 +230,16 @@ class ApacheKafka:
             self._tmp.cleanup()
             self._tmp = None
 
+    def detach(self) -> dict[str, object]:
+        """Leave the nodes running past this object and this process (no finalizer, no exit
+        hook kills them) and return what another process needs to use and stop them: the
+        bootstrap address and each running node's pid (:func:`kill_detached`)."""
+        self._finalizer.detach()
+        _LIVE.discard(self)
+        return {"bootstrap": self.bootstrap,
+                "pids": [pid for n in self.nodes if (pid := self.pid(n.node_id)) is not None],
+                "root": str(self.root)}
+
     def stop_node(self, node_id: int, timeout: float = 30.0) -> None:
         """Stop one node cleanly (SIGTERM; SIGKILL if it outlives ``timeout``)."""
         node = self._node(node_id)
@@ -518,6 +528,35 @@ def _kill_all(nodes: list[_Node]) -> None:
                 proc.kill()
             with contextlib.suppress(Exception):
                 proc.wait(5)
+
+
+def kill_detached(detached: dict[str, object], timeout: float = 10.0) -> None:
+    """SIGKILL the nodes :meth:`ApacheKafka.detach` left running, by pid, each only while its
+    command line still names ``kafka.Kafka`` and the cluster's directory (a pid reused by
+    another process is left alone), and wait until each is gone."""
+    root = str(detached["root"])
+    pids = [int(p) for p in detached["pids"]]  # type: ignore[attr-defined]
+    for pid in pids:
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+        except OSError:
+            continue
+        if "kafka.Kafka" in cmdline and root in cmdline:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + timeout
+    for pid in pids:
+        while time.monotonic() < deadline and _alive(pid):
+            time.sleep(0.05)
+
+
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie waiting for its parent to reap it does not)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat[stat.rindex(")") + 2:].split()[0] != "Z"
 
 
 @atexit.register

@@ -5,7 +5,10 @@ ids ``[embedded]`` and ``[apache-kafka]``). The brokers are the test process's
 (:class:`SharedBrokers`, the ``shared_brokers`` fixture of ``tests/end_to_end/conftest.py``): one
 of each kind, started when a module first asks for it and stopped when the process ends, so the
 modules a process runs one after another share them, each under topics, groups and prefixes of its
-own. A test that stops, kills or reconfigures a broker starts its own. Apache Kafka is a
+own. Under ``-n`` the processes of a run share one Apache Kafka node (:func:`shared_kafka`): the
+first process that asks starts it and the controlling process stops it at the end of the run
+(conftest.py); each JVM idles at about 0.03 of a core. A test that stops, kills or reconfigures
+a broker starts its own. Apache Kafka is a
 single KRaft node started from the jars ``./setup.sh test`` fetches
 (:class:`local_kafka.apache.ApacheKafka`); without them its tests fail with the line naming
 ``./setup.sh test``, they are never skipped. :func:`restartable` gives either kind on a fixed port
@@ -15,17 +18,60 @@ that a test can stop, kill and start again with the data it kept.
 from __future__ import annotations
 
 import contextlib
+import fcntl
+import json
+import os
 import subprocess
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 from jobkit import RestartableBroker
 
-from local_kafka.apache import ApacheKafka
+from local_kafka.apache import ApacheKafka, kill_detached
 from local_kafka.embedded import EmbeddedBroker
 
 BROKER_KINDS = ("embedded", "apache-kafka")
+#: The environment variable naming the directory where the processes of one ``-n`` run share
+#: their Apache Kafka node; the controlling process sets it (conftest.py).
+SHARED_KAFKA_DIR = "PWEVENT_TEST_SHARED_KAFKA"
+
+
+@dataclass(frozen=True)
+class SharedKafka:
+    """The run's shared Apache Kafka node, as the test processes use it: its address."""
+
+    bootstrap: str
+
+
+def shared_kafka(run_dir: Path) -> SharedKafka:
+    """The run's one Apache Kafka node in ``run_dir``: started, under a lock, by the first
+    process that asks, and left running for the others; :func:`stop_shared_kafka` stops it."""
+    with (run_dir / "kafka.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        info = run_dir / "kafka.json"
+        if not info.exists():
+            cluster = ApacheKafka(1, root=run_dir / "kafka")
+            try:
+                cluster.start()
+            except BaseException:
+                cluster.stop()
+                raise
+            info.write_text(json.dumps(cluster.detach()))
+        return SharedKafka(json.loads(info.read_text())["bootstrap"])
+
+
+def stop_shared_kafka(run_dir: Path) -> None:
+    """Stop the node :func:`shared_kafka` started in ``run_dir``, if any."""
+    info = run_dir / "kafka.json"
+    if info.exists():
+        kill_detached(json.loads(info.read_text()))
+
+
+def is_apache(broker: object) -> bool:
+    """Whether a ``broker`` fixture's broker is Apache Kafka (of the process or of the run)."""
+    return isinstance(broker, ApacheKafka | SharedKafka)
 
 
 @contextlib.contextmanager
@@ -48,8 +94,12 @@ class SharedBrokers:
         self.stack = contextlib.ExitStack()
         self.started: dict[str, EmbeddedBroker | ApacheKafka] = {}
 
-    def get(self, kind: str) -> EmbeddedBroker | ApacheKafka:
-        """The process's broker of ``kind``, started if it is not yet."""
+    def get(self, kind: str) -> EmbeddedBroker | ApacheKafka | SharedKafka:
+        """The process's broker of ``kind``, started if it is not yet (Apache Kafka under
+        ``-n``: the run's, :func:`shared_kafka`)."""
+        run_dir = os.environ.get(SHARED_KAFKA_DIR)
+        if kind == "apache-kafka" and run_dir:
+            return shared_kafka(Path(run_dir))
         if kind not in self.started:
             self.started[kind] = self.stack.enter_context(running(kind))
         return self.started[kind]

@@ -106,18 +106,29 @@ def levels_runs(rngs: Sequence[np.random.Generator], who: np.ndarray, counts: np
     variances[live] = noise_stds(budgets[live], noise) ** 2
     v = cell_variance(last, users.sum(axis=1))
     a, error = combining_weights(variances, users, v)
+    # the live groups lead each item's row (decreasing budget); item i uses the first k[i]
+    k = live.sum(axis=1)
+    lead = np.arange(groups)[None, :] < k[:, None]
+    # each item draws from its run's generator, group by group, in item order
+    live_items = [(b, i, n) for i, (b, n) in enumerate(zip(who.tolist(), k.tolist(), strict=True))
+                  if n]
+    if noise == "laplace":
+        parts = [rngs[b].laplace(0.0, 1.0, (n, d)) for b, _i, n in live_items]
+    else:
+        parts = [np.stack([draw_noise(float(e), d, rngs[b], noise)
+                           for e in budgets[i, :n].tolist()]) for b, i, n in live_items]
+    drawn = np.zeros((items, groups, d))
+    if parts:
+        drawn[lead] = np.concatenate(parts)
+    if noise == "laplace":
+        drawn[lead] /= budgets[lead][:, None]
     estimates = np.zeros((items, d))
-    for i, b in enumerate(who.tolist()):
-        k = int(live[i].sum())
-        if not k:
-            continue
-        rng = rngs[b]
-        if noise == "laplace":
-            drawn = rng.laplace(0.0, 1.0, (k, d)) / budgets[i, :k, None]
-        else:
-            drawn = np.stack([draw_noise(float(e), d, rng, noise)
-                              for e in budgets[i, :k].tolist()]).astype(np.float64)
-        estimates[i] = a[i, :k] @ (grouped[i, :k] + drawn)
+    for size in np.unique(k[k > 0]).tolist():
+        # items of one count of live groups: each its own (1, size) @ (size, d) product
+        sel = np.flatnonzero(k == size)
+        weights = np.ascontiguousarray(a[sel, None, :size])
+        values = np.ascontiguousarray(grouped[sel, :size] + drawn[sel, :size])
+        estimates[sel] = np.matmul(weights, values)[:, 0]
     return estimates, np.sqrt(error), budgets[:, 0]
 
 

@@ -157,7 +157,10 @@ def test_live_the_workers_watermarks_close_each_slot(broker, tmp_path: Path) -> 
               metrics.decode().splitlines() if line and not line.startswith("#")}
     assert values["pwevent_ldp_caught_up"] == 1
     assert values["pwevent_ldp_releases_total"] >= 2
-    assert values["pwevent_ldp_watermarks_written_total"] >= 2 * PARTITIONS
+    # rounds of one mark to every partition; a round late on the clock closes every slot whose
+    # end it passed, so two releases may follow from a single round
+    written = values["pwevent_ldp_watermarks_written_total"]
+    assert written >= PARTITIONS and written % PARTITIONS == 0
     assert values["pwevent_ldp_records_total"] >= USERS
     assert values["pwevent_ldp_holding_behind_ms"] == 0  # every partition gets every mark
     first = orjson.loads(releases[f"s/{start}".encode()][0])

@@ -19,7 +19,7 @@ import urllib.request
 from pathlib import Path
 
 import orjson
-from brokers import broker_fixture
+from brokers import broker_fixture, is_apache
 from jobkit import (
     SECRET,
     produce,
@@ -36,7 +36,6 @@ from ldp_collector.ldp_collector_kit import (
     live_topic,
 )
 
-from local_kafka.apache import ApacheKafka
 from local_kafka.embedded import free_port
 from mechanisms.local.rounds import parse_decision
 from mechanisms.local.words import CounterWords
@@ -79,7 +78,7 @@ def _by_key(bootstrap: str, topic: str) -> dict[bytes, list[bytes]]:
 
 def test_a_replay_answering_decisions_survives_a_sigkill_and_equals_in_process(
         broker, tmp_path: Path) -> None:
-    mechanism = "lpa" if isinstance(broker, ApacheKafka) else "mtsp"
+    mechanism = "lpa" if is_apache(broker) else "mtsp"
     bootstrap, prefix = broker.bootstrap, "rounds"
     replay = ["replay", "--mechanism", mechanism, "--prefix", prefix, *STREAM, "--dataset",
               "sin", "--users", "300", "--slots", str(SLOTS), "--nonce", "rounds-1"]
