@@ -214,22 +214,49 @@ def slot_reports(users: list[str], slot: int, d: int, slot_ms: int = 1000) -> Re
 
 def produce(bootstrap: str, topic: str, partitions: int, records, partition: int | None = None):
     """Send records and wait for the broker."""
+    produce_in_order(bootstrap, topic, partitions, [(records, partition)])
+
+
+def produce_batches(bootstrap: str, topic: str, partitions: int, batches) -> None:  # type: ignore[no-untyped-def]
+    """Send each batch of records in turn, by key, through one producer (as one
+    :func:`produce` per batch sends them, without a producer's start for each)."""
+    produce_in_order(bootstrap, topic, partitions, [(batch, None) for batch in batches])
+
+
+def produce_in_order(bootstrap: str, topic: str, partitions: int, steps) -> None:  # type: ignore[no-untyped-def]
+    """Send each step's records, ``(records, partition)`` (``None``: by key), through one
+    producer, each step acknowledged by the broker before the next is sent."""
     async def go() -> None:
         prod = RawProducer(bootstrap, topic, partitions)
         await prod.start()
         try:
-            await prod.send_many(records, partition=partition)
+            for records, partition in steps:
+                await prod.send_many(records, partition=partition)
         finally:
             await prod.stop()
 
     asyncio.run(go())
 
 
+def watermark_steps(cfg: JobConfig, end_ms: int) -> list:
+    """:func:`produce_in_order` steps of a watermark record to every partition."""
+    return [([(None, watermark_record(end_ms, cfg.secret.encode(), cfg.stream, p))], p)
+            for p in range(cfg.partitions)]
+
+
 def close_through(bootstrap: str, topics: Topics, cfg: JobConfig, end_ms: int) -> None:
     """Watermark records to every partition: everything before ``end_ms`` may close."""
-    for p in range(cfg.partitions):
-        mark = watermark_record(end_ms, cfg.secret.encode(), cfg.stream, p)
-        produce(bootstrap, topics.reports, cfg.partitions, [(None, mark)], partition=p)
+    produce_in_order(bootstrap, topics.reports, cfg.partitions, watermark_steps(cfg, end_ms))
+
+
+def send_slots(bootstrap: str, topics: Topics, cfg: JobConfig, batches, slots) -> None:  # type: ignore[no-untyped-def]
+    """For each slot t of ``slots`` in turn: its reports ``batches[t]``, then watermark records
+    to every partition closing it, through one producer (as one ``produce`` and one
+    ``close_through`` per slot send them, without a producer's start for each)."""
+    steps = []
+    for t in slots:
+        steps += [(batches[t], None), *watermark_steps(cfg, (t + 1) * cfg.slot_ms)]
+    produce_in_order(bootstrap, topics.reports, cfg.partitions, steps)
 
 
 def register(bootstrap: str, topics: Topics, cfg: JobConfig, records, worker,

@@ -21,14 +21,13 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from jobkit import (
     Workers,
-    close_through,
     config,
     in_process,
     job_nonce,
-    produce,
     register,
     releases,
     requirement_records,
+    send_slots,
     slot_reports,
     values_by_slot,
     wait_for_slots,
@@ -135,9 +134,7 @@ def test_three_nodes_lose_a_leader_and_a_disk_and_change_nothing(cluster: Apache
     workers.extra = ("--replication-factor", "3")
 
     def send(slots: range) -> None:
-        for t in slots:
-            produce(cluster.bootstrap, topics.reports, cfg.partitions, batches[t])
-            close_through(cluster.bootstrap, topics, cfg, (t + 1) * cfg.slot_ms)
+        send_slots(cluster.bootstrap, topics, cfg, batches, slots)
 
     try:
         workers.start("a")

@@ -21,14 +21,13 @@ from pathlib import Path
 from brokers import broker_fixture
 from jobkit import (
     ReleaseKiller,
-    close_through,
     config,
     in_process,
     job_nonce,
-    produce,
     register,
     releases,
     requirement_records,
+    send_slots,
     setup_topics,
     slot_reports,
     start_worker,
@@ -58,8 +57,7 @@ def test_a_worker_killed_as_its_release_lands_repeats_it_byte_for_byte(broker,
         register(broker.bootstrap, topics, cfg, reqs, procs[-1])
         killer.start()
         for t in range(SLOTS):
-            produce(broker.bootstrap, topics.reports, cfg.partitions, batches[t])
-            close_through(broker.bootstrap, topics, cfg, (t + 1) * cfg.slot_ms)
+            send_slots(broker.bootstrap, topics, cfg, batches, [t])
             if t in KILL_AT:
                 got = wait_for_slots(broker.bootstrap, topics, {t}, 60, procs[-1])
                 assert t in {d["slot"] for d in got}, log.read_text()[-3000:]

@@ -17,15 +17,14 @@ import pytest
 from brokers import broker_fixture
 from jobkit import (
     Workers,
-    close_through,
     config,
     dynamic_requirements,
     in_process,
     job_nonce,
-    produce,
     register,
     releases,
     requirement_records,
+    send_slots,
     setup_topics,
     slot_reports,
     values_by_slot,
@@ -57,15 +56,11 @@ def test_a_killed_worker_is_replaced_by_the_session_timeout_alone(broker, tmp_pa
         two = wait_for_assignment(broker.bootstrap, cfg, topics.reports, 2, 90)
         assert two is not None and len(two) == 2, workers.logs()
         register(broker.bootstrap, topics, cfg, reqs, workers.procs["a"])
-        for t in range(KILL_AT):
-            produce(broker.bootstrap, topics.reports, cfg.partitions, batches[t])
-            close_through(broker.bootstrap, topics, cfg, (t + 1) * cfg.slot_ms)
+        send_slots(broker.bootstrap, topics, cfg, batches, range(KILL_AT))
         wait_for_slots(broker.bootstrap, topics, set(range(KILL_AT)), 60)
         workers.kill("a")  # gone for good: its member stays until the session times out
         killed = time.monotonic()
-        for t in range(KILL_AT, SLOTS):
-            produce(broker.bootstrap, topics.reports, cfg.partitions, batches[t])
-            close_through(broker.bootstrap, topics, cfg, (t + 1) * cfg.slot_ms)
+        send_slots(broker.bootstrap, topics, cfg, batches, range(KILL_AT, SLOTS))
         got = wait_for_slots(broker.bootstrap, topics, set(range(SLOTS)), 120,
                              workers.procs["b"])
         took = time.monotonic() - killed

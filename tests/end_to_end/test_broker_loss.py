@@ -29,7 +29,7 @@ from jobkit import (
     config,
     in_process,
     job_nonce,
-    produce,
+    produce_batches,
     register,
     releases,
     requirement_records,
@@ -80,8 +80,7 @@ def test_state_ahead_of_the_broker_is_one_line_and_reset_recovers(broker, tmp_pa
     worker = start_worker(broker.bootstrap, cfg, data_dir, log)
     try:
         register(broker.bootstrap, topics, cfg, reqs, worker)
-        for batch in data[:6]:
-            produce(broker.bootstrap, topics.reports, cfg.partitions, batch)
+        produce_batches(broker.bootstrap, topics.reports, cfg.partitions, data[:6])
         close_through(broker.bootstrap, topics, cfg, 6 * cfg.slot_ms)
         wait_for_slots(broker.bootstrap, topics, set(range(6)), 60, worker)
     finally:
@@ -99,8 +98,7 @@ def test_state_ahead_of_the_broker_is_one_line_and_reset_recovers(broker, tmp_pa
 
     worker = start_worker(broker.bootstrap, cfg, data_dir, log, "--reset-local-state")
     try:
-        for batch in data[6:]:
-            produce(broker.bootstrap, topics.reports, cfg.partitions, batch)
+        produce_batches(broker.bootstrap, topics.reports, cfg.partitions, data[6:])
         close_through(broker.bootstrap, topics, cfg, SLOTS * cfg.slot_ms)
         wait_for_slots(broker.bootstrap, topics, set(range(SLOTS)), 90, worker)
     finally:
@@ -210,16 +208,15 @@ def test_a_broker_killed_after_acknowledged_writes_never_changes_a_release(tmp_p
         worker = start_worker(broker.bootstrap, cfg, data_dir, tmp_path / "worker.log")
         register(broker.bootstrap, topics, cfg, reqs, worker)
         for r in range(ROUNDS):
-            for batch in data[r * PER_ROUND:(r + 1) * PER_ROUND]:
-                produce(broker.bootstrap, topics.reports, cfg.partitions, batch)
+            produce_batches(broker.bootstrap, topics.reports, cfg.partitions,
+                            data[r * PER_ROUND:(r + 1) * PER_ROUND])
             last = (r + 1) * PER_ROUND - 1
             seen += asyncio.run(kill_on_release(broker, topics.releases, last, 60))
             stop_worker(worker, kill=True)
             broker.start()
             worker, _refused = restart_worker(broker.bootstrap, cfg, data_dir, tmp_path,
                                               f"worker-{r}")
-        for batch in data[ROUNDS * PER_ROUND:]:
-            produce(broker.bootstrap, topics.reports, cfg.partitions, batch)
+        produce_batches(broker.bootstrap, topics.reports, cfg.partitions, data[ROUNDS * PER_ROUND:])
         close_through(broker.bootstrap, topics, cfg, slots * cfg.slot_ms)
         wait_for_slots(broker.bootstrap, topics, set(range(slots)), 90, worker)
         final = values_by_slot(releases(broker.bootstrap, topics))

@@ -18,6 +18,7 @@ from jobkit import (
     config,
     job_nonce,
     produce,
+    produce_batches,
     register,
     releases,
     report,
@@ -167,15 +168,13 @@ def restarted(broker, tmp_path_factory):
     try:
         register(broker.bootstrap, topics, cfg, reqs, worker)
         register(broker.bootstrap, topics, cfg, misplaced, worker, misplaced=True)
-        for batch in batches[:4]:
-            produce(broker.bootstrap, topics.reports, cfg.partitions, batch)
+        produce_batches(broker.bootstrap, topics.reports, cfg.partitions, batches[:4])
         wait_for_slots(broker.bootstrap, topics, {0, 1, 2}, 60, worker)
     finally:
         stop_worker(worker, kill=True)
     produce(broker.bootstrap, changelog, cfg.partitions, [(b"x2", foreign.export("x2"))],
             partition=(own + 1) % cfg.partitions)
-    for batch in batches[4:]:
-        produce(broker.bootstrap, topics.reports, cfg.partitions, batch)
+    produce_batches(broker.bootstrap, topics.reports, cfg.partitions, batches[4:])
     close_through(broker.bootstrap, topics, cfg, SLOTS * cfg.slot_ms)
     worker = start_worker(broker.bootstrap, cfg, data, log)
     try:

@@ -17,6 +17,7 @@ from jobkit import (
     job_nonce,
     kill_and_resume,
     produce,
+    produce_batches,
     register,
     releases,
     report,
@@ -48,8 +49,7 @@ def test_twenty_slots_released_exactly_once_and_equal_to_in_process(broker, tmp_
         reqs = requirement_records(USERS, W, E)
         register(broker.bootstrap, topics, cfg, reqs, worker)
         batches = [slot_reports(USERS, t, cfg.d) for t in range(20)]
-        for batch in batches:
-            produce(broker.bootstrap, topics.reports, cfg.partitions, batch)
+        produce_batches(broker.bootstrap, topics.reports, cfg.partitions, batches)
         close_through(broker.bootstrap, topics, cfg, 20 * cfg.slot_ms)
         docs = wait_for_slots(broker.bootstrap, topics, set(range(20)), 90, worker)
     finally:
@@ -102,8 +102,7 @@ def test_bad_input_goes_to_dead_letters_and_the_job_keeps_running(broker, tmp_pa
         # a second report of u2 in slot 0: the first one counts
         produce(broker.bootstrap, topics.reports, cfg.partitions, [report("u2", 500, 1)])
         later = [slot_reports(USERS[:10], t, cfg.d) for t in (1, 2, 3)]
-        for batch in later:
-            produce(broker.bootstrap, topics.reports, cfg.partitions, batch)
+        produce_batches(broker.bootstrap, topics.reports, cfg.partitions, later)
         produce(broker.bootstrap, topics.reports, cfg.partitions, [
             report("u3", 100, 1),                  # slot 0 closed by now: late
             report("u4", 10_000_000, 1),           # far beyond the horizon: future

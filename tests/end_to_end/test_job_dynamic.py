@@ -18,6 +18,7 @@ from jobkit import (
     job_nonce,
     kill_and_resume,
     produce,
+    produce_batches,
     register,
     releases,
     setup_topics,
@@ -55,8 +56,7 @@ def test_dpba_job_releases_every_slot_once_equal_to_in_process(broker, tmp_path:
     batches = [slot_reports(USERS, t, cfg.d) for t in range(15)]
     try:
         register(broker.bootstrap, topics, cfg, reqs, worker)
-        for batch in batches:
-            produce(broker.bootstrap, topics.reports, cfg.partitions, batch)
+        produce_batches(broker.bootstrap, topics.reports, cfg.partitions, batches)
         close_through(broker.bootstrap, topics, cfg, 15 * cfg.slot_ms)
         docs = wait_for_slots(broker.bootstrap, topics, set(range(15)), 90, worker)
     finally:
@@ -107,13 +107,11 @@ def test_removed_users_leave_the_dpbd_job_as_in_process(broker, tmp_path: Path):
     batches = [slot_reports(USERS, t, cfg.d) for t in range(12)]
     try:
         register(broker.bootstrap, topics, cfg, reqs, worker)
-        for batch in batches[:5]:
-            produce(broker.bootstrap, topics.reports, cfg.partitions, batch)
+        produce_batches(broker.bootstrap, topics.reports, cfg.partitions, batches[:5])
         # the idle close releases slot 4, so the removal follows every plan of slots 0-4
         wait_for_slots(broker.bootstrap, topics, set(range(5)), 90, worker)
         register(broker.bootstrap, topics, cfg, gone, worker)
-        for batch in batches[5:]:
-            produce(broker.bootstrap, topics.reports, cfg.partitions, batch)
+        produce_batches(broker.bootstrap, topics.reports, cfg.partitions, batches[5:])
         close_through(broker.bootstrap, topics, cfg, 12 * cfg.slot_ms)
         docs = wait_for_slots(broker.bootstrap, topics, set(range(12)), 90, worker)
     finally:
@@ -171,8 +169,7 @@ def test_a_removed_users_report_moves_nothing_public_on_the_broker(broker, tmp_p
         for cfg, topics, worker, _port, _mine in runs.values():
             register(broker.bootstrap, topics, cfg, reqs, worker)
         for cfg, topics, _worker, _port, mine in runs.values():
-            for batch in mine[: gone + 1]:
-                produce(broker.bootstrap, topics.reports, cfg.partitions, batch)
+            produce_batches(broker.bootstrap, topics.reports, cfg.partitions, mine[: gone + 1])
         for cfg, topics, worker, port, mine in runs.values():
             sent = sum(len(b) for b in mine[: gone + 1])
             assert wait_accepted(port, sent, 60, worker) == sent  # u0's report was counted
@@ -181,8 +178,7 @@ def test_a_removed_users_report_moves_nothing_public_on_the_broker(broker, tmp_p
             wait_for_slots(broker.bootstrap, topics, set(range(gone)), 60, worker)
             register(broker.bootstrap, topics, cfg, [(b"u0", None)], worker)
         for cfg, topics, _worker, _port, mine in runs.values():
-            for batch in mine[gone + 1:]:
-                produce(broker.bootstrap, topics.reports, cfg.partitions, batch)
+            produce_batches(broker.bootstrap, topics.reports, cfg.partitions, mine[gone + 1:])
             close_through(broker.bootstrap, topics, cfg, slots * cfg.slot_ms)
         docs = {name: wait_for_slots(broker.bootstrap, topics, set(range(slots)), 90, worker)
                 for name, (cfg, topics, worker, _port, _mine) in runs.items()}

@@ -22,15 +22,14 @@ import pytest
 from brokers import broker_fixture
 from jobkit import (
     Workers,
-    close_through,
     config,
     dynamic_requirements,
     in_process,
     job_nonce,
-    produce,
     register,
     releases,
     requirement_records,
+    send_slots,
     setup_topics,
     slot_reports,
     values_by_slot,
@@ -85,8 +84,7 @@ def test_ten_random_kills_lose_nothing_and_change_nothing(broker, tmp_path: Path
                 workers.kill(victim)
                 killed.append(victim)
                 workers.start(victim)
-            produce(broker.bootstrap, topics.reports, cfg.partitions, batches[t])
-            close_through(broker.bootstrap, topics, cfg, (t + 1) * cfg.slot_ms)
+            send_slots(broker.bootstrap, topics, cfg, batches, [t])
             workers.supervise()
         deadline = time.monotonic() + 180
         while time.monotonic() < deadline:

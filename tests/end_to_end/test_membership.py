@@ -28,16 +28,15 @@ import orjson
 import pytest
 from brokers import broker_fixture
 from jobkit import (
-    close_through,
     config,
     dynamic_requirements,
     group_assignment,
     in_process,
     job_nonce,
-    produce,
     register,
     releases,
     requirement_records,
+    send_slots,
     setup_topics,
     slot_reports,
     start_worker,
@@ -133,9 +132,7 @@ class Run:
 
     def send(self, through: int) -> None:
         """Send slots up to ``through`` (exclusive) one by one, each closed by watermarks."""
-        for t in range(self.sent, through):
-            produce(self.bootstrap, self.topics.reports, self.cfg.partitions, self.batches[t])
-            close_through(self.bootstrap, self.topics, self.cfg, (t + 1) * self.cfg.slot_ms)
+        send_slots(self.bootstrap, self.topics, self.cfg, self.batches, range(self.sent, through))
         self.sent = max(self.sent, through)
 
     def wait(self, through: int) -> None:

@@ -227,7 +227,7 @@ def test_the_job_recovers_a_lost_coordinator_state_from_the_topics(tmp_path, kin
         config,
         in_process,
         job_nonce,
-        produce,
+        produce_batches,
         register,
         releases,
         requirement_records,
@@ -259,8 +259,7 @@ def test_the_job_recovers_a_lost_coordinator_state_from_the_topics(tmp_path, kin
         worker = start_worker(broker.bootstrap, cfg, tmp_path / "data", log)
         try:
             register(broker.bootstrap, topics, cfg, reqs, worker)
-            for batch in data[:6]:
-                produce(broker.bootstrap, topics.reports, cfg.partitions, batch)
+            produce_batches(broker.bootstrap, topics.reports, cfg.partitions, data[:6])
             wait_for_slots(broker.bootstrap, topics, set(range(5)), 60, worker)
         finally:
             stop_worker(worker)
@@ -269,8 +268,7 @@ def test_the_job_recovers_a_lost_coordinator_state_from_the_topics(tmp_path, kin
         shutil.rmtree(tmp_path / "data")  # the same worker, its local state gone too
         worker = start_worker(broker.bootstrap, cfg, tmp_path / "data", log)
         try:
-            for batch in data[6:]:
-                produce(broker.bootstrap, topics.reports, cfg.partitions, batch)
+            produce_batches(broker.bootstrap, topics.reports, cfg.partitions, data[6:])
             close_through(broker.bootstrap, topics, cfg, 12 * cfg.slot_ms)
             wait_for_slots(broker.bootstrap, topics, set(range(12)), 90, worker)
         finally:

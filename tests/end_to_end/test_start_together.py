@@ -20,15 +20,14 @@ import orjson
 import pytest
 from jobkit import (
     Workers,
-    close_through,
     config,
     in_process,
     instance_held,
     job_nonce,
-    produce,
     register,
     releases,
     requirement_records,
+    send_slots,
     setup_topics,
     slot_reports,
 )
@@ -93,9 +92,7 @@ def test_workers_started_together_share_partitions_and_release(broker, tmp_path:
             context = f"round {k}: {report}, exits {workers.exits}\n{workers.logs()}"
             assert held is not None and len(held) == 2 and all(held.values()), (held, context)
             register(broker.bootstrap, topics, cfg, reqs, workers.procs["a"])
-            for t, batch in enumerate(batches):
-                produce(broker.bootstrap, topics.reports, cfg.partitions, batch)
-                close_through(broker.bootstrap, topics, cfg, (t + 1) * cfg.slot_ms)
+            send_slots(broker.bootstrap, topics, cfg, batches, range(len(batches)))
             raw = released(workers, topics, SLOTS, began + ROUND_S)
         finally:
             workers.stop_all()
