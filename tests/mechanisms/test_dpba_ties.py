@@ -33,6 +33,10 @@ def exact_dpba(decl: Decl, bits: list[bool]) -> list[tuple[bool, bool, list[Frac
     T, n = len(bits), len(decl[0])
     e1 = [[ZERO] * n for _ in range(T + 1)]  # e1[t][i]: eps1 charged at slot t
     e2 = [[ZERO] * n for _ in range(T + 1)]
+    # c1[t][i], c2[t][i]: e1, e2 summed over slots 1..t; a sum over slots a..t-1 is
+    # c[t - 1][i] - c[a - 1][i], exactly (rationals)
+    c1 = [[ZERO] * n for _ in range(T + 1)]
+    c2 = [[ZERO] * n for _ in range(T + 1)]
     out = []
     for t in range(1, T + 1):
         border = None  # the largest R_FN,i (Line 11)
@@ -48,11 +52,11 @@ def exact_dpba(decl: Decl, bits: list[bool]) -> list[tuple[bool, bool, list[Frac
                 if decl[tau - 1][i] is not None and t <= tau + decl[tau - 1][i][2] - 1
             ]
             share = {tau: decl[tau - 1][i][3] / (2 * decl[tau - 1][i][2]) for tau in taus}
-            spent = {tau: sum((e2[m][i] for m in range(tau, t)), ZERO) for tau in taus}
+            spent = {tau: c2[t - 1][i] - c2[tau - 1][i] for tau in taus}
             # Lines 3-5, with the projection of an overspent backward budget
             lo = max(1, t - wB + 1)
-            s1 = sum((e1[m][i] for m in range(lo, t)), ZERO)
-            s2 = sum((e2[m][i] for m in range(lo, t)), ZERO)
+            s1 = c1[t - 1][i] - c1[lo - 1][i]
+            s2 = c2[t - 1][i] - c2[lo - 1][i]
             budget = max(EB, s1 + s2)
             left = budget - s1 - s2
             e1[t][i] = min(min(share.values()), max(ZERO, min(budget / 2 - s1, left)))
@@ -68,6 +72,8 @@ def exact_dpba(decl: Decl, bits: list[bool]) -> list[tuple[bool, bool, list[Frac
         published = bits[t - 1] and not nullified
         if published:  # Lines 18 and 20
             e2[t] = [min(max(absorb[i], ZERO), remain[i], bound2[i]) for i in range(n)]
+        c1[t] = [c1[t - 1][i] + e1[t][i] for i in range(n)]
+        c2[t] = [c2[t - 1][i] + e2[t][i] for i in range(n)]
         out.append((nullified, published, e2[t], border if border is not None else ZERO))
     return out
 
