@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from collections import Counter
 from dataclasses import replace
 from pathlib import Path
 
@@ -121,6 +122,12 @@ def copies(bootstrap: str, topic: str, partitions: int
     return {k: v for k, v in out.items() if k[0] != "mark"}
 
 
+def copies_per_slot(reported: dict[tuple[int, int], tuple[tuple[str, int], bool]]
+                    ) -> Counter[tuple[str, int]]:
+    """How many copies on ``reports`` (:func:`copies`) each device-slot has."""
+    return Counter((user, t // SLOT) for (user, t), _behind in reported.values())
+
+
 def unsettled(bootstrap: str, topics, partitions: int) -> list[tuple[int, int]]:
     """The copies on ``reports`` behind the bound that have no ``late`` dead letter yet and are
     the only copy of their device-slot: reports the job has not read yet."""
@@ -129,9 +136,7 @@ def unsettled(bootstrap: str, topics, partitions: int) -> list[tuple[int, int]]:
             (decode_dead_letter(v) for _k, v in
              asyncio.run(read_topic(bootstrap, topics.dead_letters, 1)))
             if d["reason"] == "late"}
-    per_slot: dict[tuple[str, int], int] = {}
-    for (user, t), _b in reported.values():
-        per_slot[(user, t // SLOT)] = per_slot.get((user, t // SLOT), 0) + 1
+    per_slot = copies_per_slot(reported)
     return [w for w, ((user, t), behind) in reported.items()
             if behind and w not in late and per_slot[(user, t // SLOT)] == 1]
 
@@ -233,9 +238,7 @@ def run_scenario(broker, tmp_path: Path, how: str) -> None:  # noqa: C901 - one 
     # read its source batch again); the copies behind the bound that are not late are copies
     # of, or lose to, a report taken before
     bounded = {w for w, (_e, behind) in reported.items() if behind}
-    per_slot: dict[tuple[str, int], int] = {}
-    for (user, t), _b in reported.values():
-        per_slot[(user, t // SLOT)] = per_slot.get((user, t // SLOT), 0) + 1
+    per_slot = copies_per_slot(reported)
     slot_of = {w: (e[0], e[1] // SLOT) for w, (e, _b) in reported.items()}
     unexplained = sorted(w for w in late_copies if w not in bounded and slot_of[w] not in counted)
     assert not unexplained, (
