@@ -1,46 +1,69 @@
 #!/usr/bin/env bash
 # Creates .venv/ and installs pwevent into it with the demo extra (the embedded broker that
 # `pwevent demo` runs). `./setup.sh test` installs the test extra instead, which includes the demo,
-# eval and avro extras, a JDK, used as the oracle of the TLNS generator, if none is present, and
-# Debian's headless Chromium and chromedriver, which render the dashboard in its tests, if
-# /usr/bin/chromium or /usr/bin/chromedriver is missing, and the pinned Apache Kafka broker
-# (deploy/apache-kafka/pom.xml) with Maven into .kafka/libs/, once (with an archive of the
-# classes a node loads, .kafka/kafka-classes.jsa, which starts the tests' nodes faster), and the
-# pinned schema registry the Avro source tests run against (deploy/schema-registry/pom.xml) into
-# .schema-registry/, once (Maven itself from Debian's packages if it is missing), and what the
-# local-DP clients' tests need: the TypeScript client's compiler (npm ci in clients/typescript)
-# and the Java client's test dependencies (Maven, in clients/java; Node, npm and Maven from
-# Debian's packages if missing). Nothing else is downloaded. Both compile the project's modules.
+# eval and avro extras, and fetches, once each, what the tests run against:
+# - a JDK, the oracle of the TLNS generator, if none is present;
+# - the pinned Apache Kafka broker (deploy/apache-kafka/pom.xml), with Maven, into .kafka/libs/,
+#   with an archive of the classes a node loads, .kafka/kafka-classes.jsa, which starts the tests'
+#   nodes faster;
+# - the pinned schema registry the Avro source tests run against (deploy/schema-registry/pom.xml)
+#   into .schema-registry/;
+# - Debian's headless Chromium and chromedriver, which render the dashboard in its tests, if
+#   /usr/bin/chromium or /usr/bin/chromedriver is missing;
+# - what the local-DP clients' tests need: the TypeScript client's compiler (npm ci in
+#   clients/typescript) and the Java client's test dependencies (Maven, in clients/java).
+# Maven, Node and npm come from Debian's packages if missing. Nothing else is downloaded.
+# The Python packages are installed by uv (itself installed with pip), and the downloads run while
+# they install. Both compile the project's modules.
 set -euo pipefail
 cd "$(dirname "$0")"
-if [ ! -x .venv/bin/python ]; then
-  python3 -m venv .venv
-fi
-.venv/bin/python -m pip install --quiet --upgrade pip
+testing=0
 if [ "${1:-}" = "test" ]; then
-  .venv/bin/python -m pip install --quiet -e '.[test]'
-  if ! command -v javac >/dev/null 2>&1; then
-    if command -v apt-get >/dev/null 2>&1; then
-      apt-get update -qq && apt-get install -y -qq default-jdk-headless >/dev/null
-    else
-      echo "setup.sh: the tests need a JDK (javac and java) on PATH" >&2
-      exit 1
-    fi
+  testing=1
+fi
+
+# Debian's packages, all in one apt-get run; the tools other steps need are installed before those
+# steps start, Chromium alongside them
+apt_install() {
+  if ! command -v apt-get >/dev/null 2>&1; then
+    echo "setup.sh: the tests need $* (Debian packages); install them, or run this on Debian" >&2
+    exit 1
   fi
-  kafka_version=$(sed -n 's:.*<kafka.version>\(.*\)</kafka.version>.*:\1:p' deploy/apache-kafka/pom.xml)
-  registry_version=$(sed -n 's:.*<apicurio.version>\(.*\)</apicurio.version>.*:\1:p' \
-    deploy/schema-registry/pom.xml)
-  registry_jar=".schema-registry/apicurio-registry-app-${registry_version}-runner.jar"
-  if [ ! -f ".kafka/libs/kafka_2.13-${kafka_version}.jar" ] || [ ! -f "$registry_jar" ]; then
-    if ! command -v mvn >/dev/null 2>&1; then
-      if command -v apt-get >/dev/null 2>&1; then
-        apt-get update -qq && apt-get install -y -qq maven >/dev/null
-      else
-        echo "setup.sh: fetching Apache Kafka and the schema registry needs Maven (mvn) on PATH" >&2
-        exit 1
-      fi
-    fi
+  local sudo=""
+  if [ "$(id -u)" -ne 0 ]; then
+    sudo="sudo"
   fi
+  $sudo apt-get update -qq
+  $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@" \
+    >/dev/null
+}
+
+# background steps: their ids, and what each is, for the error that names a failed one
+pids=()
+steps=()
+start() {
+  local name=$1
+  shift
+  "$@" &
+  pids+=($!)
+  steps+=("$name")
+}
+finish() {
+  local i failed=0
+  for i in "${!pids[@]}"; do
+    if ! wait "${pids[$i]}"; then
+      echo "setup.sh: ${steps[$i]} failed" >&2
+      failed=1
+    fi
+  done
+  pids=()
+  steps=()
+  if [ "$failed" -ne 0 ]; then
+    exit 1
+  fi
+}
+
+fetch_kafka_and_registry() {
   if [ ! -f "$registry_jar" ]; then
     rm -rf .schema-registry.partial
     mvn -q -B -f deploy/schema-registry/pom.xml dependency:copy@fetch \
@@ -56,49 +79,79 @@ if [ "${1:-}" = "test" ]; then
     rm -rf .kafka/libs && mv .kafka/libs.partial .kafka/libs
     rm -f .kafka/kafka-classes.jsa  # made from the jars replaced
   fi
-  if [ ! -f .kafka/kafka-classes.jsa ]; then
-    # the classes a Kafka node loads, archived once: every node and tool the tests start maps
-    # them instead of loading them from the jars (local_kafka/apache.py, class_archive)
-    .venv/bin/python -c 'from local_kafka.apache import make_class_archive; make_class_archive()'
+  # the Java client's test dependencies, resolved by running its tests once, so that
+  # tests/ldp_client/test_other_languages.py runs them offline (after the fetches above: one
+  # Maven at a time writes the local repository)
+  mvn -q -B -f clients/java/pom.xml test
+}
+
+if [ "$testing" -eq 1 ]; then
+  tools=()
+  if ! command -v javac >/dev/null 2>&1; then
+    tools+=(default-jdk-headless)
   fi
-  if [ ! -x /usr/bin/chromium ] || [ ! -x /usr/bin/chromedriver ]; then
-    if command -v apt-get >/dev/null 2>&1; then
-      sudo=""
-      if [ "$(id -u)" -ne 0 ]; then
-        sudo="sudo"
-      fi
-      $sudo apt-get update -qq
-      $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
-        chromium chromium-driver >/dev/null
-    else
-      echo "setup.sh: the dashboard tests need Chromium and chromedriver (/usr/bin/chromium)" >&2
-      exit 1
-    fi
-  fi
-  # the local-DP clients (clients/): the TypeScript package's pinned compiler (npm ci) and the
-  # Java module's test dependencies, resolved by running its tests once, so that
-  # tests/ldp_client/test_other_languages.py runs both offline (Node and Maven from Debian's
-  # packages if missing)
-  for tool in node:nodejs npm:npm mvn:maven; do
+  for tool in mvn:maven node:nodejs npm:npm; do
     if ! command -v "${tool%%:*}" >/dev/null 2>&1; then
-      if command -v apt-get >/dev/null 2>&1; then
-        apt-get update -qq && apt-get install -y -qq "${tool#*:}" >/dev/null
-      else
-        echo "setup.sh: the client tests need ${tool%%:*} on PATH" >&2
-        exit 1
-      fi
+      tools+=("${tool#*:}")
     fi
   done
-  (cd clients/typescript && npm ci --silent --no-audit --no-fund)
-  mvn -q -B -f clients/java/pom.xml test
-else
-  .venv/bin/python -m pip install --quiet -e '.[demo]'
+  browser=()
+  if [ ! -x /usr/bin/chromium ] || [ ! -x /usr/bin/chromedriver ]; then
+    browser=(chromium chromium-driver)
+  fi
+  if [ "${#tools[@]}" -gt 0 ]; then
+    apt_install "${tools[@]}" "${browser[@]}"
+  elif [ "${#browser[@]}" -gt 0 ]; then
+    start "installing Chromium (apt-get)" apt_install "${browser[@]}"
+  fi
+  kafka_version=$(sed -n 's:.*<kafka.version>\(.*\)</kafka.version>.*:\1:p' deploy/apache-kafka/pom.xml)
+  registry_version=$(sed -n 's:.*<apicurio.version>\(.*\)</apicurio.version>.*:\1:p' \
+    deploy/schema-registry/pom.xml)
+  registry_jar=".schema-registry/apicurio-registry-app-${registry_version}-runner.jar"
+  start "fetching Apache Kafka, the schema registry and the Java client's dependencies (mvn)" \
+    fetch_kafka_and_registry
+  start "installing the TypeScript client's compiler (npm ci)" \
+    bash -c 'cd clients/typescript && npm ci --silent --no-audit --no-fund'
 fi
+
+if [ ! -x .venv/bin/python ]; then
+  python3 -m venv .venv
+fi
+.venv/bin/python -m pip install --quiet uv
+extra=demo
+if [ "$testing" -eq 1 ]; then
+  extra=test
+fi
+# uv does not read pip's settings: the index, extra index, local wheels and certificate bundle
+# pip is given are passed on
+uv_args=()
+if [ -n "${PIP_INDEX_URL:-}" ]; then
+  uv_args+=(--index-url "$PIP_INDEX_URL")
+fi
+if [ -n "${PIP_EXTRA_INDEX_URL:-}" ]; then
+  uv_args+=(--extra-index-url "$PIP_EXTRA_INDEX_URL")
+fi
+if [ -n "${PIP_FIND_LINKS:-}" ] && [ -d "$PIP_FIND_LINKS" ]; then
+  uv_args+=(--find-links "$PIP_FIND_LINKS")
+fi
+if [ -n "${PIP_CERT:-}" ] && [ -z "${SSL_CERT_FILE:-}" ]; then
+  export SSL_CERT_FILE="$PIP_CERT"
+fi
+UV_NATIVE_TLS=1 .venv/bin/python -m uv pip install --quiet --compile-bytecode \
+  --python .venv/bin/python "${uv_args[@]}" -e ".[$extra]"
 # the project's own modules compiled once: an editable install leaves them to the first import,
 # and with PYTHONDONTWRITEBYTECODE set every process start compiles them again (about 0.3 s of
 # CPU for each worker, command and test process)
 compiled=(streams mechanisms local_kafka)
-if [ "${1:-}" = "test" ]; then
+if [ "$testing" -eq 1 ]; then
   compiled+=(tests benchmarks conftest.py)
+  finish
+  if [ ! -f .kafka/kafka-classes.jsa ]; then
+    # the classes a Kafka node loads, archived once: every node and tool the tests start maps
+    # them instead of loading them from the jars (local_kafka/apache.py, class_archive)
+    start "archiving Kafka's classes" .venv/bin/python -c \
+      'from local_kafka.apache import make_class_archive; make_class_archive()'
+  fi
 fi
 .venv/bin/python -m compileall -q "${compiled[@]}" >/dev/null
+finish
