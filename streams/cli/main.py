@@ -40,6 +40,21 @@ def version() -> str:
             return "unknown"
 
 
+class _VersionAction(argparse.Action):
+    """``--version``: prints ``pwevent <version>`` and exits; the installed version is looked
+    up only then, not at every start (it reads the installed packages' metadata)."""
+
+    def __init__(self, option_strings: list[str], dest: str = argparse.SUPPRESS,
+                 default: str = argparse.SUPPRESS,
+                 help: str = "show program's version number and exit") -> None:
+        super().__init__(option_strings, dest=dest, default=default, nargs=0, help=help)
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: object, option_string: str | None = None) -> None:
+        print(f"{parser.prog} {version()}")
+        parser.exit()
+
+
 #: The sub-commands that talk to Kafka: they take the connection flags of
 #: :mod:`streams.kafka.settings`.
 KAFKA_COMMANDS = ("demo", "replay", "topics", "worker", "group", "audit", "releases",
@@ -53,7 +68,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
         prog="pwevent",
         description="Live histograms under personalised w-event differential privacy.",
     )
-    parser.add_argument("--version", action="version", version=f"%(prog)s {version()}")
+    parser.add_argument("--version", action=_VersionAction)
     parser.add_argument("--config", metavar="FILE", default=os.environ.get("PWEVENT_CONFIG"),
                         help="TOML file with defaults for any option: top-level keys for every "
                              "command, a table per command ([worker]); the environment "
