@@ -66,12 +66,30 @@ def broken(internal: str, problem: str) -> None:
     )
 
 
+#: the apps the running test made (:func:`new_app`), whose consumer threads' loops it closes
+_APPS: list[faust.App] = []
+
+
 def new_app(name: str, **settings: Any) -> faust.App:
     """An app with the batch consumer installed; nothing is started or connected."""
     app = faust.App(f"adapter-{name}", broker="kafka://127.0.0.1:9", web_enabled=False,
                     **ingest.ingest_settings(**settings))
     ingest.install_batch_consumer(app)
+    _APPS.append(app)
     return app
+
+
+@pytest.fixture(autouse=True)
+def _close_thread_loops() -> typing.Iterator[None]:
+    """A consumer's thread makes its own event loop when the consumer is built; the apps here
+    are never started, so the test closes those loops itself."""
+    yield
+    while _APPS:
+        app = _APPS.pop()
+        thread = getattr(app._consumer, "_thread", None) if app._consumer is not None else None
+        loop = getattr(thread, "thread_loop", None)
+        if loop is not None and not loop.is_running() and not loop.is_closed():
+            loop.close()
 
 
 # -- methods --------------------------------------------------------------------------------
