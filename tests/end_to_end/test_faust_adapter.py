@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import ast
 import asyncio
+import contextlib
 import contextvars
 import inspect
 import threading
@@ -277,6 +278,45 @@ def test_consumer_attribute(name: str) -> None:
         broken(f"Consumer.{name}", "no longer exists")
     if not CONSUMER_ATTRIBUTES[name](getattr(consumer, name), TP("adapter.t", 0)):
         broken(f"Consumer.{name}", f"changed shape: {getattr(consumer, name)!r}")
+
+
+def test_app_tasks_start_after_recovery() -> None:
+    """``run_when_started`` puts the worker's tasks and timers on ``App._app_tasks``, the list
+    that ``@app.task`` and ``@app.timer`` fill; ``App.on_started`` starts every one of them
+    (``on_started_init_extra_tasks``) once the tables are recovered."""
+    app = new_app("tasks")
+    tasks = getattr(app, "_app_tasks", None)
+    if not isinstance(tasks, list) or tasks:
+        broken("App._app_tasks", f"is no longer an empty list on a new app: {tasks!r}")
+    started = inspect.getsource(faust.App.on_started_init_extra_tasks)
+    if "for task in self._app_tasks" not in started or "self.add_future(task())" not in started:
+        broken("App.on_started_init_extra_tasks", "no longer starts each of App._app_tasks")
+    on_started = inspect.getsource(faust.App.on_started)
+    recovered = on_started.find("_wait_for_table_recovery_completed")
+    if recovered < 0 or on_started.find("on_started_init_extra_tasks") < recovered:
+        broken("App.on_started", "no longer starts App._app_tasks after table recovery")
+
+    ticks: list[int] = []
+
+    async def once() -> None:
+        ticks.append(0)
+
+    async def tick() -> None:
+        ticks.append(1)
+        if len(ticks) >= 3:
+            raise asyncio.CancelledError
+
+    ingest.run_when_started(app, once)
+    ingest.run_when_started(app, tick, every=0.01)
+    assert app._app_tasks[0] is once and len(app._app_tasks) == 2
+
+    async def run_both() -> None:
+        await app._app_tasks[0]()
+        with contextlib.suppress(asyncio.CancelledError):
+            await app._app_tasks[1]()
+
+    asyncio.run(run_both())
+    assert ticks == [0, 1, 1]
 
 
 #: aiokafka internals behind ``BatchConsumer.coordination_failure``
@@ -599,6 +639,7 @@ def test_committed_offsets_reads_faust_books() -> None:
 def _checked_names() -> set[str]:
     names = {name for _owner, name, _a, _p in METHODS} | set(CONSUMER_ATTRIBUTES)
     return names | {"_current_event", "_transport", "_consumer", "_isolation_level",
+                    "_app_tasks",  # test_app_tasks_start_after_recovery
                     *MEMBERSHIP_INTERNALS, *RAW_FETCH_INTERNALS}
 
 

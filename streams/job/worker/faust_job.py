@@ -50,7 +50,7 @@ from streams.job.partitions.registry_store import key_partition_of
 from streams.job.roles import placement_type
 from streams.job.source.rekey import Rekeyer, SourceSettings
 from streams.job.worker.coordinator_runner import CoordinatorRunner
-from streams.job.worker.ingest import BatchIngest, ingest_settings
+from streams.job.worker.ingest import BatchIngest, ingest_settings, run_when_started
 from streams.job.worker.membership import default_instance_id, leave_group
 from streams.job.worker.partition_runner import PartitionRunner
 from streams.job.worker.preflight import TABLE_PARTITIONS
@@ -217,20 +217,20 @@ class Job:
                                    send_reports=self._send_reports)
             for topic in source.topics:
                 BatchIngest(self.app, topic, self.rekeyer.handler(topic), timestamps=True)
-            self.app.task(self._follow_registrations)
-            self.app.timer(interval=0.25)(self._say_idle)
+            run_when_started(self.app, self._follow_registrations)
+            run_when_started(self.app, self._say_idle, every=0.25)
             self.source_stalls = ReadStalls()
             self._holding: set[tuple[TP, int, int]] = set()
-            self.app.timer(interval=1.0)(self._check_source_reads)
-            self.app.timer(interval=1.0)(self._follow_source_partitions)
-        self.app.timer(interval=0.25)(self.partitions.on_tick)
-        self.app.timer(interval=1.0)(self.partitions.check_reads)
-        self.app.timer(interval=10.0)(self.on_status)
+            run_when_started(self.app, self._check_source_reads, every=1.0)
+            run_when_started(self.app, self._follow_source_partitions, every=1.0)
+        run_when_started(self.app, self.partitions.on_tick, every=0.25)
+        run_when_started(self.app, self.partitions.check_reads, every=1.0)
+        run_when_started(self.app, self.on_status, every=10.0)
         self.recovery = RecoveryWatch(self.app)
-        self.app.timer(interval=1.0)(self.recovery.check)
+        run_when_started(self.app, self.recovery.check, every=1.0)
         self.converses = placement_type(config).converses
         if self.converses:  # partitions keep ledgers: they hear decisions
-            self.app.task(self.partitions.read_decisions)
+            run_when_started(self.app, self.partitions.read_decisions)
         self.app.on_rebalance_complete.connect(self.on_rebalance_complete)
         self.app.on_partitions_revoked.connect(self.on_revoked)
         # the endpoints on ``metrics_port`` (0: no server)
