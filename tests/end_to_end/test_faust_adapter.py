@@ -48,6 +48,7 @@ FAUST = version("faust-streaming")
 
 try:
     from streams.job.worker import ingest, raw_fetch
+    from streams.job.worker.tables import TrackedTable, changelog_written
 except ImportError as exc:  # a Faust internal that streams/job/worker/ingest.py imports is gone
     pytest.fail(f"faust-streaming {FAUST}: streams/job/worker/ingest.py no longer imports ({exc}); "
                 "adapt it and this test before moving the faust-streaming pin in pyproject.toml",
@@ -624,6 +625,41 @@ def test_partition_context_routes_table_writes() -> None:
             broken("faust.streams._current_event", "no longer routes table writes")
     if faust.current_event() is not None:
         broken("faust.streams._current_event", "is not reset by partition_context")
+
+
+def test_tracked_table_waits_for_every_changelog_write_until_acknowledged() -> None:
+    """A write to a table goes to its changelog through the producer's buffer, whose task hands
+    it to the client later; ``changelog_written`` returns only once the broker acknowledged each
+    one (here: once its future is resolved), and raises what a refused one raised."""
+    asyncio.run(_tracked_table())
+
+
+async def _tracked_table() -> None:
+    app = new_app("tracked", topic_partitions=4)
+    table = app.tables.add(TrackedTable(app, name="tracked", beacon=app.tables.beacon,
+                                        partitions=4, key_type=bytes, value_type=bytes))
+    with ingest.partition_context(app, "adapter.source", 2):
+        table[b"a"] = b"1"
+        table[b"b"] = b"2"
+    pending = app.producer.buffer.pending
+    if pending.qsize() != 2:
+        broken("Collection.send_changelog", "is no longer what a table write sends through")
+    first, second = pending.get_nowait(), pending.get_nowait()
+    assert (first.message.partition, second.message.partition) == (2, 2)
+    waiting = asyncio.ensure_future(changelog_written(table, {b"plain": b"mapping"}))
+    await asyncio.sleep(0.05)
+    assert not waiting.done()  # both on their way: the buffer is empty, nothing acknowledged
+    first.set_result(None)
+    await asyncio.sleep(0.05)
+    assert not waiting.done()  # one is not acknowledged yet
+    second.set_result(None)
+    await asyncio.wait_for(waiting, 1)
+    with ingest.partition_context(app, "adapter.source", 1):
+        table[b"c"] = b"3"
+    pending.get_nowait().set_exception(RuntimeError("refused"))
+    with pytest.raises(RuntimeError, match="refused"):
+        await changelog_written(table)
+    await changelog_written(table)  # a write is waited for once
 
 
 def test_committed_offsets_reads_faust_books() -> None:

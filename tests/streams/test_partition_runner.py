@@ -207,3 +207,61 @@ def test_a_quiet_partitions_tail_is_checkpointed_and_acknowledged() -> None:
         assert runner.counters["tails_checkpointed"] == 1  # that needed no checkpoint of its own
 
     asyncio.run(go())
+
+
+def test_requirements_and_checkpoints_are_answered_only_once_on_the_broker() -> None:
+    """A batch of requirements is answered (and then acknowledged) only once the broker has
+    acknowledged the registry it wrote to the ``users`` table's changelog, and a checkpoint
+    counts as stored only once its changelog records are: a worker killed after the commit that
+    follows keeps both. The changelog records wait in the app's producer buffer here, taken out
+    and acknowledged by hand."""
+    import faust
+
+    from streams.job.partitions.registry_store import read_blocks
+    from streams.job.worker.ingest import partition_context
+    from streams.job.worker.tables import TrackedTable
+
+    async def acknowledge_all(app: faust.App) -> int:
+        pending = app.producer.buffer.pending
+        count = 0
+        while not pending.empty():
+            pending.get_nowait().set_result(None)
+            count += 1
+        await asyncio.sleep(0)
+        return count
+
+    async def go() -> None:
+        app = faust.App("runner-tables", broker="kafka://127.0.0.1:9", web_enabled=False)
+        tables = [app.tables.add(TrackedTable(app, name=name, beacon=app.tables.beacon,
+                                              partitions=CFG.partitions, key_type=bytes,
+                                              value_type=bytes))
+                  for name in ("users", "checkpoints")]
+        producer = Producer()
+        assigned = {TP(TOPICS.reports, p) for p in range(CFG.partitions)}
+        worker = SimpleNamespace(producer=producer,
+                                 consumer=SimpleNamespace(assignment=lambda: assigned))
+        runner = PartitionRunner(worker, CFG, "unused:9092", TOPICS, *tables,  # type: ignore[arg-type]
+                                 Counter(), WorkerMetrics(TOPICS.reports))
+        mine = [(k, v) for k, v in dynamic_requirements(USERS)
+                if key_partition(k, CFG.partitions) == 0]
+        with partition_context(app, TOPICS.requirements, 0):  # as the batch's handler runs
+            registering = asyncio.ensure_future(runner.on_requirements(
+                [(k, v, 0, offset) for offset, (k, v) in enumerate(mine)]))
+            await asyncio.sleep(0.05)
+            assert not registering.done()  # the registry's records are still on their way
+            assert await acknowledge_all(app) > 0
+            await asyncio.wait_for(registering, 1)
+        with partition_context(app, TOPICS.requirements, 0):
+            assert read_blocks(tables[0], 0)  # the registry, as stored
+
+        reports = [(k, v, 0, offset) for offset, (k, v) in
+                   enumerate(rec for t in range(3) for rec in slot_reports(
+                       [k.decode() for k, _ in mine], t, CFG.d))]
+        with partition_context(app, TOPICS.reports, 0):
+            taking = asyncio.ensure_future(runner.on_reports(reports))
+            await asyncio.sleep(0.05)
+            assert not taking.done() and runner.partitions[0].acked == 0
+            assert await acknowledge_all(app) > 0
+            assert await asyncio.wait_for(taking, 1) == len(reports)
+
+    asyncio.run(go())

@@ -27,6 +27,7 @@ from streams.job.operations.worker_metrics import SlotCloseTimes, WorkerMetrics
 from streams.job.partitions.accumulator import wall_clock_ms
 from streams.job.roles import make_coordinator
 from streams.job.slot_protocol import decode
+from streams.job.worker.tables import changelog_written
 from streams.kafka.topics import Topics
 
 log = logging.getLogger("pwevent.job")
@@ -94,6 +95,7 @@ class CoordinatorRunner:
             count = coord.adopt(decisions, releases)
         if count or fresh:
             self.state[COORDINATOR_KEY.encode()] = coord.snapshot()
+            await changelog_written(self.state)
         if fresh:
             log.warning("coordinator state was missing for stream %s, which started at slot "
                         "%s: recovered its nonce and %d released slots from the decisions and "
@@ -136,6 +138,7 @@ class CoordinatorRunner:
                 new = []
             self.state[COORDINATOR_KEY.encode()] = coord.snapshot()
             await self.app.producer.flush()
+            await changelog_written(self.state)  # recorded before anything is emitted
             if new:
                 await self._emit(coord, new)
                 self.metrics.release_took(new, self.closes, self.clock_ms(), received)

@@ -56,6 +56,7 @@ from streams.job.worker.partition_runner import PartitionRunner
 from streams.job.worker.preflight import TABLE_PARTITIONS
 from streams.job.worker.read_stalls import READ_STALL_S, ReadStalls
 from streams.job.worker.recovery_watch import RecoveryWatch
+from streams.job.worker.tables import TrackedTable
 from streams.kafka.offsets import committed_offsets, holds_records
 from streams.kafka.producer import RawProducer, key_partition
 from streams.kafka.settings import current as current_settings
@@ -77,7 +78,7 @@ USERS_ROCKSDB = {"write_buffer_size": 8 * 2**20, "max_write_buffer_number": 2,
 METADATA_MAX_AGE_MS = 5_000
 
 
-class UsersTable(faust.Table):
+class UsersTable(TrackedTable):
     """The ``users`` table: each partition's registry in bulk
     (:mod:`streams.job.partitions.registry_store`), under keys that name the partition, and, as
     stored before that form, one entry per user, under the user's key. A record belongs to the
@@ -191,8 +192,12 @@ class Job:
         self.users = self.app.tables.add(UsersTable(
             self.app, name="users", beacon=self.app.tables.beacon, partitions=parts["users"],
             options=dict(USERS_ROCKSDB), **table))  # a copy: Faust's store pops from it
-        self.checkpoints = self.app.Table("checkpoints", partitions=parts["checkpoints"], **table)
-        self.state = self.app.Table("coordinator", partitions=parts["coordinator"], **table)
+        self.checkpoints = self.app.tables.add(TrackedTable(
+            self.app, name="checkpoints", beacon=self.app.tables.beacon,
+            partitions=parts["checkpoints"], **table))
+        self.state = self.app.tables.add(TrackedTable(
+            self.app, name="coordinator", beacon=self.app.tables.beacon,
+            partitions=parts["coordinator"], **table))
         self.counters: Counter[str] = Counter()
         # operating the worker: metrics (streams/job/operations/worker_metrics.py), updated where
         # ``counters`` are, and /metrics, /healthz, /readyz (streams/job/operations/observe.py)

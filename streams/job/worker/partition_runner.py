@@ -36,6 +36,7 @@ from streams.job.slot_protocol import Control, control, declaration_key, encode,
 from streams.job.worker.dead_letters import DeadLetterSender
 from streams.job.worker.ingest import partition_context
 from streams.job.worker.read_stalls import READ_STALL_S, ReadStalls
+from streams.job.worker.tables import changelog_written
 from streams.kafka.settings import consumer_options
 from streams.kafka.topics import Topics
 
@@ -133,6 +134,7 @@ class PartitionRunner:
         self.metrics.took_requirements(len(records) - len(dead))
         await self.dead_letters.send(dead)
         await self.app.producer.flush()
+        await changelog_written(self.users)  # flush() may return with table writes on their way
 
     async def on_reports(self, records: list[RawRecord]) -> int | Rewind:
         """Hand a batch of reports to its partition and send what it says (partials of closed
@@ -176,6 +178,7 @@ class PartitionRunner:
             with partition_context(self.app, self.topics.reports, part.number):
                 write_chunked(self.checkpoints, part.number, said.checkpoint)
             await self.app.producer.flush()
+            await changelog_written(self.checkpoints)
             part.acked = said.offset  # the records the checkpoint covers may be acknowledged
         if said.checkpoint_first and out:
             await asyncio.gather(*[await self.app.producer.send(*rec) for rec in out])
