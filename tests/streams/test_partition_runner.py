@@ -38,11 +38,13 @@ class Producer:
 
     def __init__(self) -> None:
         self.sent: list[dict] = []
+        self.topics: list[str] = []  # of every record sent
         self.held = False
         self.permits: asyncio.Queue[None] = asyncio.Queue()
         self.flushing = asyncio.Event()
 
     async def send(self, topic: str, key: Any, value: bytes, *_: Any) -> asyncio.Future:
+        self.topics.append(topic)
         if topic == TOPICS.slot_partials:
             self.sent.append(orjson.loads(value))
         done = asyncio.get_running_loop().create_future()
@@ -144,6 +146,33 @@ def test_a_resume_overtaken_by_a_revocation_resumes_nothing_more() -> None:
         assert plans(producer, 1) == [0, 1]
 
     asyncio.run(go())
+
+
+def test_a_hold_overtaken_by_a_revocation_builds_nothing_again() -> None:
+    """Live, after a rebalance the assigned partitions are built and each behind the hold bound
+    gets a watermark record; a revocation while that waits for a partition's lock stops it, and
+    no revoked partition is built again from tables the next recovery has not caught up."""
+    import dataclasses
+
+    async def go(revoke: bool) -> tuple[PartitionRunner, Producer]:
+        runner, producer = restarted_worker()
+        runner.config = dataclasses.replace(CFG, event_time="live")
+        lock = runner.lock(0)
+        await lock.acquire()
+        holding = asyncio.ensure_future(runner.hold_assigned())
+        await asyncio.sleep(0.01)
+        assert sorted(runner.accumulators) == [0, 1]  # built first
+        if revoke:
+            for p in range(CFG.partitions):
+                runner.forget(p)
+        lock.release()
+        await asyncio.wait_for(holding, 1)
+        return runner, producer
+
+    runner, producer = asyncio.run(go(revoke=False))
+    assert producer.topics.count(TOPICS.reports) == 2 and sorted(runner.accumulators) == [0, 1]
+    runner, producer = asyncio.run(go(revoke=True))
+    assert producer.topics.count(TOPICS.reports) == 0 and runner.accumulators == {}
 
 
 class Acks:

@@ -317,18 +317,24 @@ class PartitionRunner:
         has begun gets a watermark record at :meth:`hold_bound` when it is behind it, so the
         slots that have waited longer than ``--max-hold-ms`` close before the backlog is read
         (what it holds for them is ``late``); the others stay open while it is read. Every
-        assigned partition is built first (:meth:`open_assigned`), live or not."""
+        assigned partition is built first (:meth:`open_assigned`), live or not. Like
+        :meth:`resume_assigned`, it stops at a revocation: a partition is never built again
+        from tables that the next rebalance's recovery has not brought up to date."""
         self.open_assigned()
         bound = self.hold_bound()
         if bound is None:
             return
         futures = []
+        revocations = self.revocations
         for tp in sorted(self.app.consumer.assignment()):
             if tp.topic != self.topics.reports:
                 continue
             p = tp.partition
             async with self.lock(p):
-                acc = self.partitions[p].accumulator
+                part = self.partitions.get(p)
+                if self.revocations != revocations or part is None:
+                    break  # the next rebalance overtook this one: its recovery builds them
+                acc = part.accumulator
                 current = acc.slotter.watermark
                 if acc.slotter.first_slot is None or (current is not None and current >= bound):
                     continue
