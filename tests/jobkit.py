@@ -181,6 +181,15 @@ class Workers:
     def logs(self, tail: int = 3000) -> str:
         return "\n".join(f"--- {n}\n{self.log(n)[-tail:]}" for n in self.procs)
 
+    def warnings(self, most: int = 80) -> str:
+        """The warnings and errors every start of each worker logged (the last ``most``)."""
+        out = []
+        for name in self.procs:
+            lines = [line for line in self.log(name).splitlines()
+                     if "[WARNING]" in line or "[ERROR]" in line]
+            out.append(f"--- {name}\n" + "\n".join(lines[-most:]))
+        return "\n".join(out)
+
     def stop_all(self) -> None:
         stop_workers(list(self.procs.values()))
 

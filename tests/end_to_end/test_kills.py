@@ -104,7 +104,8 @@ def test_ten_random_kills_lose_nothing_and_change_nothing(broker, tmp_path: Path
     assert all(len(v) == 1 for v in by_slot.values()), f"a slot released twice: {context}"
     expected = in_process(cfg, reqs, batches, SLOTS * cfg.slot_ms,
                           nonce=job_nonce(broker.bootstrap, topics))
-    assert [next(iter(by_slot[s])) for s in range(SLOTS)] == expected, context
+    assert [next(iter(by_slot[s])) for s in range(SLOTS)] == expected, (
+        f"{context}\n{workers.warnings()}")
     # workers exit by themselves only as the job means them to: status 1, the reason logged
     assert all(status == 1 and reason != "(no error logged)" for _n, status, reason in exits), \
         f"{context}\n{workers.logs()}"
