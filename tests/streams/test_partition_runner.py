@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from types import SimpleNamespace
 from typing import Any
 
@@ -33,15 +33,15 @@ START = {"stream": "s", "start": 0}
 
 
 class Producer:
-    """Keeps what is sent to ``slot-partials``; while ``held``, each :meth:`flush` waits for a
-    permit."""
+    """Keeps what is sent to ``slot-partials``; while ``held``, the broker acknowledges a table's
+    writes (:meth:`table_written`) only with a permit."""
 
     def __init__(self) -> None:
         self.sent: list[dict] = []
         self.topics: list[str] = []  # of every record sent
         self.held = False
         self.permits: asyncio.Queue[None] = asyncio.Queue()
-        self.flushing = asyncio.Event()
+        self.writing = asyncio.Event()
 
     async def send(self, topic: str, key: Any, value: bytes, *_: Any) -> asyncio.Future:
         self.topics.append(topic)
@@ -51,10 +51,19 @@ class Producer:
         done.set_result(None)
         return done
 
-    async def flush(self) -> None:
-        self.flushing.set()
+    async def table_written(self) -> None:
+        self.writing.set()
         if self.held:
             await self.permits.get()
+
+
+class Table(dict[bytes, bytes]):
+    """A table whose writes are acknowledged when ``written`` says so (as a
+    :class:`~streams.job.worker.tables.TrackedTable`'s are once the broker has them)."""
+
+    def __init__(self, written: Callable[[], Awaitable[None]]) -> None:
+        super().__init__()
+        self.written = written
 
 
 def restarted_worker() -> tuple[PartitionRunner, Producer]:
@@ -62,8 +71,9 @@ def restarted_worker() -> tuple[PartitionRunner, Producer]:
     closed and slot 0 planned; the decisions topic, read before the tables were recovered,
     holds the stream's start and the decision of slot 0: each must plan slot 1 as it resumes,
     and the coordinator waits for that plan before it releases anything more."""
+    producer = Producer()
     users: dict[bytes, bytes] = {}
-    checkpoints: dict[bytes, bytes] = {}
+    checkpoints = Table(producer.table_written)
     requirements = dict(dynamic_requirements(USERS))
     for p in range(CFG.partitions):
         mine = [u for u in USERS if key_partition(u.encode(), CFG.partitions) == p]
@@ -77,7 +87,6 @@ def restarted_worker() -> tuple[PartitionRunner, Producer]:
         acc.advance_messages(2 * CFG.slot_ms)
         assert [m["plan"] for m in acc.on_control(START) if "plan" in m] == [0]
         write_chunked(checkpoints, p, acc.snapshot())
-    producer = Producer()
     assigned = {TP(TOPICS.reports, p) for p in range(CFG.partitions)}
     app = SimpleNamespace(producer=producer, consumer=SimpleNamespace(assignment=lambda: assigned))
     runner = PartitionRunner(app, CFG, "unused:9092", TOPICS, users, checkpoints,  # type: ignore[arg-type]
@@ -99,14 +108,14 @@ async def interrupted_resume(runner: PartitionRunner, producer: Producer,
     while the first one does, the next one to get that far (if the resume goes on)."""
     producer.held = True
     resume = asyncio.ensure_future(runner.resume_assigned())
-    await producer.flushing.wait()
+    await producer.writing.wait()
     if during is not None:
         during()
-        producer.flushing.clear()
+        producer.writing.clear()
         producer.permits.put_nowait(None)
-        flushing = asyncio.ensure_future(producer.flushing.wait())
-        await asyncio.wait([resume, flushing], return_when=asyncio.FIRST_COMPLETED)
-        flushing.cancel()
+        writing = asyncio.ensure_future(producer.writing.wait())
+        await asyncio.wait([resume, writing], return_when=asyncio.FIRST_COMPLETED)
+        writing.cancel()
     resume.cancel()
     await asyncio.gather(resume, return_exceptions=True)
     producer.held = False

@@ -137,7 +137,6 @@ class CoordinatorRunner:
                 self.counters["bad_partials"] += 1
                 new = []
             self.state[COORDINATOR_KEY.encode()] = coord.snapshot()
-            await self.app.producer.flush()
             await changelog_written(self.state)  # recorded before anything is emitted
             if new:
                 await self._emit(coord, new)

@@ -133,8 +133,7 @@ class PartitionRunner:
         self.counters["requirements"] += len(records) - len(dead)
         self.metrics.took_requirements(len(records) - len(dead))
         await self.dead_letters.send(dead)
-        await self.app.producer.flush()
-        await changelog_written(self.users)  # flush() may return with table writes on their way
+        await changelog_written(self.users)
 
     async def on_reports(self, records: list[RawRecord]) -> int | Rewind:
         """Hand a batch of reports to its partition and send what it says (partials of closed
@@ -177,7 +176,6 @@ class PartitionRunner:
         if said.checkpoint is not None:
             with partition_context(self.app, self.topics.reports, part.number):
                 write_chunked(self.checkpoints, part.number, said.checkpoint)
-            await self.app.producer.flush()
             await changelog_written(self.checkpoints)
             part.acked = said.offset  # the records the checkpoint covers may be acknowledged
         if said.checkpoint_first and out:

@@ -48,8 +48,10 @@ class TrackedTable(faust.Table):
 
 
 async def changelog_written(*tables: Mapping[bytes, bytes]) -> None:
-    """Wait until what was written to ``tables`` is acknowledged by the broker (a plain mapping,
-    as in tests without Kafka, has nothing to wait for)."""
+    """Wait until what was written to ``tables`` is acknowledged by the broker: each table's
+    ``written()`` (a :class:`TrackedTable`'s, or a stand-in's in tests without Kafka); a plain
+    mapping has nothing to wait for."""
     for table in tables:
-        if isinstance(table, TrackedTable):
-            await table.written()
+        written = getattr(table, "written", None)
+        if written is not None:
+            await written()
