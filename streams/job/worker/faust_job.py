@@ -189,15 +189,15 @@ class Job:
                  "extra_topic_configs": {"min.insync.replicas": str(min_insync_replicas(
                      current_settings().replication_factor))}}
         parts = {name: n or config.partitions for name, n in TABLE_PARTITIONS.items()}
-        self.users = self.app.tables.add(UsersTable(
-            self.app, name="users", beacon=self.app.tables.beacon, partitions=parts["users"],
-            options=dict(USERS_ROCKSDB), **table))  # a copy: Faust's store pops from it
-        self.checkpoints = self.app.tables.add(TrackedTable(
-            self.app, name="checkpoints", beacon=self.app.tables.beacon,
-            partitions=parts["checkpoints"], **table))
-        self.state = self.app.tables.add(TrackedTable(
-            self.app, name="coordinator", beacon=self.app.tables.beacon,
-            partitions=parts["coordinator"], **table))
+
+        def add(kind: type[TrackedTable], name: str, **extra: Any) -> TrackedTable:
+            return self.app.tables.add(kind(self.app, name=name, beacon=self.app.tables.beacon,
+                                            partitions=parts[name], **table, **extra))
+
+        # options: a copy, as Faust's store pops from it
+        self.users = add(UsersTable, "users", options=dict(USERS_ROCKSDB))
+        self.checkpoints = add(TrackedTable, "checkpoints")
+        self.state = add(TrackedTable, "coordinator")
         self.counters: Counter[str] = Counter()
         # operating the worker: metrics (streams/job/operations/worker_metrics.py), updated where
         # ``counters`` are, and /metrics, /healthz, /readyz (streams/job/operations/observe.py)
