@@ -46,7 +46,6 @@ class TrackedTable(faust.Table):
             await asyncio.gather(*list(self._unacknowledged))
 
 
-
 async def changelog_written(*tables: Mapping[bytes, bytes]) -> None:
     """Wait until what was written to ``tables`` is acknowledged by the broker: each table's
     ``written()`` (a :class:`TrackedTable`'s, or a stand-in's in tests without Kafka); a plain
