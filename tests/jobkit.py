@@ -23,6 +23,7 @@ from streams.job.config import JobConfig
 from streams.job.partitions.accumulator import watermark_record
 from streams.job.pipeline import InProcessJob
 from streams.job.worker.membership import describe_group
+from streams.kafka.consumer_stop import stop_consumer
 from streams.kafka.offsets import read_topic, wait_consumed
 from streams.kafka.producer import RawProducer, key_partition
 from streams.kafka.settings import ISOLATION_LEVEL
@@ -610,7 +611,7 @@ class ReleaseKiller(threading.Thread):
                             os.kill(self.target().pid, signal.SIGKILL)
                         self.killed.append(slot)
         finally:
-            await consumer.stop()
+            await stop_consumer(consumer)
 
 
 def start_configured_worker(bootstrap: str, prefix: str, conf: Path, data: Path,
@@ -644,7 +645,7 @@ def timestamped_records(bootstrap: str, topic: str, partitions: int) -> list[tup
                             for r in got.get(tp, [])]
             return out
         finally:
-            await c.stop()
+            await stop_consumer(c)
 
     return asyncio.run(go())
 

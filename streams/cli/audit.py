@@ -23,6 +23,7 @@ import orjson
 from streams.audit.report import AuditReport, Record
 from streams.cli import audit_empirical, audit_ldp
 from streams.cli.options import PREFIX, add_options, option
+from streams.kafka.consumer_stop import stop_consumer
 from streams.kafka.topics import Topics
 
 AUDITED = ("requirements", "decisions", "releases")
@@ -179,7 +180,7 @@ async def fetch_topics(bootstrap: str, names: Sequence[str], timeout: float = 30
         raise AuditInputError(f"cannot read from {bootstrap}: {exc}") from None
     finally:
         with contextlib.suppress(Exception):  # a consumer that never started
-            await consumer.stop()
+            await stop_consumer(consumer)
 
 
 def dump_topics(bootstrap: str, prefix: str, out_dir: str | Path,

@@ -38,6 +38,7 @@ from streams.cli.replay import add_source, build_source
 from streams.cli.replay_produce import produce
 from streams.data.sources import Source
 from streams.job.config import JOB_MECHANISMS
+from streams.kafka.consumer_stop import stop_consumer
 from streams.kafka.topics import Topics
 from streams.ldp_collector.kafka_job import KAFKA_PROTOCOLS
 from streams.releases.dashboard import DEFAULT_PORT
@@ -109,7 +110,7 @@ async def follow_releases(bootstrap: str, topic: str, expected: int, deadline: f
                     bar.update()
                 got[doc["slot"]] = doc
     finally:
-        await consumer.stop()
+        await stop_consumer(consumer)
         if bar is not None:
             bar.close()
     return got

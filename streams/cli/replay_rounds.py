@@ -25,6 +25,7 @@ from streams.cli.replay_ldp import make_devices, slot_values
 from streams.data.sources import Source
 from streams.job.partitions.key_hashing import key_partitions
 from streams.job.partitions.watermarks import watermark_record
+from streams.kafka.consumer_stop import stop_consumer
 from streams.kafka.settings import consumer_options
 from streams.ldp_client.devices import Devices
 from streams.ldp_collector.kafka_job import LdpJobSettings
@@ -128,7 +129,7 @@ class DecisionReader:
 
     async def stop(self) -> None:
         """Close the connection."""
-        await self.consumer.stop()
+        await stop_consumer(self.consumer)
 
     async def decision(self, slot: int, timeout_s: float = DECISION_TIMEOUT_S) -> Decision:
         """Decision ``slot``, once the collector has written it; TimeoutError after

@@ -14,6 +14,7 @@ from aiokafka.errors import (
     NotCoordinatorForGroupError,
 )
 
+from streams.kafka.consumer_stop import stop_consumer
 from streams.kafka.settings import client_options, consumer_options
 
 
@@ -27,7 +28,7 @@ async def end_offsets(bootstrap: str, topic: str, partitions: int) -> dict[int, 
         ends = await consumer.end_offsets(tps)
         return {tp.partition: off for tp, off in ends.items()}
     finally:
-        await consumer.stop()
+        await stop_consumer(consumer)
 
 
 async def committed_offsets(bootstrap: str, group: str, topic: str,
@@ -148,7 +149,7 @@ async def holds_records(bootstrap: str, topic: str, partition: int, start: int, 
                 return True
         return False
     finally:
-        await consumer.stop()
+        await stop_consumer(consumer)
 
 
 async def read_topic(bootstrap: str, topic: str, partitions: int = 1,
@@ -165,5 +166,5 @@ async def read_topic(bootstrap: str, topic: str, partitions: int = 1,
         await consumer.seek_to_beginning(*tps)
         got = await records_to_end(consumer, tps, limit)
     finally:
-        await consumer.stop()
+        await stop_consumer(consumer)
     return [(r.key, r.value) for tp in tps for r in got[tp]]

@@ -29,6 +29,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.errors import KafkaError
 
 from streams.job.partitions.watermarks import wall_clock_ms, watermark_record
+from streams.kafka.consumer_stop import stop_consumer
 from streams.kafka.offsets import read_topic, topic_partitions
 from streams.kafka.settings import client_options, consumer_options
 from streams.kafka.topics import Topics, TopicSpec, create_topics, min_insync_replicas
@@ -161,7 +162,7 @@ class LdpJob:
             await self._collect(consumer, producer, released, decided, stop)
         finally:  # each closes its connections, started or not
             await producer.stop()
-            await consumer.stop()
+            await stop_consumer(consumer)
 
     async def _collect(self, consumer: AIOKafkaConsumer, producer: AIOKafkaProducer,
                        released: set[int], decided: set[int], stop: asyncio.Event) -> None:

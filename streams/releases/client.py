@@ -43,6 +43,7 @@ from dataclasses import replace
 
 import orjson
 
+from streams.kafka.consumer_stop import stop_consumer
 from streams.releases.decoding import (
     KNOWN_VERSION,
     Release,
@@ -104,7 +105,7 @@ async def read_start_record(bootstrap: str, topic: str, key: str, timeout: float
             return None  # the labels stay unknown; the releases are read all the same
     finally:
         with contextlib.suppress(Exception):
-            await consumer.stop()
+            await stop_consumer(consumer)
     values = [r.value for tp in tps for r in got[tp] if r.key == key.encode() and r.value]
     return orjson.loads(values[-1]) if values else None
 
@@ -180,7 +181,7 @@ async def aiter_releases(bootstrap: str, topic: str, *, stream: str | None = Non
                 yield rel
     finally:
         with contextlib.suppress(Exception):
-            await consumer.stop()
+            await stop_consumer(consumer)
 
 
 def iter_releases(bootstrap: str, topic: str, *, stream: str | None = None,

@@ -42,6 +42,7 @@ from jobkit import (
 )
 
 from local_kafka.embedded import EmbeddedBroker
+from streams.kafka.consumer_stop import stop_consumer
 
 USERS = [f"u{i}" for i in range(20)]
 SLOTS = 12
@@ -157,7 +158,7 @@ async def kill_on_release(broker: RestartableBroker, topic: str, slot: int,
         raise AssertionError(f"slot {slot} was not released within {timeout:g} s")
     finally:
         with contextlib.suppress(Exception):
-            await asyncio.wait_for(consumer.stop(), 5)
+            await asyncio.wait_for(stop_consumer(consumer), 5)
 
 
 def restart_worker(bootstrap: str, cfg, data_dir: Path, tmp_path: Path,

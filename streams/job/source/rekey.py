@@ -49,6 +49,7 @@ from streams.job.source.mapping import MappedBatch, MappingWatch, SourceMapping
 from streams.job.source.report_values import remapped, report_value, report_values
 from streams.job.source.winners import Forwarded
 from streams.job.source_progress import Progress, progress_record
+from streams.kafka.consumer_stop import stop_consumer
 from streams.kafka.settings import consumer_options
 from streams.kafka.topics import Topics
 
@@ -552,4 +553,4 @@ class Rekeyer:
                     self.on_produced()  # held reports: the stream is not idle
                     await self.release_held()
         finally:
-            await consumer.stop()
+            await stop_consumer(consumer)

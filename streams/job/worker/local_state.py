@@ -15,6 +15,7 @@ from aiokafka.errors import KafkaError
 
 from streams.job.worker.data_dir import TABLES_DIR
 from streams.job.worker.preflight import GRACE, StartupError, quiet_kafka_logs
+from streams.kafka.consumer_stop import stop_consumer
 from streams.kafka.settings import client_options, consumer_options
 from streams.kafka.topics import Topics
 
@@ -115,7 +116,7 @@ async def changelog_ends(bootstrap: str, app_id: str, tables: list[str],
                            f"({type(exc).__name__})") from None
     finally:
         with contextlib.suppress(Exception):
-            await consumer.stop()
+            await stop_consumer(consumer)
 
 
 def restore_lost_releases(data_dir: Path, config: JobConfig, topics: Topics, bootstrap: str,

@@ -37,6 +37,7 @@ from streams.job.worker.dead_letters import DeadLetterSender
 from streams.job.worker.ingest import partition_context
 from streams.job.worker.read_stalls import READ_STALL_S, ReadStalls
 from streams.job.worker.tables import changelog_written
+from streams.kafka.consumer_stop import stop_consumer
 from streams.kafka.settings import consumer_options
 from streams.kafka.topics import Topics
 
@@ -279,7 +280,7 @@ class PartitionRunner:
                             continue
                         await self.on_control(doc)
         finally:
-            await consumer.stop()
+            await stop_consumer(consumer)
 
     async def settle_tails(self, assigned: list[int], now: float, quiet: float) -> None:
         """Checkpoint and acknowledge what the assigned partitions took after their last
