@@ -4,6 +4,8 @@ ledgers' charges alone."""
 
 from __future__ import annotations
 
+import importlib.util
+
 import numpy as np
 import orjson
 import pytest
@@ -30,6 +32,9 @@ def releases(seed: int, T: int, d: int) -> tuple[np.ndarray, np.ndarray, np.ndar
     return hist, published, std
 
 
+#: numba (the evaluation extra) looked up without importing it: collecting this file in every test
+#: process should not pay its import
+NO_NUMBA = importlib.util.find_spec("numba") is None
 FILTERS = pytest.mark.parametrize("method", ["kalman", "kalman_bank", "kalman_split"])
 
 
@@ -208,7 +213,7 @@ def test_postprocessing_leaves_the_releases_and_charges_alone(name):
     assert set(post.post) == {"round", "kalman", "kalman_bank"} and plain.post == {}
 
 
-@pytest.mark.skipif(not pp.compiled_filters.available(2), reason="numba is not installed")
+@pytest.mark.skipif(NO_NUMBA, reason="numba is not installed")
 def test_a_long_run_alone_takes_the_compiled_filters_and_their_values(monkeypatch):
     """A run alone of LONG_RUN slots (the evaluation at --repeat 1) is filtered by the compiled
     kernels, with the numpy code's values; a shorter one keeps numpy."""
@@ -231,7 +236,7 @@ def test_a_long_run_alone_takes_the_compiled_filters_and_their_values(monkeypatc
     assert len(calls) == 3
 
 
-@pytest.mark.skipif(not pp.compiled_filters.available(2), reason="numba is not installed")
+@pytest.mark.skipif(NO_NUMBA, reason="numba is not installed")
 @settings(max_examples=40, deadline=None)
 @given(st.integers(0, 2**31), st.integers(1, 60), st.integers(1, 4), st.booleans())
 def test_compiled_filters_equal_the_numpy_ones(seed, T, d, per_cell):
