@@ -63,10 +63,22 @@ finish() {
   fi
 }
 
+# Maven, its output shown only when it fails: in quiet mode it still prints bare colour codes
+quiet_mvn() {
+  local out
+  out=$(mktemp)
+  if ! mvn -q -B "$@" >"$out" 2>&1; then
+    cat "$out" >&2
+    rm -f "$out"
+    return 1
+  fi
+  rm -f "$out"
+}
+
 fetch_kafka_and_registry() {
   if [ ! -f "$registry_jar" ]; then
     rm -rf .schema-registry.partial
-    mvn -q -B -f deploy/schema-registry/pom.xml dependency:copy@fetch \
+    quiet_mvn -f deploy/schema-registry/pom.xml dependency:copy@fetch \
       -Dregistry.dir="$PWD/.schema-registry.partial"
     tar xzf .schema-registry.partial/registry.tar.gz -C .schema-registry.partial
     rm .schema-registry.partial/registry.tar.gz
@@ -74,7 +86,7 @@ fetch_kafka_and_registry() {
   fi
   if [ ! -f ".kafka/libs/kafka_2.13-${kafka_version}.jar" ]; then
     rm -rf .kafka/libs.partial
-    mvn -q -B -f deploy/apache-kafka/pom.xml dependency:copy-dependencies \
+    quiet_mvn -f deploy/apache-kafka/pom.xml dependency:copy-dependencies \
       -DincludeScope=runtime -DoutputDirectory="$PWD/.kafka/libs.partial"
     rm -rf .kafka/libs && mv .kafka/libs.partial .kafka/libs
     rm -f .kafka/kafka-classes.jsa  # made from the jars replaced
@@ -82,7 +94,7 @@ fetch_kafka_and_registry() {
   # the Java client's test dependencies, resolved by running its tests once, so that
   # tests/ldp_client/test_other_languages.py runs them offline (after the fetches above: one
   # Maven at a time writes the local repository)
-  mvn -q -B -f clients/java/pom.xml test
+  quiet_mvn -f clients/java/pom.xml test
 }
 
 # the test modules as pytest rewrites their asserts, written once: with PYTHONDONTWRITEBYTECODE
