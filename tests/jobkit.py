@@ -158,11 +158,13 @@ class Workers:
                 self.start(name)
 
     def reason(self, name: str) -> str:
-        """The last error line the worker's current run logged."""
+        """The last error line the worker's current run logged (a logged error, or the one line
+        of a refusal to start)."""
         with self.log_path(name).open("rb") as fh:
             fh.seek(self._log_start.get(name, 0))
             text = fh.read().decode(errors="replace")
-        errors = [line for line in text.splitlines() if "[ERROR]" in line]
+        errors = [line for line in text.splitlines()
+                  if "[ERROR]" in line or line.startswith("pwevent worker: error:")]
         return errors[-1][-300:] if errors else "(no error logged)"
 
     def instance(self, name: str, timeout: float = 30) -> str:
@@ -196,6 +198,16 @@ class Workers:
 
 
 Records = list[tuple[bytes, bytes]]
+
+
+def creation_cut_short(path: Path) -> None:
+    """What a worker SIGKILLed while RocksDB created a store leaves behind (seen after a kill):
+    the lock, the log, the identity still in its temporary file, and no ``CURRENT``."""
+    path.mkdir(parents=True)
+    (path / "LOCK").write_bytes(b"")
+    (path / "LOG").write_text("2026/12/07-20:50:27.703714 139825106230144 RocksDB version: 9.8.4\n")
+    (path / "000000.dbtmp").write_text("73b962d9-4ae0-4a70-a5e3-346276fecb57")
+    (path / "rocksdict-config.json").write_text('{"raw_mode":true,"prefix_extractors":{}}')
 
 
 def requirement_records(users: list[str], w: list[int], E: list[float]) -> Records:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import random
 import secrets
+import shutil
 import time
 from pathlib import Path
 
@@ -23,6 +24,7 @@ from brokers import broker_fixture
 from jobkit import (
     Workers,
     config,
+    creation_cut_short,
     dynamic_requirements,
     in_process,
     job_nonce,
@@ -109,3 +111,44 @@ def test_ten_random_kills_lose_nothing_and_change_nothing(broker, tmp_path: Path
     # workers exit by themselves only as the job means them to: status 1, the reason logged
     assert all(status == 1 and reason != "(no error logged)" for _n, status, reason in exits), \
         f"{context}\n{workers.logs()}"
+
+
+def test_a_store_whose_creation_a_kill_cut_short_is_made_again(shared_brokers,
+                                                               tmp_path: Path) -> None:
+    """A worker SIGKILLed while RocksDB creates one of its stores leaves a directory without
+    ``CURRENT`` (found so after a kill of the test above). Started again on its data directory,
+    the worker makes the store anew and recovers the table from its changelog; it refused to
+    start at every attempt before. The store is the worker's local state: the embedded broker
+    shows all of it."""
+    bootstrap = shared_brokers.get("embedded").bootstrap
+    cfg = config("kills-cut-short", mechanism="pbd", partitions=4)
+    topics = setup_topics(bootstrap, cfg)
+    reqs = requirement_records(USERS, [3 + i % 4 for i in range(len(USERS))],
+                               [0.5 + (i % 3) * 0.5 for i in range(len(USERS))])
+    slots = 8
+    batches = [slot_reports(USERS, t, cfg.d) for t in range(slots)]
+    workers = Workers(bootstrap, cfg, tmp_path)
+    try:
+        workers.start("a")
+        assert wait_for_assignment(bootstrap, cfg, topics.reports, 1, 60)
+        register(bootstrap, topics, cfg, reqs, workers.procs["a"])
+        send_slots(bootstrap, topics, cfg, batches, range(4))
+        wait_for_slots(bootstrap, topics, set(range(4)), 60, workers.procs["a"])
+        workers.kill("a")
+        stores = sorted((tmp_path / "data-a").rglob("checkpoints-*.db"))
+        assert stores, "the worker made no checkpoints store"
+        shutil.rmtree(stores[0])
+        creation_cut_short(stores[0])
+        workers.start("a")
+        send_slots(bootstrap, topics, cfg, batches, range(4, slots))
+        wait_for_slots(bootstrap, topics, set(range(slots)), 60, workers.procs["a"])
+        workers.supervise()
+    finally:
+        workers.stop_all()
+    assert workers.exits == [], workers.logs()
+    assert (stores[0] / "CURRENT").exists()
+    by_slot = values_by_slot(releases(bootstrap, topics))
+    assert sorted(by_slot) == list(range(slots)) and all(len(v) == 1 for v in by_slot.values())
+    expected = in_process(cfg, reqs, batches, slots * cfg.slot_ms,
+                          nonce=job_nonce(bootstrap, topics))
+    assert [next(iter(by_slot[s])) for s in range(slots)] == expected

@@ -30,9 +30,17 @@ _OFFSET_KEY: Final = b"__faust\0offset__"
 
 
 def _store_values(path: Path, keys: list[bytes], data_dir: Path) -> list[bytes | None]:
-    """The values of ``keys`` in the RocksDB store at ``path`` (opened read only)."""
+    """The values of ``keys`` in the RocksDB store at ``path`` (opened read only); none for a
+    store whose creation never finished.
+
+    RocksDB writes a new store's ``CURRENT`` file last, renamed into place once the store is
+    complete, and nothing is written to a store before that. A worker SIGKILLed while creating
+    one leaves a directory without it: such a store holds nothing, Faust opens it as a new one,
+    and its table is recovered from the changelog."""
     from rocksdict import AccessType, Options, Rdict
 
+    if not (path / "CURRENT").exists():
+        return [None] * len(keys)
     try:
         db = Rdict(str(path), options=Options(raw_mode=True),
                    access_type=AccessType.read_only())
