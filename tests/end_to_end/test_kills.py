@@ -44,6 +44,9 @@ SLOTS = 40
 KILLS = 10
 #: One seed per run, unless pinned: the schedules of both mechanisms derive from it.
 SEED = int(os.environ.get("PWEVENT_KILL_SEED") or secrets.randbits(32))
+#: The users' fixed requirements: windows of 3 to 6 slots, budgets 0.5 to 1.5.
+FIXED_REQUIREMENTS = requirement_records(USERS, [3 + i % 4 for i in range(len(USERS))],
+                                         [0.5 + (i % 3) * 0.5 for i in range(len(USERS))])
 
 
 broker = broker_fixture()
@@ -65,9 +68,7 @@ def test_ten_random_kills_lose_nothing_and_change_nothing(broker, tmp_path: Path
     print(f"{mechanism}: kill seed {SEED} (PWEVENT_KILL_SEED={SEED} replays it): {schedule}")
     cfg = config(f"kills-{mechanism}", mechanism=mechanism, partitions=4)
     topics = setup_topics(broker.bootstrap, cfg)
-    reqs = (dynamic_requirements(USERS) if cfg.dynamic else requirement_records(
-        USERS, [3 + i % 4 for i in range(len(USERS))], [0.5 + (i % 3) * 0.5
-                                                        for i in range(len(USERS))]))
+    reqs = dynamic_requirements(USERS) if cfg.dynamic else FIXED_REQUIREMENTS
     batches = [slot_reports(USERS, t, cfg.d) for t in range(SLOTS)]
     workers = Workers(broker.bootstrap, cfg, tmp_path)
     killed: list[str] = []
@@ -123,8 +124,7 @@ def test_a_store_whose_creation_a_kill_cut_short_is_made_again(shared_brokers,
     bootstrap = shared_brokers.get("embedded").bootstrap
     cfg = config("kills-cut-short", mechanism="pbd", partitions=4)
     topics = setup_topics(bootstrap, cfg)
-    reqs = requirement_records(USERS, [3 + i % 4 for i in range(len(USERS))],
-                               [0.5 + (i % 3) * 0.5 for i in range(len(USERS))])
+    reqs = FIXED_REQUIREMENTS
     slots = 8
     batches = [slot_reports(USERS, t, cfg.d) for t in range(slots)]
     workers = Workers(bootstrap, cfg, tmp_path)
