@@ -8,7 +8,8 @@ producer lives, a batch its client retries after a lost connection or a timed-ou
 written once, and a batch it has sent once is retried until the broker answers. A broker that goes
 away and comes back with its state is therefore ridden out by the client alone: nothing fails,
 nothing is sent twice, and the replay only notices the silence (it probes the broker's address
-every second while nothing is acknowledged).
+every second while nothing is acknowledged, once it has read the answers already received: after
+the process was paused, an acknowledgement that arrived meanwhile is not an outage).
 
 When a send does fail (the producer cannot connect or be created, a batch cannot be enqueued in
 time, a batch's future fails: ``KafkaConnectionError``, ``KafkaTimeoutError``,
@@ -74,6 +75,11 @@ from collections.abc import Callable, Iterable
 
 #: Backoff between attempts after a failed send: doubles from the first value to the second.
 BACKOFF = (0.5, 5.0)
+#: Before a silence is judged, answers already received get this many turns of the event loop
+#: and this many seconds to reach the sender: after the process was paused (SIGSTOP, a
+#: suspended machine) the wait's timer and the broker's answer are due at once, and the answer
+#: takes a few turns to pass through the client.
+SETTLE = (50, 0.05)
 #: Seconds one SASL handshake may take when a producer could not connect: a refused login is
 #: not an outage (:mod:`streams.kafka.errors`).
 LOGIN_CHECK_S = 2.0
@@ -225,9 +231,11 @@ class ResilientSender:
         try:
             while True:
                 done, _ = await asyncio.wait({task}, timeout=self.probe_every)
+                if not done:
+                    await self._settle(task)
                 if entries is not None:
                     self._progress(entries)
-                if done:
+                if task.done():
                     return task.result()
                 if time.monotonic() - self._quiet_since(waiting_since) >= self.probe_every:
                     if await self._probe():
@@ -242,6 +250,17 @@ class ResilientSender:
                 task.cancel()
                 with contextlib.suppress(BaseException):
                     await task
+
+    @staticmethod
+    async def _settle(task: asyncio.Future) -> None:
+        """Let what the process has already received reach ``task``: a few turns of the loop,
+        then :data:`SETTLE` seconds at most."""
+        turns, seconds = SETTLE
+        for _ in range(turns):
+            if task.done():
+                return
+            await asyncio.sleep(0)
+        await asyncio.wait({task}, timeout=seconds)
 
     async def _pause(self, seconds: float, waiting_since: float) -> None:
         """Back off ``seconds``, but not past the deadline."""
