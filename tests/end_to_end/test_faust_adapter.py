@@ -105,6 +105,9 @@ METHODS: list[tuple[type, str, bool, list[str] | str]] = [
     (Consumer, "_add_gap", True, ["tp", "offset_from", "offset_to"]),
     (Consumer, "_to_message", False, ["tp", "record"]),
     (Consumer, "_new_offset", False, ["tp"]),  # overridden: numpy, the same books
+    # overridden: the books corrected after a refused commit
+    (Consumer, "_commit_offsets", True, ["offsets", "start_new_transaction"]),
+    (Consumer, "_commit", True, ["offsets"]),
     (Consumer, "on_start", True, []),  # overridden
     (Consumer, "on_partitions_revoked", True, ["revoked"]),  # overridden
     (Consumer, "perform_seek", True, []),
@@ -125,7 +128,7 @@ METHODS: list[tuple[type, str, bool, list[str] | str]] = [
 #: Methods of :class:`streams.job.worker.ingest.BatchConsumer` that Faust calls: the same
 #: parameters.
 OVERRIDES = ("_drain_messages", "_getmany", "on_start", "on_partitions_revoked", "_new_offset",
-             "_new_consumer_thread")
+             "_new_consumer_thread", "_commit_offsets")
 
 
 @pytest.mark.parametrize(("owner", "name", "awaited", "params"), METHODS,
@@ -667,6 +670,44 @@ def test_committed_offsets_reads_faust_books() -> None:
     consumer._committed_offset[TP("adapter.t", 1)] = 7
     consumer._committed_offset[TP("adapter.other", 0)] = 3
     assert ingest.committed_offsets(consumer.app, "adapter.t") == {1: 7}
+
+
+def test_a_refused_commit_leaves_no_offset_in_the_books(monkeypatch) -> None:
+    """The commit of offset 120 is refused (the group rebalanced), and the partition was revoked
+    and given back while it was on its way, with no commit on the broker: Faust's own commit
+    would record 120 as committed, and the acks of offsets 0-119 read again would be dropped,
+    so that the partition never committed. The books hold nothing instead, the acks count, and
+    the next commit is 120."""
+    tp = TP("adapter.t", 0)
+    sent: list[dict] = []
+
+    async def run() -> tuple[bool, Any, int | None]:
+        consumer = new_app("refused").consumer
+        monkeypatch.setattr(consumer.app.topics, "acks_enabled_for", lambda topic: True)
+        consumer.assignment = lambda: {tp}  # type: ignore[method-assign]
+
+        async def flush() -> None:
+            return None
+
+        async def rebalanced(offsets: Any) -> bool:
+            consumer._committed_offset.pop(tp, None)  # revoked and given back meanwhile
+            return False
+
+        async def accepted(offsets: Any) -> bool:
+            sent.append(dict(offsets))
+            return True
+
+        consumer.app.producer.flush = flush  # type: ignore[method-assign]
+        consumer._commit = rebalanced  # type: ignore[method-assign]
+        consumer._committed_offset[tp] = 40
+        refused = await consumer._commit_offsets({tp: 120})
+        books = consumer._committed_offset.get(tp)
+        consumer._ack_range(tp, 0, 120)
+        consumer._commit = accepted  # type: ignore[method-assign]
+        return refused, books, consumer._new_offset(tp)
+
+    refused, books, offset = asyncio.run(run())
+    assert (refused, books, offset) == (False, None, 120)
 
 
 # -- the adapter's coverage and the pin -------------------------------------------------------

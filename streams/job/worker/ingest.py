@@ -70,7 +70,8 @@ else uses Faust's public API, or the public functions here (:func:`partition_con
   ``_read_offset``, ``_committed_offset``, ``_acked``, ``_acked_index``, ``_n_acked``,
   ``_commit_every``, ``_unacked_messages``, ``_waiting_for_ack``, ``_buffered_partitions``,
   ``_gap``, ``_new_offset`` (which :class:`BatchConsumer` computes with numpy, the same value and
-  books), and mode's ``Service._stopped`` on the consumer and the fetcher;
+  books), ``_commit_offsets`` (whose books :class:`BatchConsumer` corrects after a refused
+  commit), and mode's ``Service._stopped`` on the consumer and the fetcher;
 * the consumer's ``_thread`` and its aiokafka consumer ``_consumer``, whose ``_coordinator`` runs
   the group membership as ``_coordination_task`` (:meth:`BatchConsumer.check_coordination`);
 * ``Consumer._new_consumer_thread`` and ``AIOKafkaConsumerThread._create_worker_consumer``, and
@@ -349,6 +350,24 @@ class BatchConsumer(faust_aiokafka.Consumer):
     async def _coordination(self) -> None:
         """:meth:`check_coordination` every :data:`COORDINATION_CHECK_S` seconds."""
         self.check_coordination()
+
+    async def _commit_offsets(self, offsets: Any, start_new_transaction: bool = True) -> bool:
+        """Faust's commit, without its books claiming offsets the broker refused.
+
+        Faust records ``offsets`` as committed whether or not the commit went through. A commit
+        the broker refuses because the group rebalanced meanwhile can return after the
+        partitions were revoked and given back, so the partition's books would claim an offset
+        its broker commit never reached: :meth:`_ack_range` would then drop the acks of the
+        records read again from the broker's commit, and the partition would never commit
+        again. A refused offset is taken out of the books (unknown until the next commit);
+        acknowledgements are contiguous from the read position, so nothing is skipped."""
+        committed = await super()._commit_offsets(offsets, start_new_transaction)
+        if not committed:
+            books = self._committed_offset
+            for tp, offset in offsets.items():
+                if books.get(tp) == offset:
+                    books.pop(tp, None)
+        return committed
 
     async def on_partitions_revoked(self, revoked: Any) -> None:
         """Forget held-back offsets of revoked partitions; their delivery restarts from commits."""
