@@ -8,7 +8,6 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import threading
 import time
 from dataclasses import replace
@@ -17,6 +16,7 @@ from pathlib import Path
 import orjson
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
+from forked_workers import Process, start_command
 
 from local_kafka.embedded import broker_binary, free_port
 from streams.job.config import JobConfig
@@ -49,17 +49,16 @@ def setup_topics(bootstrap: str, cfg: JobConfig) -> Topics:
 
 
 def start_worker(bootstrap: str, cfg: JobConfig, data_dir: Path, log: Path,
-                 *extra: str) -> subprocess.Popen:
+                 *extra: str) -> Process:
     """``pwevent worker`` as a child process with the job's settings (and ``extra`` flags)."""
-    cmd = [sys.executable, "-m", "streams.cli", "worker", "--broker", bootstrap,
+    args = ["worker", "--broker", bootstrap,
            "--prefix", cfg.prefix, "--partitions", str(cfg.partitions), "--stream", cfg.stream,
            "--mechanism", cfg.mechanism, "--cells", str(cfg.d), "--slot-ms", str(cfg.slot_ms),
            "--lateness-ms", str(cfg.lateness_ms), "--idle-close-ms", str(cfg.idle_close_ms),
            "--event-time", cfg.event_time,
            *([] if cfg.horizon_ms is None else ["--horizon-ms", str(cfg.horizon_ms)]),
            "--data-dir", str(data_dir), "--loglevel", "info", "--metrics-port", "0", *extra]
-    env = dict(os.environ, PWEVENT_SECRET=cfg.secret)
-    return subprocess.Popen(cmd, stdout=log.open("ab"), stderr=subprocess.STDOUT, env=env)
+    return start_command(args, dict(os.environ, PWEVENT_SECRET=cfg.secret), log)
 
 
 def group_assignment(bootstrap: str, cfg: JobConfig, topic: str) -> dict[str, set[int]] | None:
@@ -89,7 +88,7 @@ def wait_for_assignment(bootstrap: str, cfg: JobConfig, topic: str, members: int
     return seen
 
 
-def stop_worker(proc: subprocess.Popen, kill: bool = False) -> None:
+def stop_worker(proc: Process, kill: bool = False) -> None:
     """Stop a worker we started: SIGKILL, or SIGTERM with a SIGKILL fallback."""
     if proc.poll() is not None:
         return
@@ -101,7 +100,7 @@ def stop_worker(proc: subprocess.Popen, kill: bool = False) -> None:
         proc.wait()
 
 
-def stop_workers(procs: list[subprocess.Popen]) -> None:
+def stop_workers(procs: list[Process]) -> None:
     """SIGTERM every worker still running at once, then wait for each (SIGKILL after 30 s)."""
     running = [p for p in procs if p.poll() is None]
     for proc in running:
@@ -132,7 +131,7 @@ class Workers:
     def __init__(self, bootstrap: str, cfg: JobConfig, root: Path) -> None:
         self.bootstrap, self.cfg, self.root = bootstrap, cfg, root
         root.mkdir(parents=True, exist_ok=True)
-        self.procs: dict[str, subprocess.Popen] = {}
+        self.procs: dict[str, Process] = {}
         self.exits: list[tuple[str, int, str]] = []  # (name, exit status, reason)
         self._log_start: dict[str, int] = {}
         self.extra: tuple[str, ...] = ()  # further worker flags
@@ -366,7 +365,7 @@ def kill_and_resume(bootstrap: str, topics: Topics, cfg: JobConfig, tmp_path: Pa
     return log.read_text()
 
 
-def wait_accepted(port: int, count: int, timeout: float, worker: subprocess.Popen) -> int:
+def wait_accepted(port: int, count: int, timeout: float, worker: Process) -> int:
     """Poll the ``pwevent_reports_total{outcome="accepted"}`` counter of the worker's /metrics
     (``--metrics-port port``) until it reaches ``count``: the worker has counted that many
     reports, whether or not their slots closed. Returns the last value read (-1: none)."""
@@ -627,14 +626,13 @@ class ReleaseKiller(threading.Thread):
 
 
 def start_configured_worker(bootstrap: str, prefix: str, conf: Path, data: Path,
-                            log: Path) -> subprocess.Popen:
+                            log: Path) -> Process:
     """A worker whose job comes from the config file ``conf`` (the README's way), on two
     partitions, closing idle slots after 1.5 s."""
-    cmd = [sys.executable, "-m", "streams.cli", "--config", str(conf), "worker",
-           "--broker", bootstrap, "--prefix", prefix, "--partitions", "2", "--idle-close-ms",
-           "1500", "--data-dir", str(data), "--metrics-port", "0"]
-    env = dict(os.environ, PWEVENT_SECRET=SECRET)
-    return subprocess.Popen(cmd, stdout=log.open("ab"), stderr=subprocess.STDOUT, env=env)
+    args = ["--config", str(conf), "worker", "--broker", bootstrap, "--prefix", prefix,
+            "--partitions", "2", "--idle-close-ms", "1500", "--data-dir", str(data),
+            "--metrics-port", "0"]
+    return start_command(args, dict(os.environ, PWEVENT_SECRET=SECRET), log)
 
 
 def timestamped_records(bootstrap: str, topic: str, partitions: int) -> list[tuple]:
@@ -711,7 +709,7 @@ def rekeyed(records: list[tuple], mapping: object, partitions: int,
     return sorted(out, key=lambda r: orjson.loads(r[1])["time"])
 
 
-def wait_while_running(test, timeout: float, proc: subprocess.Popen, log: Path):  # type: ignore[no-untyped-def]
+def wait_while_running(test, timeout: float, proc: Process, log: Path):  # type: ignore[no-untyped-def]
     """What ``test`` gives once it gives something truthy, polled while ``proc`` (a worker
     logging to ``log``) runs; AssertionError with the log's tail if it stops or time runs out."""
     deadline = time.monotonic() + timeout
