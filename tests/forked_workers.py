@@ -1,6 +1,6 @@
 """``pwevent`` commands started by forking a process that has already imported them.
 
-A worker started as ``python -m streams.cli worker`` spends about 0.9 s of CPU importing
+A worker started as ``python -m streams.cli worker`` spends about 1.3 s of CPU importing
 Faust, aiokafka, numpy and the job before it does anything, and the suite starts about 170 of
 them. A fork server (one per test process, started on first use) imports what a worker imports
 once; each start forks it. The child is the command as ``python -m streams.cli ARGS`` runs it:

@@ -52,12 +52,12 @@ def start_worker(bootstrap: str, cfg: JobConfig, data_dir: Path, log: Path,
                  *extra: str) -> Process:
     """``pwevent worker`` as a child process with the job's settings (and ``extra`` flags)."""
     args = ["worker", "--broker", bootstrap,
-           "--prefix", cfg.prefix, "--partitions", str(cfg.partitions), "--stream", cfg.stream,
-           "--mechanism", cfg.mechanism, "--cells", str(cfg.d), "--slot-ms", str(cfg.slot_ms),
-           "--lateness-ms", str(cfg.lateness_ms), "--idle-close-ms", str(cfg.idle_close_ms),
-           "--event-time", cfg.event_time,
-           *([] if cfg.horizon_ms is None else ["--horizon-ms", str(cfg.horizon_ms)]),
-           "--data-dir", str(data_dir), "--loglevel", "info", "--metrics-port", "0", *extra]
+            "--prefix", cfg.prefix, "--partitions", str(cfg.partitions), "--stream", cfg.stream,
+            "--mechanism", cfg.mechanism, "--cells", str(cfg.d), "--slot-ms", str(cfg.slot_ms),
+            "--lateness-ms", str(cfg.lateness_ms), "--idle-close-ms", str(cfg.idle_close_ms),
+            "--event-time", cfg.event_time,
+            *([] if cfg.horizon_ms is None else ["--horizon-ms", str(cfg.horizon_ms)]),
+            "--data-dir", str(data_dir), "--loglevel", "info", "--metrics-port", "0", *extra]
     return start_command(args, dict(os.environ, PWEVENT_SECRET=cfg.secret), log)
 
 
