@@ -11,6 +11,13 @@ server reaps it and reports its status, and :class:`ForkedProcess` gives the tes
 :class:`subprocess.Popen` the tests use (``pid``, ``poll``, ``wait``, ``send_signal``,
 ``terminate``, ``kill``, ``returncode``).
 
+A forked worker joins its group about a second sooner than any real one can, its imports
+done. Where the pace of a start is part of what a test checks (workers killed and started
+again, :class:`jobkit.Workers`), workers start as fresh interpreters: on the embedded broker, a
+worker started again a fraction of a second after its SIGKILL rejoined as the group's leader in
+the same generation and took partitions another member still held, and the job stalled
+(``docs/performance.md``).
+
 The server kills the children it still has and exits when its test process goes away (its
 stdin closes), so a test that dies leaves no worker behind. ``TESTS_FRESH_WORKERS=1`` starts
 every worker as a fresh interpreter instead. The commands' own subprocesses (``pwevent demo``
@@ -147,12 +154,13 @@ _server: ForkServer | None = None
 _server_lock = threading.Lock()
 
 
-def start_command(args: Sequence[str], env: Mapping[str, str],
-                  log: Path) -> Process:
+def start_command(args: Sequence[str], env: Mapping[str, str], log: Path,
+                  fresh: bool = False) -> Process:
     """``pwevent *args`` (``python -m streams.cli``) with ``env``, stdout and stderr appended
-    to ``log``: forked from the server, or a fresh interpreter under ``TESTS_FRESH_WORKERS=1``."""
+    to ``log``: forked from the server, or a fresh interpreter when ``fresh`` or under
+    ``TESTS_FRESH_WORKERS=1``."""
     global _server
-    if os.environ.get("TESTS_FRESH_WORKERS") == "1":
+    if fresh or os.environ.get("TESTS_FRESH_WORKERS") == "1":
         with log.open("ab") as out:
             return subprocess.Popen([sys.executable, "-m", "streams.cli", *args], stdout=out,
                                     stderr=subprocess.STDOUT, env=dict(env))

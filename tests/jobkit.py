@@ -49,8 +49,10 @@ def setup_topics(bootstrap: str, cfg: JobConfig) -> Topics:
 
 
 def start_worker(bootstrap: str, cfg: JobConfig, data_dir: Path, log: Path,
-                 *extra: str) -> Process:
-    """``pwevent worker`` as a child process with the job's settings (and ``extra`` flags)."""
+                 *extra: str, fresh: bool = False) -> Process:
+    """``pwevent worker`` as a child process with the job's settings (and ``extra`` flags):
+    forked from the tests' fork server, or a fresh interpreter when ``fresh``
+    (:mod:`forked_workers`)."""
     args = ["worker", "--broker", bootstrap,
             "--prefix", cfg.prefix, "--partitions", str(cfg.partitions), "--stream", cfg.stream,
             "--mechanism", cfg.mechanism, "--cells", str(cfg.d), "--slot-ms", str(cfg.slot_ms),
@@ -58,7 +60,7 @@ def start_worker(bootstrap: str, cfg: JobConfig, data_dir: Path, log: Path,
             "--event-time", cfg.event_time,
             *([] if cfg.horizon_ms is None else ["--horizon-ms", str(cfg.horizon_ms)]),
             "--data-dir", str(data_dir), "--loglevel", "info", "--metrics-port", "0", *extra]
-    return start_command(args, dict(os.environ, PWEVENT_SECRET=cfg.secret), log)
+    return start_command(args, dict(os.environ, PWEVENT_SECRET=cfg.secret), log, fresh)
 
 
 def group_assignment(bootstrap: str, cfg: JobConfig, topic: str) -> dict[str, set[int]] | None:
@@ -142,8 +144,9 @@ class Workers:
     def start(self, name: str) -> None:
         log = self.log_path(name)
         self._log_start[name] = log.stat().st_size if log.exists() else 0
+        # at a real worker's pace: killed and started again is what these workers are for
         self.procs[name] = start_worker(self.bootstrap, self.cfg, self.root / f"data-{name}", log,
-                                        *self.extra)
+                                        *self.extra, fresh=True)
 
     def kill(self, name: str) -> None:
         """SIGKILL the worker: it leaves its member in the group."""
