@@ -185,7 +185,9 @@ async def create_topics(
 
     Idempotent: an existing topic with the expected partition count is left alone. An existing topic
     with a different partition count raises :class:`TopicError`, because partition workers and
-    table changelogs rely on the declared layout.
+    table changelogs rely on the declared layout. Returns once the broker describes every topic
+    with its partitions (up to ``timeout``): Apache Kafka answers a create before its metadata
+    has spread, and a worker started at that moment would find the topics missing.
     """
     specs = list(specs)
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, **client_options(),
@@ -204,21 +206,22 @@ async def create_topics(
             else:
                 raise TopicError(f"creating {topic!r} failed: error {code}: {message}")
         existing = {s.name: s for s in specs if not created.get(s.name, False)}
-        if existing:
-            partitions = await _partition_counts(admin, list(existing))
-            # Apache Kafka describes a topic created a moment ago without its partitions
-            # until its metadata has spread; wait for it rather than report "None partitions"
-            deadline = asyncio.get_running_loop().time() + timeout
-            while (any(partitions.get(n) is None for n in existing)
-                   and asyncio.get_running_loop().time() < deadline):
-                await asyncio.sleep(0.2)
-                partitions = await _partition_counts(admin, list(existing))
-            for name, spec in existing.items():
-                if partitions.get(name) != spec.partitions:
-                    raise TopicError(
-                        f"topic {name!r} exists with {partitions.get(name)} partitions, "
-                        f"expected {spec.partitions}"
-                    )
+        names = [s.name for s in specs]
+        partitions = await _partition_counts(admin, names)
+        # Apache Kafka describes a topic created a moment ago without its partitions (or not
+        # at all) until its metadata has spread; wait for it rather than report "None
+        # partitions", or return before a worker could find the topics
+        deadline = asyncio.get_running_loop().time() + timeout
+        while (any(partitions.get(n) is None for n in names)
+               and asyncio.get_running_loop().time() < deadline):
+            await asyncio.sleep(0.1)
+            partitions = await _partition_counts(admin, names)
+        for name, spec in existing.items():
+            if partitions.get(name) != spec.partitions:
+                raise TopicError(
+                    f"topic {name!r} exists with {partitions.get(name)} partitions, "
+                    f"expected {spec.partitions}"
+                )
         return {s.name: created.get(s.name, False) for s in specs}
     finally:
         await admin.close()

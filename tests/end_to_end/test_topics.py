@@ -101,3 +101,21 @@ def test_topics_create_asks_for_the_replication_factor_given(broker: EmbeddedBro
     created = create("--replication-factor", "1")
     assert created.returncode == 0, created.stderr
     assert created.stdout.splitlines()[0] == "rf.reports: 2 partitions (created)"
+
+
+def test_created_topics_are_described_when_create_returns(broker: EmbeddedBroker) -> None:
+    """A worker started the moment ``pwevent topics create`` returns finds every topic: the
+    broker describes them, partitions and all (Apache Kafka describes a topic created a moment
+    ago without partitions until its metadata has spread)."""
+    from streams.job.worker.preflight import layout_problem, partition_counts
+
+    async def rounds() -> list[str | None]:
+        problems = []
+        for n in range(5):
+            topics = Topics(prefix=f"described{n}", partitions=4)
+            await create_topics(broker.bootstrap, topics.specs())
+            found = await partition_counts(broker.bootstrap, 10.0)
+            problems.append(layout_problem(topics, found, broker.bootstrap))
+        return problems
+
+    assert asyncio.run(rounds()) == [None] * 5
