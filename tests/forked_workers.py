@@ -13,10 +13,10 @@ server reaps it and reports its status, and :class:`ForkedProcess` gives the tes
 
 A forked worker joins its group about a second sooner than any real one can, its imports
 done. Where the pace of a start is part of what a test checks (workers killed and started
-again, :class:`jobkit.Workers`), workers start as fresh interpreters: on the embedded broker, a
-worker started again a fraction of a second after its SIGKILL rejoined as the group's leader in
-the same generation and took partitions another member still held, and the job stalled
-(``docs/performance.md``).
+again, :class:`jobkit.Workers`), the forked child first waits :data:`PROGRAM_LOAD_S`, the time
+a fresh worker spends importing here, idle: on the embedded broker, a worker started again a
+fraction of a second after its SIGKILL rejoined as the group's leader in the same generation
+and took partitions another member still held, and the job stalled (``docs/performance.md``).
 
 The server kills the children it still has and exits when its test process goes away (its
 stdin closes), so a test that dies leaves no worker behind. ``TESTS_FRESH_WORKERS=1`` starts
@@ -36,10 +36,14 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+#: Seconds a worker started as a program spends importing before it runs, on these machines
+#: (1.33 s of CPU): what a forked start waits where a test needs a real start's pace.
+PROGRAM_LOAD_S = 1.3
 #: What the server imports before it forks: everything a running worker has imported.
 PRELOAD = ("streams.cli.main", "streams.cli.worker", "streams.job.worker.faust_job",
            "streams.job.worker.ingest", "streams.job.worker.preflight",
@@ -121,11 +125,12 @@ class ForkServer:
             self.changed.notify_all()
 
     def spawn(self, args: Sequence[str], env: Mapping[str, str], log: Path,
-              cwd: Path | None = None) -> ForkedProcess:
-        """``python -m streams.cli *args`` with ``env``, output appended to ``log``."""
+              cwd: Path | None = None, load_s: float = 0.0) -> ForkedProcess:
+        """``python -m streams.cli *args`` with ``env``, output appended to ``log``, run after
+        ``load_s`` seconds."""
         log.open("ab").close()  # there when this returns, as Popen opens it before it does
         request = {"args": list(args), "env": dict(env), "log": str(log),
-                   "cwd": str(cwd or Path.cwd())}
+                   "cwd": str(cwd or Path.cwd()), "load_s": load_s}
         assert self.proc.stdin is not None
         with self.lock, self.changed:
             self.proc.stdin.write(json.dumps(request).encode() + b"\n")
@@ -155,12 +160,12 @@ _server_lock = threading.Lock()
 
 
 def start_command(args: Sequence[str], env: Mapping[str, str], log: Path,
-                  fresh: bool = False) -> Process:
+                  load_s: float = 0.0) -> Process:
     """``pwevent *args`` (``python -m streams.cli``) with ``env``, stdout and stderr appended
-    to ``log``: forked from the server, or a fresh interpreter when ``fresh`` or under
-    ``TESTS_FRESH_WORKERS=1``."""
+    to ``log``: forked from the server (the child idle for ``load_s`` seconds first, as a
+    program loads), or a fresh interpreter under ``TESTS_FRESH_WORKERS=1``."""
     global _server
-    if fresh or os.environ.get("TESTS_FRESH_WORKERS") == "1":
+    if os.environ.get("TESTS_FRESH_WORKERS") == "1":
         with log.open("ab") as out:
             return subprocess.Popen([sys.executable, "-m", "streams.cli", *args], stdout=out,
                                     stderr=subprocess.STDOUT, env=dict(env))
@@ -168,7 +173,7 @@ def start_command(args: Sequence[str], env: Mapping[str, str], log: Path,
         if _server is None or _server.proc.poll() is not None:
             _server = ForkServer()
         server = _server
-    return server.spawn(args, env, log)
+    return server.spawn(args, env, log, load_s=load_s)
 
 
 # -- the server -------------------------------------------------------------------------------
@@ -250,6 +255,7 @@ def _run(request: dict) -> int:
     os.environ.clear()
     os.environ.update(request["env"])
     os.chdir(request["cwd"])
+    time.sleep(request["load_s"])
     sys.argv = [str(ROOT / "streams" / "cli" / "__main__.py"), *request["args"]]
     from streams.cli.main import main
 

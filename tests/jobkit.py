@@ -16,7 +16,7 @@ from pathlib import Path
 import orjson
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
-from forked_workers import Process, start_command
+from forked_workers import PROGRAM_LOAD_S, Process, start_command
 
 from local_kafka.embedded import broker_binary, free_port
 from streams.job.config import JobConfig
@@ -49,9 +49,9 @@ def setup_topics(bootstrap: str, cfg: JobConfig) -> Topics:
 
 
 def start_worker(bootstrap: str, cfg: JobConfig, data_dir: Path, log: Path,
-                 *extra: str, fresh: bool = False) -> Process:
-    """``pwevent worker`` as a child process with the job's settings (and ``extra`` flags):
-    forked from the tests' fork server, or a fresh interpreter when ``fresh``
+                 *extra: str, load_s: float = 0.0) -> Process:
+    """``pwevent worker`` as a child process with the job's settings (and ``extra`` flags),
+    forked from the tests' fork server, running after ``load_s`` seconds
     (:mod:`forked_workers`)."""
     args = ["worker", "--broker", bootstrap,
             "--prefix", cfg.prefix, "--partitions", str(cfg.partitions), "--stream", cfg.stream,
@@ -60,7 +60,7 @@ def start_worker(bootstrap: str, cfg: JobConfig, data_dir: Path, log: Path,
             "--event-time", cfg.event_time,
             *([] if cfg.horizon_ms is None else ["--horizon-ms", str(cfg.horizon_ms)]),
             "--data-dir", str(data_dir), "--loglevel", "info", "--metrics-port", "0", *extra]
-    return start_command(args, dict(os.environ, PWEVENT_SECRET=cfg.secret), log, fresh)
+    return start_command(args, dict(os.environ, PWEVENT_SECRET=cfg.secret), log, load_s)
 
 
 def group_assignment(bootstrap: str, cfg: JobConfig, topic: str) -> dict[str, set[int]] | None:
@@ -146,7 +146,7 @@ class Workers:
         self._log_start[name] = log.stat().st_size if log.exists() else 0
         # at a real worker's pace: killed and started again is what these workers are for
         self.procs[name] = start_worker(self.bootstrap, self.cfg, self.root / f"data-{name}", log,
-                                        *self.extra, fresh=True)
+                                        *self.extra, load_s=PROGRAM_LOAD_S)
 
     def kill(self, name: str) -> None:
         """SIGKILL the worker: it leaves its member in the group."""
