@@ -9,7 +9,9 @@ stderr appended to a log file, default signal dispositions, and an ordinary inte
 (``atexit`` handlers, threads joined) with the command's status. Only its parent differs: the
 server reaps it and reports its status, and :class:`ForkedProcess` gives the test the part of
 :class:`subprocess.Popen` the tests use (``pid``, ``poll``, ``wait``, ``send_signal``,
-``terminate``, ``kill``, ``returncode``).
+``terminate``, ``kill``, ``returncode``). The other commands the tests run as a user would
+(``replay``, ``releases``, ``group``, ``topics``, ``audit``) are forked the same way by
+:func:`run_command`, which captures stdout and stderr apart as ``subprocess.run`` does.
 
 A forked worker joins its group about a second sooner than any real one can, its imports
 done. Where the pace of a start is part of what a test checks (workers killed and started
@@ -20,8 +22,9 @@ and took partitions another member still held, and the job stalled (``docs/perfo
 
 The server kills the children it still has and exits when its test process goes away (its
 stdin closes), so a test that dies leaves no worker behind. ``TESTS_FRESH_WORKERS=1`` starts
-every worker as a fresh interpreter instead. The commands' own subprocesses (``pwevent demo``
-starting its worker) and the README's commands still start fresh interpreters.
+every command as a fresh interpreter instead. The commands' own subprocesses (``pwevent demo``
+starting its worker), the README's commands and the tests of a start itself
+(``test_startup.py``, ``--version``) still start fresh interpreters.
 
 Run as a script, this module is the server.
 """
@@ -35,6 +38,7 @@ import selectors
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -44,7 +48,8 @@ ROOT = Path(__file__).resolve().parent.parent
 #: Seconds a worker started as a program spends importing before it runs, on these machines
 #: (1.33 s of CPU): what a forked start waits where a test needs a real start's pace.
 PROGRAM_LOAD_S = 1.3
-#: What the server imports before it forks: everything a running worker has imported.
+#: What the server imports before it forks: everything a running worker has imported, and what
+#: the other commands the tests run import.
 PRELOAD = ("streams.cli.main", "streams.cli.worker", "streams.job.worker.faust_job",
            "streams.job.worker.ingest", "streams.job.worker.preflight",
            "streams.job.worker.partition_runner", "streams.job.worker.coordinator_runner",
@@ -52,7 +57,10 @@ PRELOAD = ("streams.cli.main", "streams.cli.worker", "streams.job.worker.faust_j
            "streams.job.operations.json_logs", "streams.cli.defaults", "faust",
            "faust.app.base", "faust.stores.rocksdb", "faust.web.drivers", "faust.models.record",
            "faust.sensors.monitor", "faust.assignor", "faust.app.router", "faust.topics",
-           "faust.tables.sets", "faust.fixups.django", "numpy.ma", "yaml")
+           "faust.tables.sets", "faust.fixups.django", "numpy.ma", "yaml",
+           "cryptography.hazmat.primitives.ciphers", "streams.cli.replay",
+           "streams.cli.replay_ldp", "streams.cli.replay_rounds", "streams.cli.releases",
+           "streams.cli.group", "streams.cli.audit", "streams.cli.topics", "streams.job.pipeline")
 
 
 # -- the test process's side ------------------------------------------------------------------
@@ -60,9 +68,12 @@ PRELOAD = ("streams.cli.main", "streams.cli.worker", "streams.job.worker.faust_j
 class ForkedProcess:
     """A command the fork server started: the :class:`subprocess.Popen` surface the tests use."""
 
-    def __init__(self, server: ForkServer, pid: int, args: Sequence[str]) -> None:
+    def __init__(self, server: ForkServer, pid: int, args: Sequence[str],
+                 captured: tuple[Path, Path] | None = None) -> None:
         self._server, self.pid, self.args = server, pid, list(args)
         self.returncode: int | None = None
+        self._captured = captured  # the files standing for stdout and stderr pipes
+        self._output: tuple[bytes, bytes] | None = None
 
     def poll(self) -> int | None:
         """The exit status (``-N`` for signal N) once the process has ended, else ``None``."""
@@ -79,10 +90,19 @@ class ForkedProcess:
             self.returncode = code
         return self.returncode
 
-    def communicate(self, timeout: float | None = None) -> tuple[None, None]:
-        """Wait (the output went to the log file)."""
+    def communicate(self, timeout: float | None = None) -> tuple[bytes | None, bytes | None]:
+        """Wait, then the captured stdout and stderr (``None``, ``None`` when the output went to
+        a log file), as :meth:`subprocess.Popen.communicate` with both piped gives them."""
         self.wait(timeout)
-        return None, None
+        if self._captured is None:
+            return None, None
+        if self._output is None:
+            out, err = self._captured
+            self._output = (out.read_bytes(), err.read_bytes())
+            for path in self._captured:
+                path.unlink(missing_ok=True)
+            out.parent.rmdir()
+        return self._output
 
     def send_signal(self, sig: int) -> None:
         """Signal the process, unless it has been reaped (its pid may be someone else's)."""
@@ -125,12 +145,15 @@ class ForkServer:
             self.changed.notify_all()
 
     def spawn(self, args: Sequence[str], env: Mapping[str, str], log: Path,
-              cwd: Path | None = None, load_s: float = 0.0) -> ForkedProcess:
-        """``python -m streams.cli *args`` with ``env``, output appended to ``log``, run after
-        ``load_s`` seconds."""
-        log.open("ab").close()  # there when this returns, as Popen opens it before it does
+              cwd: Path | None = None, load_s: float = 0.0,
+              err_log: Path | None = None) -> ForkedProcess:
+        """``python -m streams.cli *args`` with ``env``, stdout appended to ``log`` and stderr
+        to ``err_log`` (default: ``log``), run after ``load_s`` seconds."""
+        for path in (log, err_log or log):
+            path.open("ab").close()  # there when this returns, as Popen opens it before it does
         request = {"args": list(args), "env": dict(env), "log": str(log),
-                   "cwd": str(cwd or Path.cwd()), "load_s": load_s}
+                   "err_log": str(err_log or log), "cwd": str(cwd or Path.cwd()),
+                   "load_s": load_s}
         assert self.proc.stdin is not None
         with self.lock, self.changed:
             self.proc.stdin.write(json.dumps(request).encode() + b"\n")
@@ -140,7 +163,8 @@ class ForkServer:
             pid = self.started.pop(0)
         if isinstance(pid, str):
             raise RuntimeError(pid)
-        return ForkedProcess(self, pid, [sys.executable, "-m", "streams.cli", *args])
+        return ForkedProcess(self, pid, [sys.executable, "-m", "streams.cli", *args],
+                             None if err_log is None else (log, err_log))
 
     def status(self, pid: int, timeout: float | None) -> int | None:
         """``pid``'s exit status, waiting up to ``timeout`` seconds (``None``: for ever)."""
@@ -156,24 +180,70 @@ class ForkServer:
 Process = ForkedProcess | subprocess.Popen
 
 _server: ForkServer | None = None
+_captures: tempfile.TemporaryDirectory | None = None  # where captured output is written
 _server_lock = threading.Lock()
 
 
-def start_command(args: Sequence[str], env: Mapping[str, str], log: Path,
-                  load_s: float = 0.0) -> Process:
-    """``pwevent *args`` (``python -m streams.cli``) with ``env``, stdout and stderr appended
-    to ``log``: forked from the server (the child idle for ``load_s`` seconds first, as a
-    program loads), or a fresh interpreter under ``TESTS_FRESH_WORKERS=1``."""
+def _fork_server() -> ForkServer:
     global _server
-    if os.environ.get("TESTS_FRESH_WORKERS") == "1":
-        with log.open("ab") as out:
-            return subprocess.Popen([sys.executable, "-m", "streams.cli", *args], stdout=out,
-                                    stderr=subprocess.STDOUT, env=dict(env))
     with _server_lock:
         if _server is None or _server.proc.poll() is not None:
             _server = ForkServer()
-        server = _server
-    return server.spawn(args, env, log, load_s=load_s)
+        return _server
+
+
+def _fresh() -> bool:
+    return os.environ.get("TESTS_FRESH_WORKERS") == "1"
+
+
+def start_command(args: Sequence[str], env: Mapping[str, str], log: Path,
+                  load_s: float = 0.0, cwd: Path | None = None) -> Process:
+    """``pwevent *args`` (``python -m streams.cli``) with ``env``, stdout and stderr appended
+    to ``log``: forked from the server (the child idle for ``load_s`` seconds first, as a
+    program loads), or a fresh interpreter under ``TESTS_FRESH_WORKERS=1``."""
+    if _fresh():
+        with log.open("ab") as out:
+            return subprocess.Popen([sys.executable, "-m", "streams.cli", *args], stdout=out,
+                                    stderr=subprocess.STDOUT, env=dict(env), cwd=cwd)
+    return _fork_server().spawn(args, env, log, cwd=cwd, load_s=load_s)
+
+
+def start_captured(args: Sequence[str], env: Mapping[str, str] | None = None,
+                   cwd: Path | None = None) -> Process:
+    """``pwevent *args`` with its stdout and stderr captured, as
+    ``Popen(..., stdout=PIPE, stderr=PIPE)``: :meth:`ForkedProcess.communicate` returns them
+    as bytes once it has ended (forked, or a fresh interpreter under ``TESTS_FRESH_WORKERS=1``)."""
+    env = dict(os.environ if env is None else env)
+    if _fresh():
+        return subprocess.Popen([sys.executable, "-m", "streams.cli", *args],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=cwd)
+    global _captures
+    with _server_lock:
+        if _captures is None:  # removed when the test process exits
+            _captures = tempfile.TemporaryDirectory(prefix="pwevent-tests-output-")
+    where = Path(tempfile.mkdtemp(dir=_captures.name))
+    return _fork_server().spawn(args, env, where / "stdout", cwd=cwd,
+                                err_log=where / "stderr")
+
+
+def run_command(args: Sequence[str], env: Mapping[str, str] | None = None,
+                timeout: float | None = None, cwd: Path | None = None,
+                text: bool = False) -> subprocess.CompletedProcess:
+    """``pwevent *args`` run to its end, as ``subprocess.run(..., capture_output=True)`` runs
+    it: its status and output (``str`` with ``text``), :class:`subprocess.TimeoutExpired`
+    (the command killed) after ``timeout`` seconds."""
+    proc = start_captured(args, env, cwd)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        raise
+    assert out is not None and err is not None
+    if text:
+        return subprocess.CompletedProcess(proc.args, proc.returncode, out.decode(),
+                                           err.decode())
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
 
 # -- the server -------------------------------------------------------------------------------
@@ -248,10 +318,10 @@ def _serve() -> dict | None:
 
 def _run(request: dict) -> int:
     """The command of ``request``, as ``python -m streams.cli`` runs it."""
-    log = os.open(request["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    os.dup2(log, 1)
-    os.dup2(log, 2)
-    os.close(log)
+    for fd, path in ((1, request["log"]), (2, request["err_log"])):
+        log = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        os.dup2(log, fd)
+        os.close(log)
     os.environ.clear()
     os.environ.update(request["env"])
     os.chdir(request["cwd"])

@@ -19,8 +19,7 @@ from streams.kafka.topics import Topics
 
 #: The flags of ``pwevent group`` after its positional arguments.
 GROUP_OPTIONS = (
-    option("--broker", "bootstrap HOST:PORT (default: $PWEVENT_BROKER)", metavar="HOST:PORT",
-           default=os.environ.get("PWEVENT_BROKER")),
+    option("--broker", "bootstrap HOST:PORT (default: $PWEVENT_BROKER)", metavar="HOST:PORT"),
     PREFIX,
     option("--stream", "stream name; the group is pwevent-PREFIX-STREAM (default: %(default)s)",
            default="default"),
@@ -55,7 +54,8 @@ def run(args: argparse.Namespace) -> int:
     from streams.job.worker.membership import GroupError, describe_group, remove_member
 
     logging.getLogger("aiokafka").addHandler(logging.NullHandler())  # failures: one line
-    broker = args.broker
+    # the environment read when the command runs, not when its module was imported
+    args.broker = broker = args.broker or os.environ.get("PWEVENT_BROKER")
     group = JobConfig(prefix=args.prefix, stream=args.stream).app_id()
     try:
         broker = need_broker(args, "group")

@@ -15,8 +15,6 @@ import base64
 import hashlib
 import io
 import os
-import subprocess
-import sys
 import urllib.request
 from collections import Counter
 from collections.abc import Iterator
@@ -26,6 +24,7 @@ import orjson
 import pytest
 from brokers import broker_fixture
 from fastavro import parse_schema, schemaless_writer
+from forked_workers import Process, start_command
 from prometheus_client.parser import text_string_to_metric_families
 from schema_registry import SchemaRegistryServer, wire
 from test_source_avro import (
@@ -114,14 +113,12 @@ def with_poison(events: list[tuple[int, bytes]], partition: int,
 
 
 def start(bootstrap: str, prefix: str, conf: Path, data: Path, log: Path,
-          port: int) -> subprocess.Popen:
+          port: int) -> Process:
     """A worker whose job comes from ``conf``, serving its metrics on ``port``."""
-    cmd = [sys.executable, "-m", "streams.cli", "--config", str(conf), "worker",
-           "--broker", bootstrap, "--prefix", prefix, "--partitions", "2", "--idle-close-ms",
-           "1500", "--data-dir", str(data), "--metrics-host", "127.0.0.1",
-           "--metrics-port", str(port)]
-    return subprocess.Popen(cmd, stdout=log.open("ab"), stderr=subprocess.STDOUT,
-                            env=dict(os.environ, PWEVENT_SECRET=SECRET))
+    args = ["--config", str(conf), "worker", "--broker", bootstrap, "--prefix", prefix,
+            "--partitions", "2", "--idle-close-ms", "1500", "--data-dir", str(data),
+            "--metrics-host", "127.0.0.1", "--metrics-port", str(port)]
+    return start_command(args, dict(os.environ, PWEVENT_SECRET=SECRET), log)
 
 
 def refusals_counted(port: int) -> float | None:

@@ -20,6 +20,7 @@ import numpy as np
 import orjson
 import pytest
 from brokers import BROKER_KINDS, running
+from forked_workers import run_command
 from jobkit import (
     close_through,
     config,
@@ -398,9 +399,9 @@ def test_end_to_end_timestamps_and_the_releases_command(kind: str, tmp_path: Pat
         assert {r.status for r in got} >= {"published"}
         assert len(list(iter_releases(broker.bootstrap, topics.releases))) == slots + 1
 
-        cmd = [sys.executable, "-m", "streams.cli", "releases", "--broker", broker.bootstrap,
-               "--prefix", cfg_.prefix, "--stream", "s", "--json", "--confidence", "0.9"]
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=60, cwd=ROOT)
+        cmd = ["releases", "--broker", broker.bootstrap, "--prefix", cfg_.prefix, "--stream",
+               "s", "--json", "--confidence", "0.9"]
+        done = run_command(cmd, timeout=60, cwd=ROOT, text=True)
         assert done.returncode == 0, done.stderr
         lines = [orjson.loads(line) for line in done.stdout.splitlines()]
         assert [x["slot"] for x in lines] == list(range(slots))  # the duplicate printed once
@@ -427,8 +428,8 @@ def test_end_to_end_timestamps_and_the_releases_command(kind: str, tmp_path: Pat
 
         assert any(line["lower"] is not None for line in lines)  # some slots have bars
 
-        table = subprocess.run([*cmd[:-3], "--from-slot", "4", "--no-follow"],
-                               capture_output=True, text=True, timeout=60, cwd=ROOT)
+        table = run_command([*cmd[:-3], "--from-slot", "4", "--no-follow"], timeout=60,
+                            cwd=ROOT, text=True)
         assert table.returncode == 0, table.stderr
         head, *rows = table.stdout.splitlines()
         assert re.split(r"\s{2,}", head.strip()) == ["slot", "start (UTC)", "status",
@@ -440,8 +441,8 @@ def test_end_to_end_timestamps_and_the_releases_command(kind: str, tmp_path: Pat
             assert ("±" in row) == (by_slot[slot]["published"]
                                     and not by_slot[slot]["noise"].get("thinned"))
 
-        missing = subprocess.run([*cmd[:6], "--prefix", "nope", "--timeout", "10"],
-                                 capture_output=True, text=True, timeout=60, cwd=ROOT)
+        missing = run_command([*cmd[:3], "--prefix", "nope", "--timeout", "10"], timeout=60,
+                              cwd=ROOT, text=True)
         assert missing.returncode == 2 and "no topic nope.releases" in missing.stderr
 
 

@@ -5,13 +5,12 @@ default lateness, and a recorded stream with overnight gaps replays with the def
 from __future__ import annotations
 
 import asyncio
-import subprocess
-import sys
 import time
 from collections import Counter
 
 import orjson
 from brokers import broker_fixture
+from forked_workers import run_command
 from jobkit import (
     SECRET,
     config,
@@ -98,11 +97,11 @@ def test_a_recorded_stream_with_overnight_gaps_replays_with_the_defaults(broker,
     topics = setup_topics(broker.bootstrap, cfg)
     worker = start_worker(broker.bootstrap, cfg, tmp_path / "data", tmp_path / "worker.log")
     try:
-        cmd = [sys.executable, "-m", "streams.cli", "replay", "--broker", broker.bootstrap,
-               "--prefix", cfg.prefix, "--partitions", str(cfg.partitions), "--stream",
-               cfg.stream, "--slot-ms", str(HOUR), "--secret", SECRET, "--dataset", "recorded",
-               "--data", str(recorded), "--requirements", str(requirements)]
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+        done = run_command(
+            ["replay", "--broker", broker.bootstrap, "--prefix", cfg.prefix, "--partitions",
+             str(cfg.partitions), "--stream", cfg.stream, "--slot-ms", str(HOUR), "--secret",
+             SECRET, "--dataset", "recorded", "--data", str(recorded), "--requirements",
+             str(requirements)], timeout=120, text=True)
         assert done.returncode == 0, done.stderr[-2000:]
         first, last = t0 // HOUR + hours[0], t0 // HOUR + hours[-1]
         docs = wait_for_slots(broker.bootstrap, topics, set(range(first, last + 1)), 90, worker)

@@ -9,6 +9,7 @@ from pathlib import Path
 import jsonschema
 import orjson
 from brokers import broker_fixture
+from forked_workers import run_command
 from jobkit import (
     accepted_by_slot,
     close_through,
@@ -157,8 +158,6 @@ def test_restart_after_sigkill_loses_nothing_and_changes_nothing(broker, tmp_pat
 
 
 def test_replay_command_into_the_job_equals_replay_in_process(broker, tmp_path: Path):
-    import subprocess
-    import sys
 
     # no --mechanism, no --postprocess: the default configuration on both sides
     cfg = config("cli", mechanism="default", domain={"kind": "cells", "size": 2})
@@ -169,17 +168,16 @@ def test_replay_command_into_the_job_equals_replay_in_process(broker, tmp_path: 
     worker = start_worker(broker.bootstrap, cfg, tmp_path / "data", tmp_path / "worker.log")
     try:
         time.sleep(1.0)
-        subprocess.run([sys.executable, "-m", "streams.cli", "replay", "--broker",
-                        broker.bootstrap, *common], capture_output=True, check=True)
+        sent = run_command(["replay", "--broker", broker.bootstrap, *common])
+        assert sent.returncode == 0, sent.stderr.decode()
         wait_for_slots(broker.bootstrap, topics, set(range(15)), 90, worker)
     finally:
         stop_worker(worker)
     got = sorted((v for _k, v in releases(broker.bootstrap, topics)),
                  key=lambda v: orjson.loads(v)["slot"])
-    offline = subprocess.run(
-        [sys.executable, "-m", "streams.cli", "replay", "--in-process", "--secret", cfg.secret,
-         "--nonce", job_nonce(broker.bootstrap, topics), *common],
-        capture_output=True, check=True)
+    offline = run_command(["replay", "--in-process", "--secret", cfg.secret, "--nonce",
+                           job_nonce(broker.bootstrap, topics), *common])
+    assert offline.returncode == 0, offline.stderr.decode()
     expected = offline.stdout.decode().splitlines()
     assert len(expected) == 15
     assert [v.decode() for v in got] == expected, (tmp_path / "worker.log").read_text()[-3000:]

@@ -14,8 +14,6 @@ import datetime
 import inspect
 import os
 import ssl
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -34,6 +32,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
+from forked_workers import run_command
 from jobkit import LoginRefusingBroker, config
 
 from local_kafka.embedded import free_port
@@ -239,8 +238,7 @@ def test_a_refused_login_is_told_from_an_unreachable_broker(settings: None):
 def run_cli(*argv: str, timeout: float = 120) -> tuple[int, list[str]]:
     """``pwevent ARGV`` as a child process: its exit status and its stderr's lines."""
     env = dict(os.environ, PWEVENT_SASL_PASSWORD="wrong", PWEVENT_SECRET="test-secret")
-    done = subprocess.run([sys.executable, "-m", "streams.cli", *argv], capture_output=True,
-                          text=True, timeout=timeout, cwd=ROOT, env=env)
+    done = run_command(argv, env=env, timeout=timeout, cwd=ROOT, text=True)
     return done.returncode, [line for line in done.stderr.splitlines() if line.strip()]
 
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import os
 import subprocess
-import sys
 import time
 import urllib.request
 from pathlib import Path
@@ -16,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import orjson
 from brokers import broker_fixture
+from forked_workers import Process, run_command, start_command
 from jobkit import SECRET, produce, stop_worker, timestamped_records, wait_while_running
 from ldp_collector.ldp_collector_kit import ORIGIN_MS, SLOT_MS, client_reports
 
@@ -37,16 +37,13 @@ SLOTS = 6
 
 
 def _worker(bootstrap: str, prefix: str, log: Path, *extra: str, event_time: str = "history",
-            origin_ms: int = ORIGIN_MS, slot_ms: int = SLOT_MS, start: int = 0,
-            ) -> subprocess.Popen:
-    cmd = [sys.executable, "-m", "streams.cli", "worker", "--broker", bootstrap,
-           "--prefix", prefix, "--partitions", str(PARTITIONS), "--stream", "s",
-           "--mechanism", "lbu", "--cells", str(D), "--slot-ms", str(slot_ms),
-           "--origin-ms", str(origin_ms), "--ldp-start", str(start), "--ldp-epsilon", "1",
-           "--ldp-window", "4", "--event-time", event_time, "--loglevel", "info",
-           "--metrics-port", "0", *extra]
-    return subprocess.Popen(cmd, stdout=log.open("ab"), stderr=subprocess.STDOUT,
-                            env=dict(os.environ, PWEVENT_SECRET=SECRET))
+            origin_ms: int = ORIGIN_MS, slot_ms: int = SLOT_MS, start: int = 0) -> Process:
+    args = ["worker", "--broker", bootstrap, "--prefix", prefix, "--partitions",
+            str(PARTITIONS), "--stream", "s", "--mechanism", "lbu", "--cells", str(D),
+            "--slot-ms", str(slot_ms), "--origin-ms", str(origin_ms), "--ldp-start", str(start),
+            "--ldp-epsilon", "1", "--ldp-window", "4", "--event-time", event_time,
+            "--loglevel", "info", "--metrics-port", "0", *extra]
+    return start_command(args, dict(os.environ, PWEVENT_SECRET=SECRET), log)
 
 
 def _read(bootstrap: str, topic: str, partitions: int) -> list[list[tuple]]:
@@ -173,8 +170,8 @@ def test_live_the_workers_watermarks_close_each_slot(broker, tmp_path: Path) -> 
 
 
 def _cli(*argv: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "streams.cli", *argv], capture_output=True,
-                          text=True, timeout=300, env=dict(os.environ, PWEVENT_SECRET=SECRET))
+    return run_command(argv, env=dict(os.environ, PWEVENT_SECRET=SECRET), timeout=300,
+                       text=True)
 
 
 def test_a_replay_through_clients_equals_its_in_process_run(broker, tmp_path: Path) -> None:
@@ -194,11 +191,10 @@ def test_a_replay_through_clients_equals_its_in_process_run(broker, tmp_path: Pa
     assert orjson.loads(sent.stdout)["reports"] == 450
     # two collectors of the one stream at once: each reads every partition and releases the
     # same bytes, so a reader keeping the first per key sees one release per slot
-    cmd = [sys.executable, "-m", "streams.cli", "worker", "--broker", bootstrap, *stream,
-           "--mechanism", "lsp", "--event-time", "history", "--metrics-port", "0"]
+    args = ["worker", "--broker", bootstrap, *stream, "--mechanism", "lsp", "--event-time",
+            "history", "--metrics-port", "0"]
     logs = [tmp_path / "worker-a.log", tmp_path / "worker-b.log"]
-    procs = [subprocess.Popen(cmd, stdout=log.open("ab"), stderr=subprocess.STDOUT,
-                              env=dict(os.environ, PWEVENT_SECRET=SECRET)) for log in logs]
+    procs = [start_command(args, dict(os.environ, PWEVENT_SECRET=SECRET), log) for log in logs]
     try:
         releases = wait_while_running(
             lambda: (r := _releases(bootstrap, prefix)) and len(r) == 9 and r, 90, procs[0],

@@ -13,13 +13,13 @@ import asyncio
 import os
 import signal
 import subprocess
-import sys
 import time
 import urllib.request
 from pathlib import Path
 
 import orjson
 from brokers import broker_fixture, is_apache
+from forked_workers import Process, run_command, start_captured, start_command
 from jobkit import (
     SECRET,
     produce,
@@ -57,16 +57,14 @@ STREAM = ["--partitions", str(PARTITIONS), "--stream", "s", "--cells", "2",
 
 
 def _cli(*argv: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "streams.cli", *argv], capture_output=True,
-                          text=True, timeout=timeout, env=dict(os.environ, PWEVENT_SECRET=SECRET))
+    return run_command(argv, env=dict(os.environ, PWEVENT_SECRET=SECRET), timeout=timeout,
+                       text=True)
 
 
-def _worker(bootstrap: str, prefix: str, mechanism: str, log: Path) -> subprocess.Popen:
-    cmd = [sys.executable, "-m", "streams.cli", "worker", "--broker", bootstrap, "--prefix",
-           prefix, *STREAM, "--mechanism", mechanism, "--event-time", "history",
-           "--loglevel", "info", "--metrics-port", "0"]
-    return subprocess.Popen(cmd, stdout=log.open("ab"), stderr=subprocess.STDOUT,
-                            env=dict(os.environ, PWEVENT_SECRET=SECRET))
+def _worker(bootstrap: str, prefix: str, mechanism: str, log: Path) -> Process:
+    args = ["worker", "--broker", bootstrap, "--prefix", prefix, *STREAM, "--mechanism",
+            mechanism, "--event-time", "history", "--loglevel", "info", "--metrics-port", "0"]
+    return start_command(args, dict(os.environ, PWEVENT_SECRET=SECRET), log)
 
 
 def _by_key(bootstrap: str, topic: str) -> dict[bytes, list[bytes]]:
@@ -89,9 +87,8 @@ def test_a_replay_answering_decisions_survives_a_sigkill_and_equals_in_process(
     assert 2 <= sum(d["published"] for d in expected) < SLOTS
     log = tmp_path / "worker.log"
     worker = _worker(bootstrap, prefix, mechanism, log)
-    sender = subprocess.Popen([sys.executable, "-m", "streams.cli", *replay, "--broker",
-                               bootstrap], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              env=dict(os.environ, PWEVENT_SECRET=SECRET))
+    sender = start_captured([*replay, "--broker", bootstrap],
+                            dict(os.environ, PWEVENT_SECRET=SECRET))
     try:
         deadline = time.monotonic() + 120
         while len(_by_key(bootstrap, f"{prefix}.ldp-decisions")) < SLOTS // 2:
@@ -210,14 +207,12 @@ def test_live_devices_answer_each_decision_in_time(broker, tmp_path: Path) -> No
     origin = int(time.time() * 1000) // slot_ms * slot_ms
     start = 4  # 10 to 12.5 s from now: the worker has started and created its topics
     log = tmp_path / "worker.log"
-    cmd = [sys.executable, "-m", "streams.cli", "worker", "--broker", bootstrap, "--prefix",
-           prefix, "--partitions", str(PARTITIONS), "--stream", "s", "--cells", "3",
-           "--slot-ms", str(slot_ms), "--origin-ms", str(origin), "--ldp-start", str(start),
-           "--ldp-epsilon", "4", "--ldp-window", "3", "--mechanism", "lba", "--event-time",
-           "live", "--lateness-ms", "100", "--metrics-host", "127.0.0.1", "--metrics-port",
-           str(port)]
-    proc = subprocess.Popen(cmd, stdout=log.open("ab"), stderr=subprocess.STDOUT,
-                            env=dict(os.environ, PWEVENT_SECRET=SECRET))
+    args = ["worker", "--broker", bootstrap, "--prefix", prefix, "--partitions",
+            str(PARTITIONS), "--stream", "s", "--cells", "3", "--slot-ms", str(slot_ms),
+            "--origin-ms", str(origin), "--ldp-start", str(start), "--ldp-epsilon", "4",
+            "--ldp-window", "3", "--mechanism", "lba", "--event-time", "live",
+            "--lateness-ms", "100", "--metrics-host", "127.0.0.1", "--metrics-port", str(port)]
+    proc = start_command(args, dict(os.environ, PWEVENT_SECRET=SECRET), log)
     built = LdpJobSettings(bootstrap, prefix, "s", "lba", 3, origin, slot_ms, start, 4.0, 3,
                            SECRET.encode(), partitions=PARTITIONS)
     # seeded devices: with random ones no slot publishes in about 1 run in 120 (its four tests

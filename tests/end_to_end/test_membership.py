@@ -20,13 +20,13 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import orjson
 import pytest
 from brokers import broker_fixture
+from forked_workers import run_command
 from jobkit import (
     config,
     dynamic_requirements,
@@ -237,8 +237,7 @@ def pwevent_group(r: Run, *args: str) -> subprocess.CompletedProcess:
     environment."""
     env = dict(os.environ, PWEVENT_BROKER=r.bootstrap, PWEVENT_PREFIX=r.cfg.prefix,
                PWEVENT_STREAM=r.cfg.stream)
-    return subprocess.run([sys.executable, "-m", "streams.cli", "group", *args], env=env,
-                          capture_output=True, text=True, timeout=60)
+    return run_command(["group", *args], env=env, timeout=60, text=True)
 
 
 def test_a_crashed_worker_removed_from_the_group_is_replaced(run):

@@ -8,7 +8,6 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import time
 from collections import Counter
 from pathlib import Path
@@ -17,6 +16,7 @@ import orjson
 import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from brokers import BROKER_KINDS, RestartableKafka, restartable
+from forked_workers import Process, run_command, start_captured
 from jobkit import (
     SECRET,
     RestartableBroker,
@@ -78,14 +78,13 @@ def reported(bootstrap: str, topic: str) -> int:
     return asyncio.run(ends())
 
 
-def replay(bootstrap: str, prefix: str, *flags: str) -> subprocess.Popen:
-    cmd = [sys.executable, "-m", "streams.cli", "replay", "--broker", bootstrap, "--prefix",
-           prefix, "--partitions", str(PARTITIONS), "--stream", "s", "--slot-ms", "1000",
-           "--secret", SECRET, "--register-timeout", "0", *flags]
-    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+def replay(bootstrap: str, prefix: str, *flags: str) -> Process:
+    return start_captured(["replay", "--broker", bootstrap, "--prefix", prefix, "--partitions",
+                           str(PARTITIONS), "--stream", "s", "--slot-ms", "1000", "--secret",
+                           SECRET, "--register-timeout", "0", *flags])
 
 
-def wait_for_records(bootstrap: str, topic: str, count: int, proc: subprocess.Popen) -> None:
+def wait_for_records(bootstrap: str, topic: str, count: int, proc: Process) -> None:
     deadline = time.monotonic() + 30
     while reported(bootstrap, topic) < count:
         assert proc.poll() is None, proc.communicate()[1].decode()
@@ -93,7 +92,7 @@ def wait_for_records(bootstrap: str, topic: str, count: int, proc: subprocess.Po
         time.sleep(0.1)
 
 
-def stop_between_slots(broker: RestartableBroker | RestartableKafka, proc: subprocess.Popen,
+def stop_between_slots(broker: RestartableBroker | RestartableKafka, proc: Process,
                        topic: str) -> None:
     """Stop the broker (SIGTERM) while the replay waits between two slots, paused (SIGSTOP)
     for the moment it takes: the topic ends on a slot boundary and has not moved for 0.1 s.
@@ -128,7 +127,7 @@ def stop_between_slots(broker: RestartableBroker | RestartableKafka, proc: subpr
         os.kill(proc.pid, signal.SIGCONT)
 
 
-def finish(proc: subprocess.Popen, timeout: float) -> tuple[int, str, str]:
+def finish(proc: Process, timeout: float) -> tuple[int, str, str]:
     try:
         out, err = proc.communicate(timeout=timeout)
     finally:
@@ -361,11 +360,10 @@ def write_recording(tmp_path: Path) -> tuple[Path, Path]:
 
 
 def in_process(recording: Path, *flags: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "streams.cli", "replay", "--in-process", "--secret", SECRET,
-         "--dataset", "recorded", "--data", str(recording), "--slot-ms", "1000", "--cells", "3",
-         "--partitions", str(PARTITIONS), "--event-time", "history", *flags],
-        capture_output=True, timeout=60)
+    return run_command(
+        ["replay", "--in-process", "--secret", SECRET, "--dataset", "recorded", "--data",
+         str(recording), "--slot-ms", "1000", "--cells", "3", "--partitions", str(PARTITIONS),
+         "--event-time", "history", *flags], timeout=60)
 
 
 def test_recorded_replay_with_requirements_in_process(tmp_path: Path) -> None:

@@ -6,11 +6,11 @@ from __future__ import annotations
 import asyncio
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from brokers import broker_fixture
+from forked_workers import run_command
 
 from local_kafka.embedded import EmbeddedBroker
 from streams.kafka.topics import (
@@ -82,10 +82,8 @@ def test_topics_create_asks_for_the_replication_factor_given(broker: EmbeddedBro
     """``--replication-factor`` reaches the creation request: the embedded broker (one node)
     refuses three replicas, quoting the factor asked for, and creates the topics with one."""
     def create(*flags: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-m", "streams.cli", "topics", "create", "--broker",
-             broker.bootstrap, "--prefix", "rf", "--partitions", "2", *flags],
-            capture_output=True, text=True, timeout=120, cwd=ROOT)
+        return run_command(["topics", "create", "--broker", broker.bootstrap, "--prefix", "rf",
+                            "--partitions", "2", *flags], timeout=120, cwd=ROOT, text=True)
 
     refused = create("--replication-factor", "3")
     assert refused.returncode == 2, refused.stderr
@@ -93,10 +91,9 @@ def test_topics_create_asks_for_the_replication_factor_given(broker: EmbeddedBro
     assert len(lines) == 1 and lines[0].startswith("pwevent topics: error: creating 'rf."), lines
     assert "replication factor of 3" in lines[0], lines
     # the same from the environment, as a deployment sets it
-    env = subprocess.run(
-        [sys.executable, "-m", "streams.cli", "topics", "create", "--broker", broker.bootstrap,
-         "--prefix", "rf", "--partitions", "2"], capture_output=True, text=True, timeout=120,
-        cwd=ROOT, env={**os.environ, "PWEVENT_REPLICATION_FACTOR": "3"})
+    env = run_command(["topics", "create", "--broker", broker.bootstrap, "--prefix", "rf",
+                       "--partitions", "2"], timeout=120, cwd=ROOT, text=True,
+                      env={**os.environ, "PWEVENT_REPLICATION_FACTOR": "3"})
     assert env.returncode == 2 and "replication factor of 3" in env.stderr, env.stderr
     created = create("--replication-factor", "1")
     assert created.returncode == 0, created.stderr

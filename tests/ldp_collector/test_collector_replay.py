@@ -6,19 +6,18 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 
 import orjson
 import pytest
+from forked_workers import run_command
 
 COMMON = ["--dataset", "sin", "--users", "120", "--slots", "12", "--cells", "4",
           "--partitions", "3", "--nonce", "n1", "--ldp-window", "4", "--ldp-epsilon", "2"]
 
 
 def _replay(*argv: str) -> tuple[list[dict], str]:
-    done = subprocess.run([sys.executable, "-m", "streams.cli", "replay", "--in-process",
-                           *COMMON, *argv], capture_output=True, text=True, timeout=120,
-                          env=dict(os.environ, PWEVENT_SECRET="replay-secret"))
+    done = run_command(["replay", "--in-process", *COMMON, *argv], timeout=120, text=True,
+                       env=dict(os.environ, PWEVENT_SECRET="replay-secret"))
     assert done.returncode == 0, done.stderr
     return [orjson.loads(line) for line in done.stdout.splitlines()], done.stderr
 
@@ -46,9 +45,8 @@ def test_a_replay_is_repeated_bit_for_bit_with_its_nonce(protocol: str) -> None:
 
 
 def _worker(*argv: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "streams.cli", "worker", "--mechanism", "lbu",
-                           "--metrics-port", "0", *argv], capture_output=True, text=True,
-                          timeout=120, env=dict(os.environ, PWEVENT_SECRET="s"))
+    return run_command(["worker", "--mechanism", "lbu", "--metrics-port", "0", *argv],
+                       timeout=120, text=True, env=dict(os.environ, PWEVENT_SECRET="s"))
 
 
 def test_the_collector_refuses_a_missing_start_and_an_absent_broker_in_one_line() -> None:
