@@ -197,15 +197,15 @@ def _fresh() -> bool:
 
 
 def start_command(args: Sequence[str], env: Mapping[str, str], log: Path,
-                  load_s: float = 0.0, cwd: Path | None = None) -> Process:
+                  load_s: float = 0.0) -> Process:
     """``pwevent *args`` (``python -m streams.cli``) with ``env``, stdout and stderr appended
     to ``log``: forked from the server (the child idle for ``load_s`` seconds first, as a
     program loads), or a fresh interpreter under ``TESTS_FRESH_WORKERS=1``."""
     if _fresh():
         with log.open("ab") as out:
             return subprocess.Popen([sys.executable, "-m", "streams.cli", *args], stdout=out,
-                                    stderr=subprocess.STDOUT, env=dict(env), cwd=cwd)
-    return _fork_server().spawn(args, env, log, cwd=cwd, load_s=load_s)
+                                    stderr=subprocess.STDOUT, env=dict(env))
+    return _fork_server().spawn(args, env, log, load_s=load_s)
 
 
 def start_captured(args: Sequence[str], env: Mapping[str, str] | None = None,
