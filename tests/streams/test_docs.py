@@ -375,3 +375,20 @@ def test_release_examples_match_the_schema():
     assert releases, "README.md shows a release"
     for release in releases:
         jsonschema.validate(release, schema)
+
+
+#: A metric's name where the code defines it (a string literal).
+METRIC_NAME = re.compile(r"""["'](pwevent_[a-z0-9_]+)["']""")
+
+
+def test_every_metric_and_dead_letter_reason_is_documented():
+    """An operator finds each metric a worker serves and each reason a dead letter carries in
+    the documents (docs/operations.md, docs/job.md)."""
+    from streams.records.field_formats import Reason
+
+    documents = "\n".join(page.read_text(encoding="utf-8") for page in PAGES)
+    metrics = {name for path in sorted((ROOT / "streams").rglob("*.py"))
+               for name in METRIC_NAME.findall(path.read_text(encoding="utf-8"))}
+    assert {"pwevent_reports", "pwevent_ldp_records"} <= metrics  # the scan finds them
+    assert sorted(m for m in metrics if m not in documents) == []
+    assert sorted(r.value for r in Reason if f"`{r.value}`" not in documents) == []
