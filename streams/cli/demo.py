@@ -57,8 +57,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                "./setup.sh test fetches) instead of the embedded broker, and stop it at the end",
                action="store_true"),
         MECHANISM.but(help="the job's mechanism; dpbd and dpba register dynamic requirements; "
-                           "lbu, lsp, lpu, plbu, lbd and lba run the local-DP collector, each "
-                           "device randomising its own reports (default: %(default)s)",
+                           f"{', '.join(KAFKA_PROTOCOLS[:-1])} and {KAFKA_PROTOCOLS[-1]} run "
+                           "the local-DP collector, each device randomising its own reports "
+                           "(default: %(default)s)",
                       choices=(*JOB_MECHANISMS, *KAFKA_PROTOCOLS)),
         PARTITIONS.but(default=2),
         SLOT_MS.but(default=1000),
