@@ -162,10 +162,24 @@ def _summary(source: Source, releases: dict[int, dict], sent: dict, seconds: flo
     }
 
 
-def _print_summary(args: argparse.Namespace, summary: dict) -> None:
+def _last_release(releases: dict[int, dict]) -> str:
+    """The last slot's release as ``pwevent releases`` shows it, under its header."""
+    from streams.cli.releases import header, row
+    from streams.releases.client import DEFAULT_CONFIDENCE
+    from streams.releases.decoding import parse_release
+
+    release = parse_release(releases[max(releases)])
+    return (f"\nthe last release, as pwevent releases shows it:\n"
+            f"{header(DEFAULT_CONFIDENCE, False)}\n{row(release, False)}")
+
+
+def _print_summary(args: argparse.Namespace, summary: dict,
+                   releases: dict[int, dict]) -> None:
     if args.json_summary:
         print(orjson.dumps(summary).decode(), flush=True)
     else:
+        if releases and args.mechanism not in KAFKA_PROTOCOLS:
+            print(_last_release(releases), flush=True)
         print(f"\n{summary['slots_released']}/{summary['slots_expected']} slots released, "
               f"{summary['reports_sent']:,} reports sent, "
               f"{'?' if summary['reports_rejected'] is None else summary['reports_rejected']} "
@@ -374,7 +388,7 @@ def run(args: argparse.Namespace) -> int:  # noqa: C901 - one orchestration, ste
             print("pwevent demo: the worker stopped early; its log:\n"
                   + log_excerpt(workdir / "worker.log"), file=sys.stderr)
         if url is not None:
-            _print_summary(args, summary)
+            _print_summary(args, summary, releases)
             if not interrupted:
                 _keep_serving(url, args.dashboard_seconds, args.json_summary)
             if server is not None:
@@ -383,5 +397,5 @@ def run(args: argparse.Namespace) -> int:  # noqa: C901 - one orchestration, ste
             if interrupted:
                 return 0
     if url is None:
-        _print_summary(args, summary)
+        _print_summary(args, summary, releases)
     return 0 if summary["slots_released"] == summary["slots_expected"] else 1
