@@ -162,7 +162,7 @@ def _summary(source: Source, releases: dict[int, dict], sent: dict, seconds: flo
     }
 
 
-def _last_release(releases: dict[int, dict]) -> str:
+def last_release(releases: dict[int, dict]) -> str:
     """The last slot's release as ``pwevent releases`` shows it, under its header."""
     from streams.cli.releases import header, row
     from streams.releases.client import DEFAULT_CONFIDENCE
@@ -179,7 +179,7 @@ def _print_summary(args: argparse.Namespace, summary: dict,
         print(orjson.dumps(summary).decode(), flush=True)
     else:
         if releases and args.mechanism not in KAFKA_PROTOCOLS:
-            print(_last_release(releases), flush=True)
+            print(last_release(releases), flush=True)
         print(f"\n{summary['slots_released']}/{summary['slots_expected']} slots released, "
               f"{summary['reports_sent']:,} reports sent, "
               f"{'?' if summary['reports_rejected'] is None else summary['reports_rejected']} "

@@ -121,7 +121,7 @@ def test_demo_hands_its_connection_settings_to_its_worker(
 def test_the_text_summary_shows_the_last_release_as_the_releases_command_does():
     """Without ``--json-summary`` the demo shows its last slot's release, the table line that
     ``pwevent releases`` prints for it, before the summary."""
-    from streams.cli.demo import _last_release
+    from streams.cli.demo import last_release
     from streams.cli.releases import header, row
     from streams.releases.client import DEFAULT_CONFIDENCE
     from streams.releases.decoding import parse_release
@@ -132,7 +132,7 @@ def test_the_text_summary_shows_the_last_release_as_the_releases_command_does():
             "noise": {"distribution": "discrete_laplace", "thinned": True, "scale": [9.5, 9.5]},
             "estimate": {"method": "kalman_split", "histogram": [117, 41]}}
     earlier = {**last, "slot": 6, "start": 6000, "end": 7000, "histogram": [1, 2]}
-    shown = _last_release({7: last, 6: earlier}).splitlines()
+    shown = last_release({7: last, 6: earlier}).splitlines()
     assert shown[-2:] == [header(DEFAULT_CONFIDENCE, False), row(parse_release(last), False)]
     assert shown[-1].split()[:3] == ["7", "1970-01-01T00:00:07.000Z", "published"]
     assert "DE: 120" in shown[-1] and shown[-1].endswith("| kalman_split: 117 41")
