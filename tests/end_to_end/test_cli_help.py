@@ -109,17 +109,6 @@ def test_every_flag_has_help(name: str) -> None:
 
 
 @pytest.mark.parametrize("name", COMMANDS)
-def test_every_flag_is_in_the_documents(name: str) -> None:
-    """The README or a document under docs/ names each flag, where a user looks it up."""
-    documents = "\n".join(path.read_text() for path in (ROOT / "README.md",
-                                                          *sorted((ROOT / "docs").glob("*.md"))))
-    missing = [flag for a in flags(command(name)) for flag in a.option_strings
-               if flag.startswith("--") and not re.search(re.escape(flag) + r"(?![\w-])",
-                                                           documents)]
-    assert not missing, f"pwevent {name}: flags no document names: {missing}"
-
-
-@pytest.mark.parametrize("name", COMMANDS)
 def test_help_has_no_markup_or_internal_paths(name: str) -> None:
     parser = command(name)
     bad = [(where, text) for where, text in user_texts(name, parser)

@@ -381,14 +381,30 @@ def test_release_examples_match_the_schema():
 METRIC_NAME = re.compile(r"""["'](pwevent_[a-z0-9_]+)["']""")
 
 
+def documents() -> str:
+    """The README and every page under docs/, one text."""
+    return "\n".join(page.read_text(encoding="utf-8") for page in PAGES)
+
+
+def test_every_flag_is_documented():
+    """The README or a page under docs/ names each flag of each command, where a user looks it
+    up."""
+    text = documents()
+    missing = [f"pwevent {name} {flag}" for name, command in subcommands(build_parser()).items()
+               for action in command._actions for flag in action.option_strings
+               if flag.startswith("--") and flag != "--help"
+               and not re.search(re.escape(flag) + r"(?![\w-])", text)]
+    assert missing == []
+
+
 def test_every_metric_and_dead_letter_reason_is_documented():
     """An operator finds each metric a worker serves and each reason a dead letter carries in
     the documents (docs/operations.md, docs/job.md)."""
     from streams.records.field_formats import Reason
 
-    documents = "\n".join(page.read_text(encoding="utf-8") for page in PAGES)
+    text = documents()
     metrics = {name for path in sorted((ROOT / "streams").rglob("*.py"))
                for name in METRIC_NAME.findall(path.read_text(encoding="utf-8"))}
     assert {"pwevent_reports", "pwevent_ldp_records"} <= metrics  # the scan finds them
-    assert sorted(m for m in metrics if m not in documents) == []
-    assert sorted(r.value for r in Reason if f"`{r.value}`" not in documents) == []
+    assert sorted(m for m in metrics if m not in text) == []
+    assert sorted(r.value for r in Reason if f"`{r.value}`" not in text) == []
