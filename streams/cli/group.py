@@ -7,7 +7,6 @@ import argparse
 import asyncio
 import logging
 import math
-import os
 import sys
 
 from aiokafka.errors import KafkaError
@@ -54,8 +53,7 @@ def run(args: argparse.Namespace) -> int:
     from streams.job.worker.membership import GroupError, describe_group, remove_member
 
     logging.getLogger("aiokafka").addHandler(logging.NullHandler())  # failures: one line
-    # the environment read when the command runs, not when its module was imported
-    args.broker = broker = args.broker or os.environ.get("PWEVENT_BROKER")
+    broker = args.broker
     group = JobConfig(prefix=args.prefix, stream=args.stream).app_id()
     try:
         broker = need_broker(args, "group")

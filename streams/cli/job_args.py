@@ -154,7 +154,9 @@ def job_config(args: argparse.Namespace) -> JobConfig:
 
 
 def need_broker(args: argparse.Namespace, command: str) -> str:
-    """The bootstrap address, or a clear error."""
-    if not args.broker:
+    """The bootstrap address: ``--broker``, else ``PWEVENT_BROKER`` as the command runs; or a
+    clear error."""
+    broker = args.broker or os.environ.get("PWEVENT_BROKER")
+    if not broker:
         raise ValueError(f"pwevent {command} needs --broker HOST:PORT or PWEVENT_BROKER")
-    return args.broker
+    return broker
