@@ -70,11 +70,13 @@ def _distributions(a: np.ndarray) -> np.ndarray:
     return np.divide(a, totals, out=uniform, where=totals > 0)
 
 
-def _kl_terms(a: np.ndarray, v: np.ndarray) -> np.ndarray:
-    """a * ln(a / v) elementwise, with 0 * ln(0 / v) = 0."""
+def _kl_terms(a: np.ndarray, total: np.ndarray) -> np.ndarray:
+    """a * ln(a / v) elementwise for v = total / 2, with 0 * ln(0 / v) = 0. Taken as
+    ln(2a / total): halving a subnormal total could round it to 0 (and the term to infinity),
+    while 2a / total lies in (0, 2] wherever a > 0."""
     out = np.zeros_like(a)
     positive = a > 0
-    out[positive] = a[positive] * np.log(a[positive] / v[positive])
+    out[positive] = a[positive] * np.log(2.0 * a[positive] / total[positive])
     return out
 
 
@@ -94,6 +96,6 @@ def ajsd(released: ArrayLike, true: ArrayLike, *, normalize: bool = True) -> flo
         r, c = _distributions(r), _distributions(c)
     elif (r < 0).any() or (c < 0).any():
         raise ValueError("ajsd without normalize needs non-negative values")
-    v = 0.5 * (r + c)
-    per_slot = (_kl_terms(r, v) + _kl_terms(c, v)).sum(axis=1)
+    total = r + c
+    per_slot = (_kl_terms(r, total) + _kl_terms(c, total)).sum(axis=1)
     return float(np.sum(per_slot) / (2 * r.shape[0]))

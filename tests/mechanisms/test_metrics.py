@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
@@ -73,6 +73,8 @@ def test_validation(metric) -> None:
 counts = arrays(np.float64, (4, 3), elements=st.floats(-50, 500, allow_nan=False))
 
 
+@example(np.array([[1.0, 0.0, 0.0]] + [[0.0] * 3] * 3),
+         np.array([[1.0, 5e-324, 5e-324]] + [[5e-324] * 3] * 3))  # halving a subnormal gives 0
 @given(counts, counts)
 def test_ajsd_bounds_and_symmetry(r: np.ndarray, c: np.ndarray) -> None:
     value = ajsd(r, c)
