@@ -6,7 +6,10 @@ import argparse
 import dataclasses
 import math
 import sys
+import time
+from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from streams.cli import ldp_worker
 from streams.cli.job_args import add_broker, add_job, job_config, need_broker
@@ -15,6 +18,10 @@ from streams.cli.options import add_options, option
 from streams.job.operations.observe import METRICS_HOST, METRICS_PORT
 from streams.job.source.options import SOURCE_OPTIONS
 from streams.ldp_collector.kafka_job import KAFKA_PROTOCOLS
+
+if TYPE_CHECKING:
+    from streams.job.config import JobConfig
+    from streams.job.source.history_start import HistoryStart
 
 #: The flags of ``pwevent worker`` after those of the job.
 WORKER_OPTIONS = (
@@ -129,6 +136,9 @@ def run(args: argparse.Namespace) -> int:
         create_changelogs(broker, changelog_specs(config.app_id(), config.partitions,
                                                   current_settings().replication_factor),
                           args.startup_timeout)
+        # last: a worker refused above has not moved its group's offsets
+        history = (skip_source_history(broker, config, source.topics)
+                   if source is not None and config.event_time == "live" else [])
     except StartupError as exc:
         print(f"pwevent worker: error: {exc}", file=sys.stderr)
         return 2
@@ -136,12 +146,31 @@ def run(args: argparse.Namespace) -> int:
     from streams.job.worker.faust_job import Job, Worker
 
     job = Job(config, broker, args.data_dir, args.instance_id,
-              metrics_host=args.metrics_host, metrics_port=args.metrics_port, source=source)
+              metrics_host=args.metrics_host, metrics_port=args.metrics_port, source=source,
+              history=history)
     logging_config = json_logging_config(args.loglevel) if args.log_format == "json" else None
     worker = Worker(job, loglevel=args.loglevel, quiet=True, logging_config=logging_config)
     tune_collector()
     worker.execute_from_commandline()
     return 0
+
+
+def skip_source_history(broker: str, config: JobConfig, topics: Sequence[str]
+                        ) -> list[HistoryStart]:
+    """A new live stream starts its source partitions after the retained records that could
+    only be late (:mod:`streams.job.source.history_start`), and says so on stderr."""
+    from streams.job.source.history_start import (
+        describe,
+        history_cutoff_ms,
+        start_after_history,
+    )
+
+    cutoff = history_cutoff_ms(int(time.time() * 1000), config.max_skew_ms, config.lateness_ms)
+    counts = dict(zip(topics, config.source_partitions, strict=True))
+    history = start_after_history(broker, config.app_id(), counts, cutoff)
+    for line in describe(history, cutoff):
+        print(f"pwevent worker: {line}", file=sys.stderr)
+    return history
 
 
 #: Allocations between two young-generation collections of Python's cycle collector (its

@@ -344,6 +344,7 @@ async def build_every_client(bootstrap: str, tmp_path: Path) -> None:
     from streams.cli.replay_rounds import DecisionReader
     from streams.job.config import JobConfig
     from streams.job.operations.observe import Observer
+    from streams.job.source.history_start import begin_after_history
     from streams.job.source.mapping import SourceMapping
     from streams.job.source.rekey import Rekeyer, SourceSettings
     from streams.job.worker.local_state import changelog_ends, send_records
@@ -384,6 +385,7 @@ async def build_every_client(bootstrap: str, tmp_path: Path) -> None:
         anext(aiter_releases(bootstrap, topics.releases, timeout=2)),
         kafka_errors.authentication_failure(bootstrap, KafkaConnectionError("x"), 2),
         rekeyer.follow(bootstrap, "group"),
+        begin_after_history(bootstrap, "group", {topics.reports: 1}, 0),
         ReportProducer(bootstrap, "settings").__aenter__(),
         LdpJob(LdpJobSettings(bootstrap, "settings", "s", "lbu", 2, 0, 1000, 0, 1.0, 2,
                               b"x")).run(asyncio.Event()),

@@ -166,6 +166,10 @@ class WorkerMetrics:
         self.superseded_events = Counter("pwevent_source_events_superseded", "Source events "
                                          "not forwarded: a report of the same user and slot "
                                          "that comes first was forwarded already", registry=r)
+        self.history_skipped = Counter("pwevent_source_history_not_read", "Records a new "
+                                       "live stream did not read from a source topic: retained "
+                                       "before its start, they could only be late", ["topic"],
+                                       registry=r)
         self.open_slot_wait = Gauge("pwevent_open_slot_wait_seconds", "Live: how long past "
                                     "its end the oldest slot this worker's partitions hold open "
                                     "is (its release is that late)", registry=r)
@@ -211,6 +215,11 @@ class WorkerMetrics:
     def superseded(self, n: int) -> None:
         """``n`` source events could no longer win their (user, slot): not forwarded."""
         self.superseded_events.inc(n)
+
+    def history_not_read(self, topic: str, n: int) -> None:
+        """``n`` records retained on source ``topic`` before a new live stream's start were
+        not read (:mod:`streams.job.source.history_start`)."""
+        self.history_skipped.labels(topic).inc(n)
 
     def source_problem(self, problem: str) -> None:
         """A source mapping looks wrong (:class:`streams.job.source.mapping.MappingWatch`)."""

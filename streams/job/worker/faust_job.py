@@ -35,7 +35,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +48,7 @@ from streams.job.operations.observe import METRICS_HOST, Observer
 from streams.job.operations.worker_metrics import WorkerMetrics
 from streams.job.partitions.registry_store import key_partition_of
 from streams.job.roles import placement_type
+from streams.job.source.history_start import HistoryStart
 from streams.job.source.rekey import Rekeyer, SourceSettings
 from streams.job.worker.coordinator_runner import CoordinatorRunner
 from streams.job.worker.ingest import BatchIngest, ingest_settings, run_when_started
@@ -144,7 +145,7 @@ class Job:
     def __init__(
         self, config: JobConfig, broker: str, data_dir: Path, instance_id: str | None = None,
         metrics_host: str = METRICS_HOST, metrics_port: int = 0,
-        source: SourceSettings | None = None,
+        source: SourceSettings | None = None, history: Sequence[HistoryStart] = (),
     ) -> None:
         self.config = config
         self.broker = broker
@@ -202,6 +203,9 @@ class Job:
         # operating the worker: metrics (streams/job/operations/worker_metrics.py), updated where
         # ``counters`` are, and /metrics, /healthz, /readyz (streams/job/operations/observe.py)
         self.metrics = WorkerMetrics(self.topics.reports)
+        for start in history:  # a new live stream's source records before its start, not read
+            self.counters["source_history_not_read"] += start.skipped
+            self.metrics.history_not_read(start.topic, start.skipped)
         self.partitions = PartitionRunner(self.app, config, broker, self.topics, self.users,
                                           self.checkpoints, self.counters, self.metrics)
         self.coordination = CoordinatorRunner(self.app, config, broker, self.topics, self.state,
