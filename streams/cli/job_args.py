@@ -52,7 +52,8 @@ def confidence_option(bars: str) -> Option:
 
 #: The flags every worker of one deployment must agree on, in the order ``--help`` lists them.
 JOB_OPTIONS = (
-    option("--stream", "stream name (default: %(default)s)", default="default"),
+    option("--stream", "stream name, one a prefix: a worker of another stream on the same "
+           "topics refuses to start (default: %(default)s)", default="default"),
     MECHANISM,
     option("--max-window", "the longest window a requirement may declare; longer ones are "
            "dead-lettered as invalid_requirement (default: %(default)s)", type=int, default=200),

@@ -83,8 +83,8 @@ def run(args: argparse.Namespace) -> int:
     from streams.job.worker.preflight import (
         StartupError,
         changelog_specs,
-        check_secret,
         check_source_topics,
+        check_stream,
         check_topics,
         create_changelogs,
     )
@@ -131,7 +131,7 @@ def run(args: argparse.Namespace) -> int:
                 print(f"pwevent worker: deleted the table stores in {args.data_dir}; they are "
                       f"rebuilt from the changelog topics", file=sys.stderr)
         check_local_state(args.data_dir, config.app_id(), broker, args.startup_timeout)
-        check_secret(broker, topics.decisions, config.stream, config.secret_bytes(),
+        check_stream(broker, topics.decisions, config.stream, config.secret_bytes(),
                      args.startup_timeout)
         create_changelogs(broker, changelog_specs(config.app_id(), config.partitions,
                                                   current_settings().replication_factor),

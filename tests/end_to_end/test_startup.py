@@ -202,13 +202,44 @@ def test_another_secret_than_the_stream_started_with_is_one_line(broker, tmp_pat
     assert lines == [f"pwevent worker: error: the secret differs from the one stream 's' started "
                      f"with (its start record on {topics.decisions}): give every worker the "
                      f"deployment's secret (--secret or PWEVENT_SECRET)"]
-    from streams.job.worker.preflight import check_secret
+    from streams.job.worker.preflight import check_stream
 
-    # the right secret passes, and so does a stream that has not started
-    check_secret(broker.bootstrap, topics.decisions, "s", b"another-secret", 10)
-    check_secret(broker.bootstrap, topics.decisions, "other", SECRET.encode(), 10)
+    # the right secret passes, and so does a stream that has not started, alone on its topics
+    check_stream(broker.bootstrap, topics.decisions, "s", b"another-secret", 10)
+    empty = Topics(prefix="secret-empty", partitions=2)
+    asyncio.run(create_topics(broker.bootstrap, empty.specs()))
+    check_stream(broker.bootstrap, empty.decisions, "other", SECRET.encode(), 10)
     with pytest.raises(StartupError, match="the secret differs"):
-        check_secret(broker.bootstrap, topics.decisions, "s", SECRET.encode(), 10)
+        check_stream(broker.bootstrap, topics.decisions, "s", SECRET.encode(), 10)
+
+
+def test_a_second_stream_on_a_prefixs_topics_is_one_line(broker, tmp_path: Path):
+    """Every stream of a prefix reads its ``reports``: a worker of a second stream would count
+    every report of the first again and spend every user's budget twice, so it stops before it
+    joins, with or without the first stream's secret."""
+    from streams.job.config import JobConfig
+    from streams.job.coordination.coordinator import Coordinator
+    from streams.job.worker.preflight import check_stream
+    from streams.kafka.producer import produce_raw
+
+    topics = Topics(prefix="twostreams", partitions=2)
+    asyncio.run(create_topics(broker.bootstrap, topics.specs()))
+    config = JobConfig(stream="first", mechanism="pbd", domain={"kind": "cells", "size": 3},
+                       slot_ms=1000, partitions=2, secret=SECRET, prefix="twostreams")
+    coord = Coordinator(config)
+    coord.begin(0)
+    asyncio.run(produce_raw(broker.bootstrap, topics.decisions,
+                            [(b"first/start", coord.start_record())], partitions=1))
+    code, lines, _took = run_worker(broker.bootstrap, "twostreams", tmp_path / "data",
+                                    stream="second")
+    assert code == 2
+    assert lines == [f"pwevent worker: error: {topics.decisions} carries stream 'first' already: "
+                     f"a second stream on the same topics would count every report again and "
+                     f"spend every user's budget twice; give stream 'second' topics of its own "
+                     f"(--prefix)"]
+    check_stream(broker.bootstrap, topics.decisions, "first", SECRET.encode(), 10)
+    with pytest.raises(StartupError, match="carries stream 'first' already"):
+        check_stream(broker.bootstrap, topics.decisions, "second", b"another-secret", 10)
 
 
 def test_topics_create_without_a_broker_is_one_line(tmp_path: Path):

@@ -35,7 +35,7 @@ __all__ = [
     "TABLE_PARTITIONS",
     "StartupError",
     "changelog_specs",
-    "check_secret",
+    "check_stream",
     "check_source_topics",
     "check_topics",
     "create_changelogs",
@@ -44,6 +44,8 @@ __all__ = [
     "quiet_kafka_logs",
 ]
 
+#: The key suffix of a stream's start record on the decisions topic.
+START_SUFFIX: Final = b"/start"
 GRACE: Final = 0.5  # seconds past a client's own request timeout before it is cancelled
 
 
@@ -206,14 +208,18 @@ def quiet_kafka_logs() -> Iterator[None]:
         logger.setLevel(level)
 
 
-def check_secret(bootstrap: str, decisions_topic: str, stream: str, secret: bytes,
+def check_stream(bootstrap: str, decisions_topic: str, stream: str, secret: bytes,
                  timeout: float) -> None:
-    """Refuse to start with a secret other than the one ``stream`` started with.
+    """Refuse to start ``stream`` on topics another stream started on, or with a secret other
+    than the one it started with.
 
-    The stream's start record (key ``<stream>/start`` on the decisions topic) carries a fingerprint
-    of the secret (:func:`streams.job.slot_protocol.secret_check`). A worker with another secret
-    would refuse the watermarks that the other workers sign and draw other noise; it stops here
-    with one line instead. A stream that has not started yet passes."""
+    Every stream of a prefix reads the same ``reports`` and ``requirements``: a second stream
+    there would count every report of the first again, mapped by its own source and domain, and
+    spend every user's budget a second time in its own ledger. A stream's start record (key
+    ``<stream>/start`` on the decisions topic) also carries a fingerprint of the secret
+    (:func:`streams.job.slot_protocol.secret_check`): a worker with another secret would refuse
+    the watermarks that the other workers sign and draw other noise. Either stops here with one
+    line. A stream that has not started yet, alone on its topics, passes."""
     import orjson
 
     from streams.job.slot_protocol import secret_check
@@ -225,8 +231,15 @@ def check_secret(bootstrap: str, decisions_topic: str, stream: str, secret: byte
     except (KafkaError, OSError, TimeoutError) as exc:
         raise StartupError(f"cannot read {decisions_topic} from the broker at {bootstrap} "
                            f"({type(exc).__name__})") from None
-    key = f"{stream}/start".encode()
-    start = next((v for k, v in records if k == key), None)
+    starts = {k[:-len(START_SUFFIX)].decode("utf-8", "replace"): v for k, v in records
+              if k is not None and k.endswith(START_SUFFIX)}
+    others = sorted(name for name in starts if name != stream)
+    if others:
+        raise StartupError(
+            f"{decisions_topic} carries stream {others[0]!r} already: a second stream on the "
+            f"same topics would count every report again and spend every user's budget twice; "
+            f"give stream {stream!r} topics of its own (--prefix)")
+    start = starts.get(stream)
     if start is None:
         return
     try:
