@@ -48,7 +48,8 @@ value-field = ["country"]
 broker = broker_fixture()
 
 
-def send_events(bootstrap: str, topic: str, events: list[tuple[str, int, int]]) -> None:
+def send_events(bootstrap: str, topic: str, events: list[tuple[str, int, int]],
+                partitions: int = PARTS) -> None:
     """Each (device, event time, Kafka timestamp) as an app event keyed by its device."""
     async def go() -> None:
         producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all")
@@ -57,7 +58,7 @@ def send_events(bootstrap: str, topic: str, events: list[tuple[str, int, int]]) 
             for device, ts, kafka_ts in events:
                 value = orjson.dumps({"device": {"id": device}, "ts": ts, "country": "FR"})
                 await producer.send(topic, value, key=device.encode(),
-                                    partition=key_partition(device.encode(), PARTS),
+                                    partition=key_partition(device.encode(), partitions),
                                     timestamp_ms=kafka_ts)
             await producer.flush()
         finally:
@@ -121,6 +122,81 @@ def test_a_new_live_stream_starts_after_its_sources_retained_history(broker,
             time.sleep(0.3)
     finally:
         stop_worker(worker)
+
+
+def test_a_topic_new_to_the_group_gets_an_offset_on_every_partition(broker) -> None:
+    """Partition 0 holds only history, 1 only recent records, 2 nothing: each gets its offset
+    (the end of the history, the first recent record, 0), before any record is read, and only
+    partition 0's skip is said. A topic the group has an offset on is left alone from then on,
+    whatever its partitions hold later; another topic new to the group gets its own."""
+    from streams.job.source.history_start import begin_after_history, describe
+
+    topic, group = "history-offsets", "history-offsets-group"
+    asyncio.run(create_topics(broker.bootstrap, [TopicSpec("h", topic, PARTS)]))
+    now = int(time.time() * 1000)
+
+    async def fill() -> None:
+        producer = AIOKafkaProducer(bootstrap_servers=broker.bootstrap, acks="all")
+        await producer.start()
+        try:
+            for i in range(5):
+                await producer.send(topic, b"{}", partition=0, timestamp_ms=now - HOUR + i)
+            for i in range(3):
+                await producer.send(topic, b"{}", partition=1, timestamp_ms=now + i)
+            await producer.flush()
+        finally:
+            await producer.stop()
+
+    asyncio.run(fill())
+    cutoff = history_cutoff_ms(now, 300_000, 0)
+    starts = asyncio.run(begin_after_history(broker.bootstrap, group, {topic: PARTS}, cutoff))
+    assert [(s.partition, s.first, s.start, s.skipped) for s in starts] == [
+        (0, 0, 5, 5), (1, 0, 0, 0), (2, 0, 0, 0)]
+    assert asyncio.run(committed_offsets(broker.bootstrap, group, topic)) == {0: 5, 1: 0, 2: 0}
+    said = describe(starts, cutoff)
+    assert len(said) == 1 and "the 5 older records (offsets 0: 0-4)" in said[0], said
+    # the topic is the group's now: old records arriving on it are read, never skipped
+    asyncio.run(fill())
+    assert asyncio.run(begin_after_history(broker.bootstrap, group, {topic: PARTS},
+                                           cutoff)) == []
+    assert asyncio.run(committed_offsets(broker.bootstrap, group, topic)) == {0: 5, 1: 0, 2: 0}
+    other = "history-offsets-2"
+    asyncio.run(create_topics(broker.bootstrap, [TopicSpec("h", other, 1)]))
+    send_events(broker.bootstrap, other, [("d0", now - HOUR, now - HOUR)], partitions=1)
+    starts = asyncio.run(begin_after_history(broker.bootstrap, group, {topic: PARTS, other: 1},
+                                             cutoff))
+    assert [(s.topic, s.partition, s.skipped) for s in starts] == [(other, 0, 1)]
+
+
+def test_a_group_with_members_keeps_its_offsets(broker) -> None:
+    """While a member of the group runs (another worker), the broker refuses a commit from
+    outside it: the starting worker skips nothing and reads from the group's offsets."""
+    from aiokafka import AIOKafkaConsumer
+
+    from streams.job.source.history_start import start_after_history
+
+    topics = ("history-member-1", "history-member-2")
+    group = "history-member-group"
+    asyncio.run(create_topics(broker.bootstrap, [TopicSpec("h", t, 1) for t in topics]))
+    now = int(time.time() * 1000)
+    send_events(broker.bootstrap, topics[1], [("d0", now - HOUR, now - HOUR)], partitions=1)
+
+    async def with_a_member() -> list:
+        member = AIOKafkaConsumer(topics[0], bootstrap_servers=broker.bootstrap,
+                                  group_id=group)
+        await member.start()
+        try:
+            deadline = time.monotonic() + 30
+            while not member.assignment():
+                assert time.monotonic() < deadline
+                await member.getmany(timeout_ms=500)
+            return await asyncio.to_thread(start_after_history, broker.bootstrap, group,
+                                           {topics[1]: 1}, history_cutoff_ms(now, 300_000, 0))
+        finally:
+            await member.stop()
+
+    assert asyncio.run(with_a_member()) == []
+    assert asyncio.run(committed_offsets(broker.bootstrap, group, topics[1])) == {}
 
 
 def test_the_cutoff_lies_twice_the_clock_bound_and_a_minute_before_now() -> None:

@@ -8,15 +8,19 @@ group has no offset on the source topics yet, so it would read every record they
 of telemetry, only to write each one that wins its (device, slot) to ``dead-letters`` as
 ``late``, and release nothing until it had read them all.
 
-Before the worker joins its group, :func:`begin_after_history` therefore commits, for every
-source partition the group has no offset on, the first offset whose Kafka timestamp is at or
+Before the worker joins its group, :func:`begin_after_history` therefore commits, on every
+partition of each source topic the group has no offset on at all, the first offset whose Kafka
+timestamp is at or
 after :func:`history_cutoff_ms`: the clock less twice that bound and a minute. A record the
-broker took before the cutoff was made, by a device whose clock ran at most the bound ahead,
-before ``cutoff + bound``, which is a bound before any worker's start: it could only be
-``late``. Every record from the cutoff on is read and judged by its event time, as before. A
-partition the group has an offset on (a restart, a rebalance, a data directory started anew)
-is left where the group stands, so the backlog of a restart is read in full. The records not
-read are counted per partition and logged; ``--event-time history`` replays them.
+broker took before the cutoff has an event time before ``cutoff + bound``, a bound and a minute
+before this worker's clock and so before any worker's start, unless it was written more than
+the bound ahead of the broker's clock (which a live stream running then would have found
+``future``): it could only be ``late``. Every record from the cutoff on is read and judged by
+its event time, as before. Every partition of such a topic gets its offset, the empty ones
+too, before any record is read, so from then on the topic is the group's: a restart, a
+rebalance or a data directory started anew reads from the group's offsets, and the backlog of a
+restart is read in full; so is a partition added to the topic later, from its first record. The
+records not read are counted per topic and logged; ``--event-time history`` replays them.
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ from datetime import UTC, datetime
 from typing import Final
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
-from aiokafka.errors import KafkaError
+from aiokafka.errors import CommitFailedError, KafkaError
 
 from streams.kafka.consumer_stop import stop_consumer
 from streams.kafka.settings import consumer_options
@@ -67,17 +71,20 @@ class HistoryStart:
 
 async def begin_after_history(bootstrap: str, group: str, partitions: Mapping[str, int],
                               cutoff_ms: int) -> list[HistoryStart]:
-    """Commit, for ``group``, the first offset at or after ``cutoff_ms`` of every partition of
-    the source topics (``partitions``: topic -> partition count) that the group has no offset
-    on and whose retained records begin before it; return those partitions. A partition with
-    nothing at or after the cutoff starts at its end. Raises :class:`KafkaError` when the
-    broker refuses the commit (another worker of the group is running: it reads them)."""
+    """Commit, for ``group``, on every partition of each source topic (``partitions``: topic ->
+    partition count) on which the group has no offset at all, the first offset at or after
+    ``cutoff_ms`` (a partition with nothing from then on: its end); return those partitions.
+    Raises :class:`KafkaError` when the broker refuses the commit (another worker of the group
+    is running: it reads them)."""
     consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=group,
                                 enable_auto_commit=False, **consumer_options())
     try:
         await consumer.start()
-        every = [TopicPartition(t, p) for t, count in partitions.items() for p in range(count)]
-        fresh = [tp for tp in every if await consumer.committed(tp) is None]
+        fresh: list[TopicPartition] = []
+        for topic, count in partitions.items():
+            tps = [TopicPartition(topic, p) for p in range(count)]
+            if all([await consumer.committed(tp) is None for tp in tps]):
+                fresh += tps
         if not fresh:
             return []
         first = await consumer.beginning_offsets(fresh)
@@ -86,11 +93,8 @@ async def begin_after_history(bootstrap: str, group: str, partitions: Mapping[st
         starts = [HistoryStart(tp.topic, tp.partition, first[tp],
                                min(found[tp].offset, ends[tp]) if found[tp] else ends[tp])
                   for tp in fresh]
-        starts = [s for s in starts if s.start > s.first]
-        if starts:
-            consumer.assign([TopicPartition(s.topic, s.partition) for s in starts])
-            await consumer.commit({TopicPartition(s.topic, s.partition): s.start
-                                   for s in starts})
+        consumer.assign(fresh)
+        await consumer.commit({TopicPartition(s.topic, s.partition): s.start for s in starts})
         return starts
     finally:
         await stop_consumer(consumer)
@@ -99,8 +103,8 @@ async def begin_after_history(bootstrap: str, group: str, partitions: Mapping[st
 def describe(starts: Sequence[HistoryStart], cutoff_ms: int) -> list[str]:
     """One line per source topic: how many retained records a new stream does not read."""
     lines = []
-    for topic in sorted({s.topic for s in starts}):
-        mine = [s for s in starts if s.topic == topic]
+    for topic in sorted({s.topic for s in starts if s.skipped}):
+        mine = [s for s in starts if s.topic == topic and s.skipped]
         total = sum(s.skipped for s in mine)
         parts = ", ".join(f"{s.partition}: {s.first}-{s.start - 1}" for s in mine)
         since = datetime.fromtimestamp(cutoff_ms / 1000, UTC).isoformat(
@@ -118,7 +122,10 @@ def start_after_history(bootstrap: str, group: str, partitions: Mapping[str, int
     nothing is skipped (the group's running workers read the topics)."""
     try:
         return asyncio.run(begin_after_history(bootstrap, group, partitions, cutoff_ms))
+    except CommitFailedError:
+        log.info("group %s has members already: the source topics are read from its offsets",
+                 group)
     except KafkaError as exc:
-        log.warning("source topics read from the group's offsets: the retained history could "
-                    "not be skipped (%r)", exc)
-        return []
+        log.warning("the source topics are read from the group's offsets: their retained "
+                    "history could not be skipped (%s)", type(exc).__name__)
+    return []

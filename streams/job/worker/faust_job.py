@@ -204,8 +204,9 @@ class Job:
         # ``counters`` are, and /metrics, /healthz, /readyz (streams/job/operations/observe.py)
         self.metrics = WorkerMetrics(self.topics.reports)
         for start in history:  # a new live stream's source records before its start, not read
-            self.counters["source_history_not_read"] += start.skipped
-            self.metrics.history_not_read(start.topic, start.skipped)
+            if start.skipped:
+                self.counters["source_history_not_read"] += start.skipped
+                self.metrics.history_not_read(start.topic, start.skipped)
         self.partitions = PartitionRunner(self.app, config, broker, self.topics, self.users,
                                           self.checkpoints, self.counters, self.metrics)
         self.coordination = CoordinatorRunner(self.app, config, broker, self.topics, self.state,
