@@ -215,7 +215,8 @@ def _audit(args: argparse.Namespace) -> AuditReport:
         return audit(reqs, decs, rels, stream=args.stream, partitions=args.partitions)
     broker = args.broker or os.environ.get("PWEVENT_BROKER")
     if not broker:
-        raise AuditInputError("give --broker (or set PWEVENT_BROKER), or the three dump files")
+        raise AuditInputError("give --broker HOST:PORT (or set PWEVENT_BROKER), or the three dump "
+                              "files")
     logging.getLogger("aiokafka").addHandler(logging.NullHandler())
     read = (dump_topics(broker, args.prefix, args.dump, args.timeout) if args.dump
             else _fetch(broker, args.prefix, args.timeout))

@@ -11,7 +11,7 @@ import sys
 import warnings
 from urllib.parse import urlsplit
 
-from streams.cli.job_args import add_releases_reader, confidence_option
+from streams.cli.job_args import add_releases_reader, confidence_option, need_broker
 from streams.cli.options import option
 from streams.kafka.topics import Topics
 from streams.releases.client import ReleaseFormatWarning
@@ -72,10 +72,10 @@ def metrics_urls(value: list[str] | str) -> list[str]:
 
 def run(args: argparse.Namespace) -> int:
     """Execute ``pwevent dashboard``: serve until interrupted; returns the exit status."""
-    broker = args.broker or os.environ.get("PWEVENT_BROKER")
-    if not broker:
-        print("pwevent dashboard: error: give --broker (or set PWEVENT_BROKER)",
-              file=sys.stderr)
+    try:
+        broker = need_broker(args)
+    except ValueError as exc:
+        print(f"pwevent dashboard: error: {exc}", file=sys.stderr)
         return 2
     if not 0.0 < args.confidence < 1.0:
         print("pwevent dashboard: error: --confidence must be in (0, 1)", file=sys.stderr)

@@ -56,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
     broker = args.broker
     group = JobConfig(prefix=args.prefix, stream=args.stream).app_id()
     try:
-        broker = need_broker(args, "group")
+        broker = need_broker(args)
         if not (math.isfinite(args.timeout) and args.timeout > 0):
             raise ValueError("--timeout must be a positive number of seconds")
         if args.action == "remove" and not args.instance_id:

@@ -154,10 +154,10 @@ def job_config(args: argparse.Namespace) -> JobConfig:
     )
 
 
-def need_broker(args: argparse.Namespace, command: str) -> str:
+def need_broker(args: argparse.Namespace) -> str:
     """The bootstrap address: ``--broker``, else ``PWEVENT_BROKER`` as the command runs; or a
-    clear error."""
+    ``ValueError`` saying so, which the command prints after its name."""
     broker = args.broker or os.environ.get("PWEVENT_BROKER")
     if not broker:
-        raise ValueError(f"pwevent {command} needs --broker HOST:PORT or PWEVENT_BROKER")
+        raise ValueError("give --broker HOST:PORT (or set PWEVENT_BROKER)")
     return broker

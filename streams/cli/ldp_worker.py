@@ -9,6 +9,7 @@ import logging
 import os
 import sys
 
+from streams.cli.job_args import need_broker
 from streams.cli.options import option
 from streams.ldp_collector.kafka_job import KAFKA_PROTOCOLS, LdpJobSettings
 
@@ -60,9 +61,7 @@ def run(args: argparse.Namespace) -> int:
     from streams.ldp_collector.kafka_job import run_job
 
     try:
-        if not args.broker:
-            raise ValueError("pwevent worker needs --broker HOST:PORT or PWEVENT_BROKER")
-        job = settings(args, args.broker)
+        job = settings(args, need_broker(args))
     except ValueError as exc:
         print(f"pwevent worker: error: {exc}", file=sys.stderr)
         return 2

@@ -13,7 +13,7 @@ from typing import TextIO
 
 import orjson
 
-from streams.cli.job_args import add_releases_reader, confidence_option
+from streams.cli.job_args import add_releases_reader, confidence_option, need_broker
 from streams.cli.options import option
 from streams.kafka.topics import Topics
 from streams.releases.client import (
@@ -125,9 +125,10 @@ def row(rel: Release, with_stream: bool) -> str:
 def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
     """Execute ``pwevent releases``; returns the exit status."""
     out = out or sys.stdout
-    broker = args.broker or os.environ.get("PWEVENT_BROKER")
-    if not broker:
-        print("pwevent releases: error: give --broker (or set PWEVENT_BROKER)", file=sys.stderr)
+    try:
+        broker = need_broker(args)
+    except ValueError as exc:
+        print(f"pwevent releases: error: {exc}", file=sys.stderr)
         return 2
     if not 0.0 < args.confidence < 1.0:
         print("pwevent releases: error: --confidence must be in (0, 1)", file=sys.stderr)

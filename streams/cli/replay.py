@@ -188,7 +188,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         if args.in_process:
             return run_in_process(args)
-        broker = need_broker(args, "replay")
+        broker = need_broker(args)
         source = build_source(args)
         warn_unregistered(args, source, in_process=False)
         # the replay reports outages itself (a notice, or one error line); the client's own

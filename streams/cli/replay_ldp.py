@@ -17,6 +17,7 @@ from typing import TextIO
 import orjson
 from aiokafka.errors import KafkaError
 
+from streams.cli.job_args import need_broker
 from streams.cli.replay import build_source
 from streams.data.sources import Source
 from streams.job.partitions.key_hashing import key_partitions
@@ -196,8 +197,7 @@ def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
                              "$PWEVENT_SECRET, the collector's")
         if args.in_process:
             return run_in_process(args, out)
-        if not args.broker:
-            raise ValueError("pwevent replay needs --broker HOST:PORT or PWEVENT_BROKER")
+        args.broker = need_broker(args)
         source = build_source(args)
         # a broker that does not answer is one line below, not the client's retry messages
         logging.getLogger("aiokafka").setLevel(logging.CRITICAL)

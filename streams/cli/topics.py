@@ -31,7 +31,7 @@ def run(args: argparse.Namespace) -> int:
     logging.getLogger("aiokafka").addHandler(logging.NullHandler())  # failures: one line
     broker = args.broker
     try:
-        broker = need_broker(args, "topics")
+        broker = need_broker(args)
         topics = Topics(prefix=args.prefix, partitions=args.partitions,
                         replication=current().replication_factor)
         if args.action == "create":

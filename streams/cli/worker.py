@@ -92,7 +92,7 @@ def run(args: argparse.Namespace) -> int:
     from streams.kafka.topics import Topics
 
     try:
-        broker = need_broker(args, "worker")
+        broker = need_broker(args)
         config = job_config(args)
         config.secret_bytes()
         source = source_settings(args, config)

@@ -282,3 +282,19 @@ def test_avro_source_without_the_avro_extra(monkeypatch: pytest.MonkeyPatch,
                      "--schema-registry", "http://127.0.0.1:1"]) == 2
     assert capsys.readouterr().err == ("pwevent worker: error: --source-format avro needs the "
                                        "avro extra: pip install 'pwevent[avro]'\n")
+
+
+@pytest.mark.parametrize("argv", [["worker", "--cells", "3"], ["worker", "--mechanism", "lbu"],
+                                  ["replay", "--mechanism", "lbu", "--secret", "x"],
+                                  ["topics", "create"],
+                                  ["group", "describe"], ["replay", "--dataset", "sin"],
+                                  ["releases"], ["dashboard"], ["audit", "--stream", "s"]])
+def test_a_command_without_a_broker_says_how_to_give_one(argv: list[str], capsys) -> None:
+    """Every command that reads or writes Kafka, run without ``--broker`` in a clean shell
+    (no ``PWEVENT_BROKER``), ends with status 2 and one line in the same words, after its
+    name."""
+    assert cli.main(argv) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1, lines
+    assert lines[0].startswith(f"pwevent {argv[0]}: error: give --broker HOST:PORT (or set "
+                               f"PWEVENT_BROKER)"), lines
