@@ -14,6 +14,7 @@ from pathlib import Path
 import orjson
 from aiokafka import AIOKafkaProducer
 from brokers import broker_fixture
+from test_restart_backlog import CONFIG  # the README's plug-in, live, 1-second slots
 
 from streams.job.source.history_start import MARGIN_MS, history_cutoff_ms
 from streams.kafka.offsets import committed_offsets, end_offsets, read_topic
@@ -33,17 +34,6 @@ from tests.jobkit import (
 
 DEVICES, PARTS, SLOT = 30, 3, 1000
 HOUR = 3_600_000
-CONFIG = """
-[worker]
-stream = "hist"
-mechanism = "pbd"
-domain = '{{"kind": "labels", "labels": ["DE", "FR", "IT", "other"], "other": "other"}}'
-slot-ms = 1000
-source-topic = ["{source}"]
-user-field = "device.id"
-time-field = "ts"
-value-field = ["country"]
-"""
 
 broker = broker_fixture()
 
@@ -74,7 +64,7 @@ def dead_letter_reasons(bootstrap: str, topic: str) -> list[str]:
 def test_a_new_live_stream_starts_after_its_sources_retained_history(broker,
                                                                       tmp_path: Path) -> None:
     prefix, source = "hist", "app-history"
-    cfg = config(prefix, stream="hist", slot_ms=SLOT, event_time="live")
+    cfg = config(prefix, stream="live", slot_ms=SLOT, event_time="live")
     topics = setup_topics(broker.bootstrap, cfg)
     asyncio.run(create_topics(broker.bootstrap, [TopicSpec("hist", source, PARTS)]))
     devices = [f"d{i}" for i in range(DEVICES)]
