@@ -58,7 +58,7 @@ def settings(args: argparse.Namespace, broker: str) -> LdpJobSettings:
 
 def run(args: argparse.Namespace) -> int:
     """Run the collector until SIGTERM or Ctrl-C; 2 with a one-line error for a wrong flag."""
-    from streams.ldp_collector.kafka_job import run_job
+    from streams.ldp_collector.kafka_job import StreamConflict, run_job
 
     try:
         job = settings(args, need_broker(args))
@@ -74,6 +74,9 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         return run_job(job, args.metrics_host, args.metrics_port)
+    except StreamConflict as exc:
+        print(f"pwevent worker: error: {exc}", file=sys.stderr)
+        return 2
     except (KafkaError, TopicError, OSError) as exc:  # TimeoutError is an OSError
         print(f"pwevent worker: error: the broker {job.broker}: {exc!r}", file=sys.stderr)
         return 2

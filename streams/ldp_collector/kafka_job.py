@@ -125,6 +125,21 @@ def released_slots(records: list[tuple[bytes | None, bytes]], stream: str) -> se
     return slots
 
 
+class StreamConflict(RuntimeError):
+    """The prefix's topics carry another collector stream: its reports would be mixed in."""
+
+
+def other_streams(records: list[tuple[bytes | None, bytes]], stream: str) -> set[str]:
+    """The streams other than ``stream`` that records of ``<prefix>.ldp-releases`` (keys
+    ``<stream>/<slot>``) were released for."""
+    names = set()
+    for key, _value in records:
+        name, sep, slot = (key or b"").rpartition(b"/")
+        if sep and slot.isdigit():
+            names.add(name.decode("utf-8", "replace"))
+    return names - {stream}
+
+
 class LdpJob:
     """One collector: :meth:`run` until ``stop`` is set; :attr:`counters` counts what it did
     (``reports``, ``released``, ``dead:<reason>``, ``watermarks``)."""
@@ -155,7 +170,15 @@ class LdpJob:
                                     enable_idempotence=True, **client_options())
         try:
             await create_topics(s.broker, topic_specs(s.prefix, s.partitions, s.replication))
-            released = released_slots(await read_topic(s.broker, s.releases_topic), s.stream)
+            history = await read_topic(s.broker, s.releases_topic)
+            others = sorted(other_streams(history, s.stream))
+            if others:
+                # every stream of a prefix reads the same ldp-reports
+                raise StreamConflict(
+                    f"{s.releases_topic} holds releases of stream {others[0]!r}: its reports, "
+                    f"on the same {s.reports_topic}, would be counted in stream {s.stream!r} "
+                    f"too; give stream {s.stream!r} topics of its own (--prefix)")
+            released = released_slots(history, s.stream)
             decided = released_slots(await read_topic(s.broker, s.decisions_topic), s.stream)
             await consumer.start()
             await producer.start()
@@ -318,4 +341,5 @@ def run_job(settings: LdpJobSettings, metrics_host: str = "127.0.0.1",
     return 0
 
 
-__all__ = ["KAFKA_PROTOCOLS", "LdpJob", "LdpJobSettings", "run_job", "topic_specs"]
+__all__ = ["KAFKA_PROTOCOLS", "LdpJob", "LdpJobSettings", "StreamConflict", "run_job",
+           "topic_specs"]

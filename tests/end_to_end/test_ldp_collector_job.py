@@ -169,6 +169,25 @@ def test_live_the_workers_watermarks_close_each_slot(broker, tmp_path: Path) -> 
         {k: {v} for k, v in expected.items() if k in releases}
 
 
+def test_a_second_collector_stream_on_a_prefixs_topics_is_one_line(broker,
+                                                                   tmp_path: Path) -> None:
+    """Every collector stream of a prefix reads its ``ldp-reports``: a worker of stream ``s``
+    where stream ``first`` released stops with one line instead of counting its reports."""
+    prefix = "ldp-second"
+    asyncio.run(create_topics(broker.bootstrap, topic_specs(prefix, PARTITIONS)))
+    produce(broker.bootstrap, f"{prefix}.ldp-releases", 1, [(b"first/3", b"{}")])
+    log = tmp_path / "worker.log"
+    worker = _worker(broker.bootstrap, prefix, log)
+    try:
+        assert worker.wait(60) == 2, log.read_text()[-2000:]
+    finally:
+        stop_worker(worker)
+    errors = [line for line in log.read_text().splitlines() if "error" in line]
+    assert errors == [f"pwevent worker: error: {prefix}.ldp-releases holds releases of stream "
+                      f"'first': its reports, on the same {prefix}.ldp-reports, would be counted "
+                      f"in stream 's' too; give stream 's' topics of its own (--prefix)"], errors
+
+
 def _cli(*argv: str, env: dict | None = None) -> subprocess.CompletedProcess:
     return run_command(argv, env=dict(os.environ, PWEVENT_SECRET=SECRET), timeout=300,
                        text=True)
