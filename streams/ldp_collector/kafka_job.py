@@ -115,29 +115,19 @@ def topic_specs(prefix: str, partitions: int, replication: int = 1) -> list[Topi
             TopicSpec("ldp-decisions", f"{prefix}.ldp-decisions", 1, replication, kept), dead]
 
 
-def released_slots(records: list[tuple[bytes | None, bytes]], stream: str) -> set[int]:
-    """The slots of ``stream`` whose release the records of ``<prefix>.ldp-releases`` hold."""
-    head = f"{stream}/".encode()
-    slots = set()
+def slots_by_stream(records: list[tuple[bytes | None, bytes]]) -> dict[str, set[int]]:
+    """The slots each stream has a record of, from records keyed ``<stream>/<slot>`` (those of
+    ``<prefix>.ldp-releases`` or ``<prefix>.ldp-decisions``); other keys are left out."""
+    slots: dict[str, set[int]] = {}
     for key, _value in records:
-        if key is not None and key.startswith(head) and key[len(head):].isdigit():
-            slots.add(int(key[len(head):]))
+        name, sep, slot = (key or b"").rpartition(b"/")
+        if sep and slot.isdigit():
+            slots.setdefault(name.decode("utf-8", "replace"), set()).add(int(slot))
     return slots
 
 
 class StreamConflict(RuntimeError):
     """The prefix's topics carry another collector stream: its reports would be mixed in."""
-
-
-def other_streams(records: list[tuple[bytes | None, bytes]], stream: str) -> set[str]:
-    """The streams other than ``stream`` that records of ``<prefix>.ldp-releases`` (keys
-    ``<stream>/<slot>``) were released for."""
-    names = set()
-    for key, _value in records:
-        name, sep, slot = (key or b"").rpartition(b"/")
-        if sep and slot.isdigit():
-            names.add(name.decode("utf-8", "replace"))
-    return names - {stream}
 
 
 class LdpJob:
@@ -170,16 +160,17 @@ class LdpJob:
                                     enable_idempotence=True, **client_options())
         try:
             await create_topics(s.broker, topic_specs(s.prefix, s.partitions, s.replication))
-            history = await read_topic(s.broker, s.releases_topic)
-            others = sorted(other_streams(history, s.stream))
+            history = slots_by_stream(await read_topic(s.broker, s.releases_topic))
+            others = sorted(set(history) - {s.stream})
             if others:
                 # every stream of a prefix reads the same ldp-reports
                 raise StreamConflict(
                     f"{s.releases_topic} holds releases of stream {others[0]!r}: its reports, "
                     f"on the same {s.reports_topic}, would be counted in stream {s.stream!r} "
                     f"too; give stream {s.stream!r} topics of its own (--prefix)")
-            released = released_slots(history, s.stream)
-            decided = released_slots(await read_topic(s.broker, s.decisions_topic), s.stream)
+            released = history.get(s.stream, set())
+            decided = slots_by_stream(await read_topic(s.broker, s.decisions_topic)).get(
+                s.stream, set())
             await consumer.start()
             await producer.start()
             await self._collect(consumer, producer, released, decided, stop)
